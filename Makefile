@@ -1,0 +1,44 @@
+# Spillway: the two commands users need are `make demo` and `make test`.
+# Every target sets up what it needs itself (virtualenv, package, Kafka jars).
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test lint typecheck unit bench-channels broker-start broker-stop clean
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required")'
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+## demo: run the main job (starts its own local Kafka broker, stops it at the end)
+demo: $(STAMP)
+	$(BIN)/spillway demo
+
+## test: lint, type-check and run the whole suite against a real broker and real Spark
+test: $(STAMP) lint typecheck
+	$(BIN)/python -m pytest tests
+
+lint: $(STAMP)
+	$(BIN)/ruff check channels offsets recovery spark_jobs tests
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+unit: $(STAMP)
+	$(BIN)/python -m pytest tests/unit
+
+bench-channels: $(STAMP)
+	$(BIN)/python -m bench.channels
+
+broker-start: $(STAMP)
+	$(BIN)/spillway broker start
+
+broker-stop: $(STAMP)
+	$(BIN)/spillway broker stop
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache

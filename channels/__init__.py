@@ -1,0 +1,1 @@
+"""Persistent channels: Kafka topics that carry batched Avro records between subtasks."""

@@ -1,0 +1,99 @@
+"""The Spillway exception tree. Every error carries its *recovery scope*.
+
+::
+
+    SpillwayError                      root; ``scope`` says what must restart
+    ├── ConfigError                    bad configuration or options        (scope: JOB, fix and resubmit)
+    ├── PipelineDefinitionError        bad pipeline graph                   (scope: JOB)
+    ├── TopologyMismatchError          topics/checkpoints from another topology (scope: JOB)
+    ├── BrokerUnavailableError         no broker answers                    (scope: JOB)
+    ├── RecordError                    one record cannot be carried         (scope: SUBTASK)
+    │   ├── RecordTooLargeError
+    │   └── SchemaMismatchError
+    ├── TransactionAbortedError        the open transaction was aborted     (scope: SUBTASK, restart from checkpoint)
+    ├── ProducerFencedError            a newer incarnation took over        (scope: ZOMBIE, this process must stop)
+    ├── RetentionGapError              data a checkpoint needs was deleted  (scope: JOB, operator action)
+    └── CheckpointFormatError          a checkpoint record cannot be read   (scope: SUBTASK)
+
+Subtask-scoped errors name the subtasks to restart, like Kafka Streams'
+``TaskCorruptedException``: only those restart, the rest of the job keeps running.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from channels.ids import SubtaskId
+
+
+class Scope(enum.Enum):
+    """What has to restart (or be fixed) after the error."""
+
+    ZOMBIE = "zombie"  # this process is stale; stop it, nothing else restarts
+    SUBTASK = "subtask"  # restart the named subtasks from their own checkpoints
+    JOB = "job"  # the job cannot continue until a person fixes something
+
+
+class SpillwayError(Exception):
+    """Root of every error Spillway raises on purpose."""
+
+    scope: Scope = Scope.JOB
+
+    def __init__(self, message: str, *, subtasks: Iterable[SubtaskId] = ()) -> None:
+        super().__init__(message)
+        self.subtasks: frozenset[SubtaskId] = frozenset(subtasks)
+
+
+class ConfigError(SpillwayError):
+    """A configuration value or command-line option is wrong; the message names it and the fix."""
+
+
+class PipelineDefinitionError(SpillwayError):
+    """The pipeline graph is invalid (cycle, dangling operator, bad parallelism, ...)."""
+
+
+class TopologyMismatchError(SpillwayError):
+    """Existing topics or checkpoints belong to a different topology than the one submitted."""
+
+
+class BrokerUnavailableError(SpillwayError):
+    """No Kafka broker answered at the configured bootstrap servers."""
+
+
+class RecordError(SpillwayError):
+    """One record cannot be written or read; the subtask stops before committing past it."""
+
+    scope = Scope.SUBTASK
+
+
+class RecordTooLargeError(RecordError):
+    """A record's encoded size exceeds the channel's maximum message size."""
+
+
+class SchemaMismatchError(RecordError):
+    """A record does not match the channel's Avro schema, or a message cannot be decoded with it."""
+
+
+class TransactionAbortedError(SpillwayError):
+    """The subtask's open transaction was aborted; restart it from its last checkpoint."""
+
+    scope = Scope.SUBTASK
+
+
+class ProducerFencedError(SpillwayError):
+    """A newer incarnation of this subtask fenced this producer. Fatal for this process only."""
+
+    scope = Scope.ZOMBIE
+
+
+class RetentionGapError(SpillwayError):
+    """Channel data needed by a checkpoint was deleted by retention; replay would lose records."""
+
+
+class CheckpointFormatError(SpillwayError):
+    """A checkpoint record has an unknown version or is corrupt."""
+
+    scope = Scope.SUBTASK

@@ -1,0 +1,1 @@
+"""Local single-node KRaft broker from Apache Kafka's jars (no Docker needed)."""

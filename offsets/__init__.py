@@ -1,0 +1,1 @@
+"""Checkpoint records and offset bookkeeping."""

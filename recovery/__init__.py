@@ -1,0 +1,1 @@
+"""Restoring and replaying one subtask; job status."""

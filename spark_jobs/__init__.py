@@ -1,0 +1,1 @@
+"""Pipeline API, runtime on Spark and the spillway CLI."""
