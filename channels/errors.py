@@ -2,18 +2,18 @@
 
 ::
 
-    SpillwayError                      root; ``scope`` says what must restart
-    ├── ConfigError                    bad configuration or options        (scope: JOB, fix and resubmit)
-    ├── PipelineDefinitionError        bad pipeline graph                   (scope: JOB)
-    ├── TopologyMismatchError          topics/checkpoints from another topology (scope: JOB)
-    ├── BrokerUnavailableError         no broker answers                    (scope: JOB)
-    ├── RecordError                    one record cannot be carried         (scope: SUBTASK)
+    SpillwayError                  root; ``scope`` says what must restart
+    ├── ConfigError                bad configuration or option          JOB: fix, resubmit
+    ├── PipelineDefinitionError    bad pipeline graph                   JOB
+    ├── TopologyMismatchError      topics/checkpoints of another graph  JOB
+    ├── BrokerUnavailableError     no broker answers                    JOB
+    ├── RecordError                one record cannot be carried         SUBTASK
     │   ├── RecordTooLargeError
     │   └── SchemaMismatchError
-    ├── TransactionAbortedError        the open transaction was aborted     (scope: SUBTASK, restart from checkpoint)
-    ├── ProducerFencedError            a newer incarnation took over        (scope: ZOMBIE, this process must stop)
-    ├── RetentionGapError              data a checkpoint needs was deleted  (scope: JOB, operator action)
-    └── CheckpointFormatError          a checkpoint record cannot be read   (scope: SUBTASK)
+    ├── TransactionAbortedError    the open transaction was aborted     SUBTASK: from checkpoint
+    ├── ProducerFencedError        a newer incarnation took over        ZOMBIE: this process stops
+    ├── RetentionGapError          data a checkpoint needs is deleted   JOB: operator action
+    └── CheckpointFormatError      a checkpoint record cannot be read   SUBTASK
 
 Subtask-scoped errors name the subtasks to restart, like Kafka Streams'
 ``TaskCorruptedException``: only those restart, the rest of the job keeps running.

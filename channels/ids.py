@@ -26,7 +26,7 @@ _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
 def job_id(value: str) -> JobId:
-    """Return ``value`` as a :class:`JobId`; raise :class:`ConfigError` if it is not a valid name."""
+    """``value`` as a :class:`JobId`; :class:`ConfigError` if it is not a valid name."""
     _check_name(value, "job id")
     return JobId(value)
 
@@ -38,7 +38,7 @@ def operator_name(value: str) -> OperatorName:
 
 
 def offset(value: int) -> Offset:
-    """Return ``value`` as an :class:`Offset`; raise ``ValueError`` for negative (sentinel) values."""
+    """``value`` as an :class:`Offset`; ``ValueError`` for negative (sentinel) values."""
     if value < 0:
         raise ValueError(f"{value} is not an offset (negative values are librdkafka sentinels)")
     return Offset(value)
@@ -75,3 +75,14 @@ class SubtaskId:
 
     def __str__(self) -> str:
         return f"{self.job}/{self.operator}[{self.index}]"
+
+
+@dataclass(frozen=True, order=True)
+class TopicPartition:
+    """A partition of a topic. Hashable, ordered, and typed (unlike confluent's mutable one)."""
+
+    topic: str
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}[{self.partition}]"

@@ -1,0 +1,105 @@
+"""A read_committed consumer with manual assignment (no group membership, no rebalances)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message
+from confluent_kafka import TopicPartition as CkTopicPartition
+
+from channels.config import KafkaSettings
+from channels.errors import RetentionGapError, SpillwayError
+from channels.ids import Offset, TopicPartition
+
+log = logging.getLogger("spillway.consumer")
+
+
+class AssignedConsumer:
+    """Reads exactly the partitions it is given, from the offsets it is given.
+
+    ``group_id`` is used only to commit positions inside the writer's transaction
+    (``send_offsets_to_transaction``); the consumer never joins the group, so there are
+    no rebalances. ``auto.offset.reset=error``: a start offset that retention deleted is
+    an error, never a silent jump.
+    """
+
+    def __init__(
+        self, settings: KafkaSettings, group_id: str, *, extra: Mapping[str, Any] | None = None
+    ) -> None:
+        self.group_id = group_id
+        self._consumer = Consumer(
+            {
+                **settings.base(),
+                "group.id": group_id,
+                "isolation.level": "read_committed",
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "auto.offset.reset": "error",
+                "enable.partition.eof": False,
+                "fetch.wait.max.ms": 100,
+                **(extra or {}),
+            }
+        )
+
+    def assign(self, starts: Mapping[TopicPartition, Offset]) -> None:
+        """Read exactly these partitions, each from its offset (the next offset to read)."""
+        self._consumer.assign(
+            [CkTopicPartition(tp.topic, tp.partition, int(off)) for tp, off in starts.items()]
+        )
+
+    def consume(self, max_messages: int, timeout_s: float) -> list[Message]:
+        """Up to ``max_messages`` committed messages; raises on partition-level errors."""
+        msgs = self._consumer.consume(max_messages, timeout_s)
+        out: list[Message] = []
+        for m in msgs:
+            err = m.error()
+            if err is None:
+                out.append(m)
+            elif err.code() == KafkaError._PARTITION_EOF:
+                continue
+            elif err.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
+                raise RetentionGapError(
+                    f"{m.topic()}[{m.partition()}]: the offset to resume from is no longer in the "
+                    f"log ({err.str()}); retention deleted records a checkpoint still needs. "
+                    "Raise the channel topics' retention.ms above the checkpoint retention"
+                )
+            else:
+                raise SpillwayError(f"consumer {self.group_id}: {err.name()}: {err.str()}")
+        return out
+
+    def watermarks(self, tp: TopicPartition, timeout_s: float = 10.0) -> tuple[int, int]:
+        """(low, high) of ``tp``; high is the last stable offset under read_committed."""
+        try:
+            low, high = self._consumer.get_watermark_offsets(
+                CkTopicPartition(tp.topic, tp.partition), timeout=timeout_s, cached=False
+            )
+        except KafkaException as e:
+            raise SpillwayError(f"cannot read watermarks of {tp}: {e}") from e
+        return int(low), int(high)
+
+    def position(self, tp: TopicPartition) -> Offset | None:
+        """The fetch position of ``tp``: past delivered messages *and* transaction markers."""
+        (res,) = self._consumer.position([CkTopicPartition(tp.topic, tp.partition)])
+        return Offset(res.offset) if res.offset >= 0 else None
+
+    def group_metadata(self) -> Any:
+        """What ``send_offsets_to_transaction`` needs for this subtask's group."""
+        return self._consumer.consumer_group_metadata()
+
+    def committed(
+        self, tps: list[TopicPartition], timeout_s: float = 10.0
+    ) -> dict[TopicPartition, Offset | None]:
+        """The group's committed positions (``None`` where nothing was committed)."""
+        res = self._consumer.committed(
+            [CkTopicPartition(t.topic, t.partition) for t in tps], timeout=timeout_s
+        )
+        return {
+            TopicPartition(r.topic, r.partition): (Offset(r.offset) if r.offset >= 0 else None)
+            for r in res
+        }
+
+    def close(self) -> None:
+        """Leave without committing anything (positions are committed by transactions only)."""
+        self._consumer.close()

@@ -1,0 +1,270 @@
+"""The transactional producer of one subtask, with Spillway's error policy.
+
+Policy (DESIGN §8, librdkafka's transactional API contract):
+
+* retriable errors: retried a bounded number of times, each retry logged;
+* ``txn_requires_abort()``: the transaction is aborted and :class:`TransactionAbortedError`
+  raised — the subtask restarts from its last checkpoint;
+* fencing (or any fatal error): :class:`ProducerFencedError` — fatal for this process only;
+* a commit that times out: the producer is closed and recreated (``init_transactions``
+  aborts or completes whatever was pending) and :class:`TransactionAbortedError` is
+  raised, because the outcome of that commit is unknown until the checkpoint is re-read.
+  Retrying the commit blindly could let a late commit end a later transaction.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
+from confluent_kafka import TopicPartition as CkTopicPartition
+
+from channels.config import KafkaSettings
+from channels.errors import (
+    BrokerUnavailableError,
+    ProducerFencedError,
+    SpillwayError,
+    TransactionAbortedError,
+)
+from channels.ids import Offset, TopicPartition
+from channels.kafka.retry import is_fenced, kafka_error, retrying
+
+log = logging.getLogger("spillway.producer")
+
+
+class TransactionalProducer:
+    """One ``transactional.id``'s producer. Construction does no network I/O; call :meth:`start`."""
+
+    def __init__(
+        self,
+        settings: KafkaSettings,
+        transactional_id: str,
+        *,
+        transaction_timeout_ms: int = 60_000,
+        init_timeout_s: float = 60.0,
+        extra: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.transactional_id = transactional_id
+        self._config: dict[str, Any] = {
+            **settings.base(),
+            "transactional.id": transactional_id,
+            "enable.idempotence": True,
+            "transaction.timeout.ms": transaction_timeout_ms,
+            "linger.ms": 5,
+            **(extra or {}),
+        }
+        self._init_timeout_s = init_timeout_s
+        self._producer: Producer | None = None
+        self._in_txn = False
+        self._delivery_error: KafkaError | None = None
+        self._last_offsets: dict[TopicPartition, int] = {}
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Create the producer and fence any older incarnation (``init_transactions``)."""
+        self._producer = Producer(self._config)
+        self._init()
+
+    @retrying(attempts=4)
+    def _init(self) -> None:
+        try:
+            self._p.init_transactions(self._init_timeout_s)
+        except KafkaException as e:
+            err = kafka_error(e)
+            if err is not None and err.code() == KafkaError._TIMED_OUT:
+                raise BrokerUnavailableError(
+                    f"init_transactions for {self.transactional_id} timed out after "
+                    f"{self._init_timeout_s:.0f}s: is the broker at "
+                    f"{self._config['bootstrap.servers']} up and is its transaction log "
+                    "replicated (transaction.state.log.replication.factor <= brokers)?"
+                ) from e
+            if err is not None and not err.retriable():
+                raise self._translate(e) from e
+            raise
+        log.info("producer %s initialised (older incarnations fenced)", self.transactional_id)
+
+    def close(self) -> None:
+        """Drop the producer without committing anything still open (it will be aborted)."""
+        if self._producer is not None:
+            self._producer.flush(0)
+            self._producer = None
+        self._in_txn = False
+
+    @property
+    def _p(self) -> Producer:
+        if self._producer is None:
+            raise SpillwayError(f"producer {self.transactional_id} used before start()")
+        return self._producer
+
+    @property
+    def in_transaction(self) -> bool:
+        """True between :meth:`begin` and commit/abort."""
+        return self._in_txn
+
+    # -- transaction -------------------------------------------------------------------
+
+    def begin(self) -> None:
+        """Open a transaction; everything produced until :meth:`commit` belongs to it."""
+        try:
+            self._p.begin_transaction()
+        except KafkaException as e:
+            raise self._translate(e) from e
+        self._in_txn = True
+        self._delivery_error = None
+
+    def produce(
+        self,
+        topic: str,
+        partition: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Sequence[tuple[str, bytes]] | None = None,
+    ) -> None:
+        """Queue one message inside the open transaction; blocks briefly when the queue is full."""
+        for _ in range(1000):
+            try:
+                self._p.produce(
+                    topic,
+                    value,
+                    key,
+                    partition=partition,
+                    headers=list(headers) if headers else None,
+                    on_delivery=self._on_delivery,
+                )
+                return
+            except BufferError:
+                # librdkafka's queue is full: serve delivery reports to make room.
+                self._p.poll(0.05)
+            except KafkaException as e:
+                raise self._translate(e) from e
+        raise TransactionAbortedError(
+            f"producer {self.transactional_id}: local queue stayed full for 50 s; broker too slow"
+        )
+
+    def poll(self, timeout_s: float = 0.0) -> None:
+        """Serve delivery reports."""
+        self._p.poll(timeout_s)
+
+    def flush(self, timeout_s: float = 30.0) -> None:
+        """Wait until every queued message is acknowledged; raise if any delivery failed."""
+        remaining = self._p.flush(timeout_s)
+        if remaining:
+            self._abort_quietly()
+            raise TransactionAbortedError(
+                f"producer {self.transactional_id}: {remaining} messages not delivered within "
+                f"{timeout_s:.0f}s; transaction aborted"
+            )
+        self._raise_delivery_error()
+
+    def last_offset(self, tp: TopicPartition) -> Offset | None:
+        """The highest offset acknowledged for ``tp`` by this producer (after :meth:`flush`)."""
+        off = self._last_offsets.get(tp)
+        return None if off is None else Offset(off)
+
+    def send_offsets(self, positions: Mapping[TopicPartition, Offset], group_metadata: Any) -> None:
+        """Add consumer positions (next offset to read) to the open transaction."""
+        if not positions:
+            return
+        tps = [CkTopicPartition(tp.topic, tp.partition, int(off)) for tp, off in positions.items()]
+        try:
+            self._p.send_offsets_to_transaction(tps, group_metadata, 30)
+        except KafkaException as e:
+            raise self._translate(e) from e
+
+    def commit(self, timeout_s: float = 30.0) -> None:
+        """Commit the open transaction: outputs become visible to read_committed readers."""
+        self._raise_delivery_error()
+        try:
+            self._commit(timeout_s)
+        except KafkaException as e:
+            err = kafka_error(e)
+            if err is not None and err.code() == KafkaError._TIMED_OUT:
+                log.error(
+                    "commit of %s timed out; recreating the producer (outcome unknown until the "
+                    "checkpoint is re-read)",
+                    self.transactional_id,
+                )
+                self._recreate()
+                raise TransactionAbortedError(
+                    f"commit of {self.transactional_id} timed out after {timeout_s:.0f}s; the "
+                    "producer was recreated; restart the subtask from its last checkpoint"
+                ) from e
+            raise self._translate(e) from e
+        self._in_txn = False
+
+    @retrying(attempts=4)
+    def _commit(self, timeout_s: float) -> None:
+        self._p.commit_transaction(timeout_s)
+
+    def abort(self, timeout_s: float = 30.0) -> None:
+        """Abort the open transaction: nothing produced in it will ever be visible."""
+        try:
+            self._p.abort_transaction(timeout_s)
+        except KafkaException as e:
+            err = kafka_error(e)
+            if err is not None and (err.fatal() or is_fenced(err)):
+                raise ProducerFencedError(
+                    f"producer {self.transactional_id} was fenced while aborting: {err.str()}"
+                ) from e
+            raise
+        finally:
+            self._in_txn = False
+
+    # -- internals ---------------------------------------------------------------------
+
+    def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
+        # Runs inside poll()/flush(); never raise here (exceptions in callbacks get lost).
+        if err is not None:
+            if self._delivery_error is None:
+                self._delivery_error = err
+            return
+        tp = TopicPartition(msg.topic() or "", msg.partition() or 0)
+        off = msg.offset()
+        if off is not None and off > self._last_offsets.get(tp, -1):
+            self._last_offsets[tp] = off
+
+    def _raise_delivery_error(self) -> None:
+        err = self._delivery_error
+        if err is None:
+            return
+        if is_fenced(err) or err.fatal():
+            raise ProducerFencedError(f"producer {self.transactional_id} fenced: {err.str()}")
+        self._abort_quietly()
+        raise TransactionAbortedError(
+            f"producer {self.transactional_id}: a message could not be delivered ({err.str()}); "
+            "transaction aborted"
+        )
+
+    def _abort_quietly(self) -> None:
+        if self._in_txn:
+            try:
+                self.abort()
+            except KafkaException as e:
+                log.warning("abort of %s failed: %s", self.transactional_id, e)
+
+    def _recreate(self) -> None:
+        self._producer = None
+        self._in_txn = False
+        time.sleep(0.1)
+        self.start()
+
+    def _translate(self, e: KafkaException) -> SpillwayError:
+        err = kafka_error(e)
+        if err is None:
+            return SpillwayError(str(e))
+        if is_fenced(err) or err.fatal():
+            self._in_txn = False
+            return ProducerFencedError(
+                f"producer {self.transactional_id} was fenced by a newer incarnation "
+                f"({err.name()}: {err.str()}); this process must stop"
+            )
+        if err.txn_requires_abort():
+            self._abort_quietly()
+            return TransactionAbortedError(
+                f"transaction of {self.transactional_id} aborted after {err.name()}: {err.str()}"
+            )
+        return SpillwayError(f"producer {self.transactional_id}: {err.name()}: {err.str()}")

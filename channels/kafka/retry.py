@@ -1,0 +1,69 @@
+"""Bounded, logged retries of retriable Kafka errors (tenacity) and error classification."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TypeVar
+
+from confluent_kafka import KafkaError, KafkaException
+from tenacity import (
+    RetryCallState,
+    retry,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_exponential,
+)
+
+log = logging.getLogger("spillway.kafka")
+T = TypeVar("T")
+
+FENCING_CODES = frozenset(
+    {
+        KafkaError._FENCED,
+        KafkaError.PRODUCER_FENCED,
+        KafkaError.INVALID_PRODUCER_EPOCH,
+        KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    }
+)
+
+
+def kafka_error(exc: BaseException) -> KafkaError | None:
+    """The :class:`KafkaError` inside a :class:`KafkaException`, else ``None``."""
+    if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
+        return exc.args[0]
+    return None
+
+
+def is_retriable(exc: BaseException) -> bool:
+    """True for errors librdkafka marks retriable (and never for fatal or abortable ones)."""
+    err = kafka_error(exc)
+    return bool(err and err.retriable() and not err.fatal() and not err.txn_requires_abort())
+
+
+def is_fenced(err: KafkaError) -> bool:
+    """True when a newer producer with our transactional id has taken over."""
+    return err.code() in FENCING_CODES or (err.fatal() and "fenc" in err.str().lower())
+
+
+def _log_retry(state: RetryCallState) -> None:
+    exc = state.outcome.exception() if state.outcome else None
+    log.warning(
+        "retriable Kafka error in %s (attempt %d): %s",
+        getattr(state.fn, "__name__", "call"),
+        state.attempt_number,
+        exc,
+    )
+
+
+def retrying(
+    attempts: int = 6, max_wait_s: float = 4.0
+) -> Callable[[Callable[..., T]], Callable[..., T]]:
+    """Retry retriable Kafka errors up to ``attempts`` times with backoff, logging each."""
+    return retry(
+        retry=retry_if_exception(is_retriable),
+        stop=stop_after_attempt(attempts),
+        wait=wait_exponential(multiplier=0.1, max=max_wait_s),
+        before_sleep=_log_retry,
+        reraise=True,
+    )

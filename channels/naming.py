@@ -1,0 +1,45 @@
+"""Topic names derived from job id and operator names.
+
+All names have the form ``spillway.<job>.<kind>.<operator>[.<operator>]``. Job ids and
+operator names cannot contain '.', so a name maps back to exactly one edge or operator.
+"""
+
+from __future__ import annotations
+
+import re
+
+from channels.errors import ConfigError
+from channels.ids import JobId, OperatorName
+
+PREFIX = "spillway"
+_MAX_TOPIC = 249  # Kafka's limit
+_LEGAL = re.compile(r"^[A-Za-z0-9._-]+$")
+
+
+def channel_topic(job: JobId, upstream: OperatorName, downstream: OperatorName) -> str:
+    """The topic of the edge ``upstream → downstream``; partition j feeds downstream subtask j."""
+    return _checked(f"{PREFIX}.{job}.ch.{upstream}.{downstream}")
+
+
+def changelog_topic(job: JobId, operator: OperatorName) -> str:
+    """The compacted changelog of ``operator``'s keyed state; partition = subtask index."""
+    return _checked(f"{PREFIX}.{job}.changelog.{operator}")
+
+
+def checkpoint_topic(job: JobId, operator: OperatorName) -> str:
+    """The checkpoint records of ``operator``'s subtasks; partition = subtask index."""
+    return _checked(f"{PREFIX}.{job}.ckpt.{operator}")
+
+
+def job_topic_prefix(job: JobId) -> str:
+    """Every topic of ``job`` starts with this string (used to list and delete them)."""
+    return f"{PREFIX}.{job}."
+
+
+def _checked(name: str) -> str:
+    if len(name) > _MAX_TOPIC or not _LEGAL.match(name):
+        raise ConfigError(
+            f"topic name {name!r} is not valid for Kafka (max {_MAX_TOPIC} characters "
+            "from [A-Za-z0-9._-]); use a shorter job id or operator name"
+        )
+    return name

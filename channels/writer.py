@@ -1,0 +1,109 @@
+"""Continuous writing of one output channel (one edge, seen from one upstream subtask).
+
+Records are encoded and routed as they come and written in batches whenever a batch is
+full or has lingered ``linger_s`` — not at checkpoint time. Everything is written inside
+the subtask's open transaction, so downstream read_committed readers see it only once
+the subtask's checkpoint commits.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from channels.batcher import Batcher
+from channels.config import ChannelSettings
+from channels.envelope import Kind, RecordCodec, encode_i64, headers, writer_key
+from channels.kafka.producer import TransactionalProducer
+from channels.partitioners import Partitioner
+
+_DATA_HEADERS = headers(Kind.DATA)
+
+
+@dataclass(frozen=True)
+class OutputChannel:
+    """An edge as its writer sees it: topic, record schema, routing and downstream width."""
+
+    topic: str
+    schema: dict[str, Any]
+    partitioner: Partitioner
+    downstream_parallelism: int
+
+
+class ChannelWriter:
+    """Writes records of one subtask into one channel topic. Not thread-safe (one per subtask)."""
+
+    def __init__(
+        self,
+        producer: TransactionalProducer,
+        channel: OutputChannel,
+        writer_index: int,
+        settings: ChannelSettings,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.channel = channel
+        self.writer_index = writer_index
+        self._producer = producer
+        self._codec = RecordCodec(channel.schema)
+        self._key = writer_key(writer_index)
+        self._batcher = Batcher(settings.max_batch_bytes, settings.linger_s, topic=channel.topic)
+        self._clock = clock
+        self._counts = [0] * channel.downstream_parallelism
+
+    @property
+    def counts(self) -> list[int]:
+        """Records written so far to each downstream partition (output sequence numbers)."""
+        return list(self._counts)
+
+    def restore_counts(self, counts: Iterable[int]) -> None:
+        """Continue the output sequence numbers of a checkpoint."""
+        self._counts = list(counts) or [0] * self.channel.downstream_parallelism
+
+    def write(self, record: Any) -> None:
+        """Encode, route and buffer one record; write any batch it completes."""
+        encoded = self._codec.encode(record)
+        now = self._clock()
+        for p in self.channel.partitioner.targets(record):
+            full = self._batcher.add(p, encoded, now)
+            if full is not None:
+                self._send(p, full)
+            self._counts[p] += 1
+
+    def write_many(self, records: Iterable[Any]) -> None:
+        """:meth:`write` for each record, in order."""
+        for r in records:
+            self.write(r)
+
+    def tick(self) -> None:
+        """Write batches that have lingered long enough. Call this from the subtask loop."""
+        for p, batch in self._batcher.due(self._clock()):
+            self._send(p, batch)
+
+    def flush_batches(self) -> None:
+        """Write every buffered record now (before a control record or a checkpoint)."""
+        for p, batch in self._batcher.drain():
+            self._send(p, batch)
+
+    def end_of_stream(self) -> None:
+        """Tell every downstream subtask that this writer will send nothing more."""
+        self._control(Kind.END_OF_STREAM, encode_i64(0))
+
+    def watermark(self, event_time: int) -> None:
+        """Tell every downstream subtask that no record with a smaller event time will follow."""
+        self._control(Kind.WATERMARK, encode_i64(event_time))
+
+    def barrier(self, checkpoint_id: int) -> None:
+        """Send checkpoint barrier ``checkpoint_id`` in-band to every downstream subtask."""
+        self._control(Kind.BARRIER, encode_i64(checkpoint_id))
+
+    def _control(self, kind: Kind, value: bytes) -> None:
+        # Control records must follow the data written before them, so drain first.
+        self.flush_batches()
+        hdrs = headers(kind)
+        for p in range(self.channel.downstream_parallelism):
+            self._producer.produce(self.channel.topic, p, self._key, value, hdrs)
+
+    def _send(self, partition: int, batch: bytes) -> None:
+        self._producer.produce(self.channel.topic, partition, self._key, batch, _DATA_HEADERS)

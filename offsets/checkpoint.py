@@ -1,0 +1,130 @@
+"""The per-subtask checkpoint record, format version 1.
+
+Contract:
+
+* ``inputs[tp]`` is the **next offset to read** on input partition ``tp`` (Kafka's
+  committed-offset convention). Everything below it has been processed and its effects
+  (outputs, state changes) are in this checkpoint's transaction or earlier ones.
+* ``changelog`` is the next offset after the last changelog record written up to and
+  including this checkpoint; restoring state replays the changelog below it. ``None``:
+  the operator keeps no state or has written none yet.
+* ``outputs[topic]`` counts the records written to each partition of an output channel
+  since the job began (output sequence numbers).
+* ``ended`` / ``channel_watermarks``: end-of-stream and watermarks already received per
+  input partition and upstream writer, which a restart would otherwise not see again.
+* ``source``: a source operator's own position (generator count, file row, ...).
+* ``finished``: the final checkpoint of a subtask whose inputs all ended (FLIP-147); a
+  restarted job does not run it again.
+* ``topology``: fingerprint of the job graph; restoring into another graph is an error.
+
+The record is JSON so that ``kafka-console-consumer`` shows it. A reader accepts its own
+version and rejects newer ones with a clear message; older versions will be upgraded here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from channels.errors import CheckpointFormatError, TopologyMismatchError
+from channels.ids import CheckpointId, JobId, Offset, OperatorName, SubtaskId, TopicPartition
+
+VERSION = 1
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A subtask's committed snapshot of positions (never of in-flight data)."""
+
+    subtask: SubtaskId
+    checkpoint_id: CheckpointId
+    topology: str
+    inputs: Mapping[TopicPartition, Offset] = field(default_factory=dict)
+    changelog: Offset | None = None
+    outputs: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    ended: Mapping[TopicPartition, frozenset[int]] = field(default_factory=dict)
+    channel_watermarks: Mapping[TopicPartition, Mapping[int, int]] = field(default_factory=dict)
+    watermark: int | None = None
+    source: Mapping[str, Any] = field(default_factory=dict)
+    finished: bool = False
+    wall_time: float = 0.0
+    attempt: int = 0
+
+    def to_bytes(self) -> bytes:
+        """Serialize (versioned JSON)."""
+        doc = {
+            "v": VERSION,
+            "job": self.subtask.job,
+            "operator": self.subtask.operator,
+            "index": self.subtask.index,
+            "id": int(self.checkpoint_id),
+            "topology": self.topology,
+            "inputs": [[tp.topic, tp.partition, int(o)] for tp, o in sorted(self.inputs.items())],
+            "changelog": None if self.changelog is None else int(self.changelog),
+            "outputs": {t: list(c) for t, c in sorted(self.outputs.items())},
+            "ended": [[tp.topic, tp.partition, sorted(w)] for tp, w in sorted(self.ended.items())],
+            "channel_watermarks": [
+                [tp.topic, tp.partition, {str(w): v for w, v in sorted(m.items())}]
+                for tp, m in sorted(self.channel_watermarks.items())
+            ],
+            "watermark": self.watermark,
+            "source": dict(self.source),
+            "finished": self.finished,
+            "wall_time": self.wall_time,
+            "attempt": self.attempt,
+        }
+        return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
+
+    @staticmethod
+    def from_bytes(data: bytes, *, where: str = "") -> Checkpoint:
+        """Parse a checkpoint record; :class:`CheckpointFormatError` if corrupt or too new."""
+        try:
+            doc = json.loads(data)
+            version = doc["v"]
+        except (ValueError, KeyError, TypeError) as e:
+            raise CheckpointFormatError(f"corrupt checkpoint record {where}: {e}") from e
+        if version != VERSION:
+            raise CheckpointFormatError(
+                f"checkpoint record {where} has format version {version}; this Spillway reads "
+                f"version {VERSION}. Run the job with the Spillway version that wrote it"
+            )
+        try:
+            return Checkpoint(
+                subtask=SubtaskId(JobId(doc["job"]), OperatorName(doc["operator"]), doc["index"]),
+                checkpoint_id=CheckpointId(doc["id"]),
+                topology=doc["topology"],
+                inputs={TopicPartition(t, p): Offset(o) for t, p, o in doc["inputs"]},
+                changelog=None if doc["changelog"] is None else Offset(doc["changelog"]),
+                outputs={t: tuple(c) for t, c in doc["outputs"].items()},
+                ended={TopicPartition(t, p): frozenset(w) for t, p, w in doc["ended"]},
+                channel_watermarks={
+                    TopicPartition(t, p): {int(w): v for w, v in m.items()}
+                    for t, p, m in doc["channel_watermarks"]
+                },
+                watermark=doc["watermark"],
+                source=doc["source"],
+                finished=doc["finished"],
+                wall_time=doc["wall_time"],
+                attempt=doc["attempt"],
+            )
+        except (KeyError, TypeError, ValueError) as e:
+            raise CheckpointFormatError(f"corrupt checkpoint record {where}: {e!r}") from e
+
+    def check_topology(self, fingerprint: str) -> None:
+        """Raise :class:`TopologyMismatchError` unless ``fingerprint`` took this checkpoint."""
+        if self.topology != fingerprint:
+            raise TopologyMismatchError(
+                f"checkpoint {self.checkpoint_id} of {self.subtask} was taken by topology "
+                f"{self.topology[:12]}, but the submitted job has topology {fingerprint[:12]}: "
+                "the pipeline changed. Run it under a new --job-id, or resubmit the old pipeline",
+                subtasks=[self.subtask],
+            )
+
+
+def fingerprint(description: Mapping[str, Any]) -> str:
+    """A stable fingerprint of a JSON-able topology description."""
+    canonical = json.dumps(description, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()

@@ -1,0 +1,173 @@
+"""The checkpoint store: one topic per operator, partition = subtask index.
+
+Each checkpoint is one record written *inside* the subtask's transaction, together with
+its outputs, changelog records and consumer positions — so a checkpoint is visible to
+read_committed readers exactly when its outputs are. The latest checkpoint is found by
+reading a short tail of the subtask's partition (one record and one transaction marker
+per checkpoint); the last ``keep`` are retained and older ones deleted with
+``DeleteRecords``, so lookups stay cheap however long the job runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+
+from channels.config import KafkaSettings
+from channels.errors import RetentionGapError
+from channels.ids import JobId, Offset, OperatorName, SubtaskId, TopicPartition
+from channels.kafka.admin import Admin, TopicSpec
+from channels.kafka.consumer import AssignedConsumer
+from channels.kafka.producer import TransactionalProducer
+from channels.naming import checkpoint_topic
+from offsets.checkpoint import Checkpoint
+
+log = logging.getLogger("spillway.checkpoints")
+
+CHECKPOINT_TOPIC_CONFIG = {"cleanup.policy": "delete", "retention.ms": "-1"}
+
+
+class CheckpointStore:
+    """Reads and writes the checkpoints of one operator's subtasks."""
+
+    def __init__(
+        self, settings: KafkaSettings, job: JobId, operator: OperatorName, parallelism: int
+    ) -> None:
+        self.settings = settings
+        self.topic = checkpoint_topic(job, operator)
+        self.parallelism = parallelism
+        self._job = job
+        self._consumer: AssignedConsumer | None = None
+
+    def topic_spec(self) -> TopicSpec:
+        """The checkpoint topic this operator needs."""
+        return TopicSpec(self.topic, self.parallelism, CHECKPOINT_TOPIC_CONFIG)
+
+    def write(self, producer: TransactionalProducer, checkpoint: Checkpoint) -> None:
+        """Add ``checkpoint`` to the producer's open transaction."""
+        producer.produce(
+            self.topic,
+            checkpoint.subtask.index,
+            str(int(checkpoint.checkpoint_id)).encode(),
+            checkpoint.to_bytes(),
+        )
+
+    def latest(self, index: int) -> Checkpoint | None:
+        """The newest committed checkpoint of subtask ``index``, or ``None`` if it has none."""
+        history = self.history(index, 1)
+        return history[-1] if history else None
+
+    def history(self, index: int, n: int) -> list[Checkpoint]:
+        """Up to ``n`` newest committed checkpoints of subtask ``index``, oldest first."""
+        tp = TopicPartition(self.topic, index)
+        consumer = self._reader()
+        low, high = consumer.watermarks(tp)
+        window = 2 * n + 4  # a record and a marker per checkpoint, plus a few aborted ones
+        while True:
+            start = max(low, high - window)
+            found = self._read_range(consumer, tp, start, high)
+            if len(found) >= n or start == low:
+                return found[-n:]
+            window *= 4
+
+    def get(self, index: int, checkpoint_id: int, search: int = 100) -> Checkpoint | None:
+        """A retained checkpoint of subtask ``index`` by id (searching the last ``search``)."""
+        for c in self.history(index, search):
+            if c.checkpoint_id == checkpoint_id:
+                return c
+        return None
+
+    def prune(self, index: int, keep: int) -> None:
+        """Delete all but the newest ``keep`` checkpoints of subtask ``index``."""
+        tp = TopicPartition(self.topic, index)
+        consumer = self._reader()
+        low, high = consumer.watermarks(tp)
+        offsets = self._read_offsets(consumer, tp, max(low, high - 2 * keep - 8), high)
+        if len(offsets) > keep:
+            Admin(self.settings).delete_records_before({tp: offsets[-keep]})
+
+    def _read_range(
+        self, consumer: AssignedConsumer, tp: TopicPartition, start: int, end: int
+    ) -> list[Checkpoint]:
+        out: list[Checkpoint] = []
+        if start >= end:
+            return out
+        consumer.assign({tp: Offset(start)})
+        deadline = time.monotonic() + self.settings.request_timeout_s
+        while time.monotonic() < deadline:
+            for m in consumer.consume(100, 0.2):
+                out.append(
+                    Checkpoint.from_bytes(m.value() or b"", where=f"at {tp} offset {m.offset()}")
+                )
+            pos = consumer.position(tp)
+            if pos is not None and pos >= end:
+                return out
+        raise RetentionGapError(f"could not read checkpoints {tp} [{start}, {end}) in time")
+
+    def _read_offsets(
+        self, consumer: AssignedConsumer, tp: TopicPartition, start: int, end: int
+    ) -> list[int]:
+        out: list[int] = []
+        if start >= end:
+            return out
+        consumer.assign({tp: Offset(start)})
+        deadline = time.monotonic() + self.settings.request_timeout_s
+        while time.monotonic() < deadline:
+            out.extend(m.offset() or 0 for m in consumer.consume(100, 0.2))
+            pos = consumer.position(tp)
+            if pos is not None and pos >= end:
+                break
+        return out
+
+    def _reader(self) -> AssignedConsumer:
+        if self._consumer is None:
+            self._consumer = AssignedConsumer(self.settings, f"spillway.{self._job}.ckpt-reader")
+        return self._consumer
+
+    def close(self) -> None:
+        """Release the reader."""
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+
+
+def check_retention(
+    subtask: SubtaskId,
+    needed: Mapping[TopicPartition, Offset],
+    watermarks: Mapping[TopicPartition, tuple[int, int]],
+) -> None:
+    """Fail loudly if a partition's low watermark passed an offset a checkpoint still needs.
+
+    Replaying from a deleted offset would silently lose records, so this raises
+    :class:`RetentionGapError` with the numbers instead.
+    """
+    gaps = [
+        f"{tp}: checkpoint needs offset {off} but the log starts at {watermarks[tp][0]} "
+        f"({watermarks[tp][0] - off} records lost)"
+        for tp, off in sorted(needed.items())
+        if tp in watermarks and watermarks[tp][0] > off
+    ]
+    if gaps:
+        raise RetentionGapError(
+            f"{subtask}: retention deleted channel data still needed for replay: "
+            + "; ".join(gaps)
+            + ". Raise retention.ms of the channel topics above the checkpoint retention",
+            subtasks=[subtask],
+        )
+
+
+def commit_checkpoint(
+    producer: TransactionalProducer,
+    store: CheckpointStore,
+    checkpoint: Checkpoint,
+    group_metadata: object,
+) -> None:
+    """Commit ``checkpoint`` atomically with everything already produced in the transaction.
+
+    The record, the consumer positions (to the subtask's own group, so Kafka's lag tools
+    show them) and the outputs commit together, or none of them does.
+    """
+    store.write(producer, checkpoint)
+    producer.send_offsets(checkpoint.inputs, group_metadata)
+    producer.commit()
