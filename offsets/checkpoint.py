@@ -31,6 +31,7 @@ from typing import Any
 
 from channels.errors import CheckpointFormatError, TopologyMismatchError
 from channels.ids import CheckpointId, JobId, Offset, OperatorName, SubtaskId, TopicPartition
+from channels.reader import ReaderState
 
 VERSION = 1
 
@@ -112,6 +113,13 @@ class Checkpoint:
             )
         except (KeyError, TypeError, ValueError) as e:
             raise CheckpointFormatError(f"corrupt checkpoint record {where}: {e!r}") from e
+
+    def reader_state(self) -> ReaderState:
+        """The end-of-stream and watermark state a restored reader continues from."""
+        return ReaderState(
+            ended={tp: set(w) for tp, w in self.ended.items()},
+            watermarks={tp: dict(m) for tp, m in self.channel_watermarks.items()},
+        )
 
     def check_topology(self, fingerprint: str) -> None:
         """Raise :class:`TopologyMismatchError` unless ``fingerprint`` took this checkpoint."""
