@@ -1,0 +1,79 @@
+"""The job's event log: subtask starts, recoveries, finishes and failures.
+
+A one-partition topic per job, written outside transactions (an event must survive the
+failure it reports). ``spillway status`` and the demo read it; so can any Kafka tool.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from confluent_kafka import Producer
+
+from channels.config import KafkaSettings
+from channels.ids import JobId, Offset, SubtaskId, TopicPartition
+from channels.kafka.admin import TopicSpec
+from channels.kafka.consumer import AssignedConsumer
+from channels.naming import PREFIX
+
+
+def events_topic(job: JobId) -> str:
+    """The event topic of ``job``."""
+    return f"{PREFIX}.{job}.events"
+
+
+def events_topic_spec(job: JobId) -> TopicSpec:
+    """One partition keeps events in order; a week of retention is plenty for diagnosis."""
+    return TopicSpec(events_topic(job), 1, {"retention.ms": str(7 * 24 * 3600 * 1000)})
+
+
+class EventLog:
+    """Appends JSON events for one subtask."""
+
+    def __init__(self, settings: KafkaSettings, subtask: SubtaskId, attempt: int) -> None:
+        self.subtask = subtask
+        self.attempt = attempt
+        self._topic = events_topic(subtask.job)
+        self._producer = Producer({**settings.base(), "enable.idempotence": True, "linger.ms": 0})
+
+    def emit(self, kind: str, **fields: Any) -> None:
+        """Append an event and wait (briefly) until it is stored."""
+        doc = {
+            "event": kind,
+            "operator": self.subtask.operator,
+            "index": self.subtask.index,
+            "attempt": self.attempt,
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "time": time.time(),
+            **fields,
+        }
+        self._producer.produce(self._topic, json.dumps(doc).encode(), str(self.subtask).encode())
+        self._producer.flush(10)
+
+
+def read_events(
+    settings: KafkaSettings, job: JobId, timeout_s: float = 5.0
+) -> Iterator[dict[str, Any]]:
+    """Every event of ``job`` so far, oldest first."""
+    tp = TopicPartition(events_topic(job), 0)
+    consumer = AssignedConsumer(settings, f"spillway.{job}.events-reader")
+    try:
+        _, high = consumer.watermarks(tp)
+        if high == 0:
+            return
+        consumer.assign({tp: Offset(0)})
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for m in consumer.consume(500, 0.2):
+                yield json.loads(m.value() or b"{}")
+            pos = consumer.position(tp)
+            if pos is not None and pos >= high:
+                return
+    finally:
+        consumer.close()

@@ -1,0 +1,198 @@
+"""The compiled form of a job that the subtask runtime executes.
+
+The pipeline API (``spark_jobs.pipeline``) compiles a user's graph into a :class:`JobPlan`;
+this layer only sees the plan and the small protocols below, so restore and replay do
+not depend on how pipelines are written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from channels.ids import JobId, OperatorName, SubtaskId
+from channels.kafka.admin import TopicSpec
+from channels.naming import changelog_topic, channel_topic
+from channels.partitioners import Partitioner
+from offsets.checkpoint import fingerprint
+
+Record = Any
+
+
+class Context(Protocol):
+    """What operator logic may use: its identity and its keyed state."""
+
+    @property
+    def subtask(self) -> SubtaskId: ...
+
+    @property
+    def state(self) -> KeyedState: ...
+
+
+class KeyedState(Protocol):
+    """Per-key state of one subtask; changes reach the changelog at the next checkpoint."""
+
+    def get(self, key: Any, default: Any = None) -> Any: ...
+
+    def put(self, key: Any, value: Any) -> None: ...
+
+    def delete(self, key: Any) -> None: ...
+
+    def items(self) -> Iterable[tuple[Any, Any]]: ...
+
+
+class Logic(Protocol):
+    """A transforming operator: records in, records out."""
+
+    def open(self, ctx: Context) -> None:
+        """Called once per incarnation, after state is restored."""
+
+    def process(self, records: Sequence[Record]) -> Iterable[Record]:
+        """Transform a batch of input records (in order) into output records."""
+        ...
+
+    def on_watermark(self, watermark: int) -> Iterable[Record]:
+        """Emit what the watermark completes (e.g. windows)."""
+        ...
+
+    def on_end(self) -> Iterable[Record]:
+        """Emit final results when every input has ended."""
+        ...
+
+
+class Source(Protocol):
+    """A bounded or unbounded source with a checkpointable position."""
+
+    def open(self, ctx: Context, position: Mapping[str, Any]) -> None:
+        """Continue from ``position`` (empty: from the beginning)."""
+
+    def read(self, max_records: int) -> list[Record] | None:
+        """Next records (possibly none yet); ``None`` once the source is exhausted."""
+        ...
+
+    def position(self) -> dict[str, Any]:
+        """JSON-able position after everything :meth:`read` returned."""
+        ...
+
+    def watermark(self) -> int | None:
+        """Event-time watermark of what was read, if the source has event time."""
+        ...
+
+
+class Sink(Protocol):
+    """An external system written exactly-once through two-phase commit at checkpoints."""
+
+    def open(self, ctx: Context, committed: Mapping[str, Any], producer: Any) -> None:
+        """Finish what the last checkpoint ``committed`` and discard anything newer."""
+
+    def write(self, records: Sequence[Record]) -> None:
+        """Stage records; they become visible only when the checkpoint commits."""
+
+    def prepare(self, checkpoint_id: int) -> dict[str, Any]:
+        """Make staged records durable; return what the checkpoint must record."""
+        ...
+
+    def committed(self, info: Mapping[str, Any]) -> None:
+        """The checkpoint holding ``info`` committed: publish its records."""
+
+
+@dataclass(frozen=True)
+class EdgePlan:
+    """An edge ``upstream → downstream`` and how records are routed on it."""
+
+    upstream: OperatorName
+    downstream: OperatorName
+    schema: dict[str, Any]
+    make_partitioner: Callable[[int, int], Partitioner]  # (writer index, downstream p)
+    kind: str  # forward | hash | rebalance | broadcast
+
+
+@dataclass(frozen=True)
+class OperatorPlan:
+    """One operator: its width and one of source / logic / sink factories."""
+
+    name: OperatorName
+    parallelism: int
+    kind: str  # "source" | "transform" | "sink"
+    make_source: Callable[[], Source] | None = None
+    make_logic: Callable[[], Logic] | None = None
+    make_sink: Callable[[], Sink] | None = None
+    stateful: bool = False
+    description: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    """A validated job: operators in topological order and the edges between them."""
+
+    job: JobId
+    operators: tuple[OperatorPlan, ...]
+    edges: tuple[EdgePlan, ...]
+    bounded: bool
+
+    def operator(self, name: str) -> OperatorPlan:
+        """The operator called ``name``."""
+        for op in self.operators:
+            if op.name == name:
+                return op
+        raise KeyError(name)
+
+    def inputs_of(self, name: str) -> list[EdgePlan]:
+        """Edges into ``name``."""
+        return [e for e in self.edges if e.downstream == name]
+
+    def outputs_of(self, name: str) -> list[EdgePlan]:
+        """Edges out of ``name``."""
+        return [e for e in self.edges if e.upstream == name]
+
+    def topic_of(self, edge: EdgePlan) -> str:
+        """The channel topic of ``edge``."""
+        return channel_topic(self.job, edge.upstream, edge.downstream)
+
+    def subtasks(self) -> list[SubtaskId]:
+        """Every subtask, sources first (so bounded jobs can run with fewer slots)."""
+        return [
+            SubtaskId(self.job, op.name, i) for op in self.operators for i in range(op.parallelism)
+        ]
+
+    def description(self) -> dict[str, Any]:
+        """A JSON-able description of the graph (what the fingerprint covers)."""
+        return {
+            "operators": [
+                {"name": op.name, "p": op.parallelism, "kind": op.kind, **op.description}
+                for op in self.operators
+            ],
+            "edges": [
+                {"from": e.upstream, "to": e.downstream, "kind": e.kind, "schema": e.schema}
+                for e in self.edges
+            ],
+        }
+
+    @property
+    def fingerprint(self) -> str:
+        """Stable fingerprint of :meth:`description`; stored in every checkpoint."""
+        return fingerprint(self.description())
+
+    def topics(
+        self, changelog_config: Mapping[str, str], channel_config: Mapping[str, str]
+    ) -> list[TopicSpec]:
+        """Every channel, changelog and checkpoint topic the job needs."""
+        from channels.naming import checkpoint_topic
+        from offsets.store import CHECKPOINT_TOPIC_CONFIG
+
+        specs = [
+            TopicSpec(self.topic_of(e), self.operator(e.downstream).parallelism, channel_config)
+            for e in self.edges
+        ]
+        for op in self.operators:
+            specs.append(
+                TopicSpec(
+                    checkpoint_topic(self.job, op.name), op.parallelism, CHECKPOINT_TOPIC_CONFIG
+                )
+            )
+            if op.stateful:
+                specs.append(
+                    TopicSpec(changelog_topic(self.job, op.name), op.parallelism, changelog_config)
+                )
+        return specs

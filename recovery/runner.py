@@ -1,0 +1,431 @@
+"""Runs one subtask: fence, restore, run, checkpoint, finish.
+
+Why a restart of one subtask is exactly-once: downstream subtasks only ever saw this
+subtask's committed outputs, which match the state and input offsets of its last
+committed checkpoint (one transaction holds all of them). A restart fences the previous
+incarnation (its open transaction is aborted), rebuilds that state from the changelog,
+and re-reads its inputs from those offsets. Upstream subtasks never notice: channels are
+durable, and nothing they need comes from this subtask.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from channels.config import ChannelSettings, KafkaSettings
+from channels.envelope import Kind
+from channels.ids import CheckpointId, Offset, SubtaskId, TopicPartition
+from channels.kafka.consumer import AssignedConsumer
+from channels.kafka.producer import TransactionalProducer
+from channels.naming import changelog_topic
+from channels.reader import ChannelReader, InputChannel
+from channels.writer import ChannelWriter, OutputChannel
+from offsets.checkpoint import Checkpoint
+from offsets.store import CheckpointStore, check_retention, commit_checkpoint
+from offsets.tracker import CheckpointSequence
+from recovery.events import EventLog
+from recovery.lifecycle import Lifecycle, Phase
+from recovery.plan import JobPlan, Logic, Record, Sink, Source
+from recovery.state import ChangelogState
+
+log = logging.getLogger("spillway.subtask")
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """Per-subtask runtime settings (one place, with defaults)."""
+
+    checkpoint_interval_s: float = 1.0
+    keep_checkpoints: int = 5
+    poll_records: int = 2000
+    transaction_timeout_ms: int = 60_000
+    channel: ChannelSettings = field(default_factory=ChannelSettings)
+    from_checkpoint: int | None = None
+    watermark_interval_s: float = 0.2
+
+
+@dataclass
+class SubtaskResult:
+    """What one incarnation did; returned to the Spark driver and logged as an event."""
+
+    subtask: str
+    attempt: int
+    status: str
+    restored_from: int | None = None
+    checkpoints: int = 0
+    records_in: int = 0
+    records_out: int = 0
+    replay: dict[str, list[int]] = field(default_factory=dict)  # tp -> [from, to, records]
+    restore_s: float = 0.0
+    catchup_s: float | None = None
+
+
+class _Ctx:
+    def __init__(self, subtask: SubtaskId, state: ChangelogState | None) -> None:
+        self._subtask = subtask
+        self._state = state
+
+    @property
+    def subtask(self) -> SubtaskId:
+        return self._subtask
+
+    @property
+    def state(self) -> ChangelogState:
+        if self._state is None:
+            raise RuntimeError(f"{self._subtask}: operator is not stateful")
+        return self._state
+
+
+class SubtaskRunner:
+    """One incarnation of one subtask. Call :meth:`run` once."""
+
+    def __init__(
+        self,
+        plan: JobPlan,
+        subtask: SubtaskId,
+        settings: KafkaSettings,
+        options: RunOptions,
+        attempt: int = 0,
+        should_stop: Callable[[], bool] = lambda: False,
+    ) -> None:
+        self.plan = plan
+        self.subtask = subtask
+        self.settings = settings
+        self.options = options
+        self.attempt = attempt
+        self.lifecycle = Lifecycle()
+        self._should_stop = should_stop
+        op = plan.operator(subtask.operator)
+        self.op = op
+        self.store = CheckpointStore(settings, plan.job, op.name, op.parallelism)
+        self.producer = TransactionalProducer(
+            settings,
+            subtask.transactional_id,
+            transaction_timeout_ms=options.transaction_timeout_ms,
+        )
+        self.events = EventLog(settings, subtask, attempt)
+        self.result = SubtaskResult(str(subtask), attempt, "created")
+        self.state = (
+            ChangelogState(TopicPartition(changelog_topic(plan.job, op.name), subtask.index))
+            if op.stateful
+            else None
+        )
+        self.ctx = _Ctx(subtask, self.state)
+        self.source: Source | None = op.make_source() if op.make_source else None
+        self.logic: Logic | None = op.make_logic() if op.make_logic else None
+        self.sink: Sink | None = op.make_sink() if op.make_sink else None
+        self.inputs = [
+            InputChannel(
+                plan.topic_of(e), subtask.index, e.schema, plan.operator(e.upstream).parallelism
+            )
+            for e in plan.inputs_of(op.name)
+        ]
+        self.consumer: AssignedConsumer | None = None
+        self.reader: ChannelReader | None = None
+        self.writers: list[ChannelWriter] = []
+        self._seq = CheckpointSequence(None)
+        self._changelog_next: Offset | None = None
+        self._sink_info: dict[str, Any] = {}
+        self._last_ckpt = time.monotonic()
+        self._last_wm_check = 0.0
+        self._wm_out: int | None = None
+        self._replay_ends: dict[TopicPartition, int] = {}
+        self._replayed: dict[TopicPartition, int] = {}
+        self._started = 0.0
+
+    # -- life ----------------------------------------------------------------------------
+
+    def run(self) -> SubtaskResult:
+        """Run to the end (bounded), until asked to stop, or until an error is raised."""
+        try:
+            self.lifecycle.to(Phase.RESTORING)
+            if not self._restore():
+                return self.result
+            self.lifecycle.to(Phase.RUNNING)
+            self.producer.begin()
+            while True:
+                ended = self._step()
+                for w in self.writers:
+                    w.tick()
+                if ended:
+                    self._finish()
+                    return self.result
+                if time.monotonic() - self._last_ckpt >= self.options.checkpoint_interval_s:
+                    self._checkpoint(finished=False)
+                    if self._should_stop():
+                        self.lifecycle.to(Phase.STOPPED)
+                        self.result.status = "stopped"
+                        self.events.emit("stopped", checkpoint=self._seq.last)
+                        return self.result
+        except BaseException as e:
+            self.lifecycle.phase = Phase.FAILED
+            self.result.status = "failed"
+            log.exception("%s attempt %d failed", self.subtask, self.attempt)
+            try:
+                self.events.emit("failed", error=f"{type(e).__name__}: {e}")
+            except Exception:  # the event is best-effort; the original error matters
+                log.warning("could not record the failure of %s", self.subtask)
+            raise
+        finally:
+            self._close()
+
+    def _restore(self) -> bool:
+        t0 = time.monotonic()
+        self.producer.start()  # fences the previous incarnation, aborts its open transaction
+        ckpt = self._load_checkpoint()
+        if ckpt is not None:
+            ckpt.check_topology(self.plan.fingerprint)
+            self.result.restored_from = int(ckpt.checkpoint_id)
+            self._seq = CheckpointSequence(ckpt.checkpoint_id)
+            if ckpt.finished and self.options.from_checkpoint is None:
+                self.lifecycle.to(Phase.FINISHED)
+                self.result.status = "skipped"
+                log.info(
+                    "%s finished earlier (checkpoint %s); skipping",
+                    self.subtask,
+                    ckpt.checkpoint_id,
+                )
+                self.events.emit("skipped", checkpoint=int(ckpt.checkpoint_id))
+                return False
+        self._changelog_next = ckpt.changelog if ckpt else None
+        if self.state is not None:
+            restore_consumer = AssignedConsumer(self.settings, self.subtask.group_id + ".restore")
+            try:
+                n = self.state.restore(restore_consumer, self._changelog_next)
+            finally:
+                restore_consumer.close()
+            log.info(
+                "%s restored %d keys from %d changelog records", self.subtask, len(self.state), n
+            )
+        if self.inputs:
+            self.consumer = AssignedConsumer(self.settings, self.subtask.group_id)
+            self.reader = ChannelReader(self.consumer, self.inputs)
+            start = {
+                ch.tp: (ckpt.inputs.get(ch.tp, Offset(0)) if ckpt else Offset(0))
+                for ch in self.inputs
+            }
+            marks = {ch.tp: self.consumer.watermarks(ch.tp) for ch in self.inputs}
+            check_retention(self.subtask, start, marks)
+            self.reader.start(start, ckpt.reader_state() if ckpt else None)
+            if ckpt is not None:
+                self._replay_ends = {tp: marks[tp][1] for tp in start if marks[tp][1] > start[tp]}
+                self._replayed = dict.fromkeys(self._replay_ends, 0)
+                self.result.replay = {
+                    str(tp): [int(start[tp]), end, 0] for tp, end in self._replay_ends.items()
+                }
+        for e in self.plan.outputs_of(self.op.name):
+            p = self.plan.operator(e.downstream).parallelism
+            topic = self.plan.topic_of(e)
+            w = ChannelWriter(
+                self.producer,
+                OutputChannel(topic, e.schema, e.make_partitioner(self.subtask.index, p), p),
+                self.subtask.index,
+                self.options.channel,
+            )
+            if ckpt is not None and topic in ckpt.outputs:
+                w.restore_counts(ckpt.outputs[topic])
+            self.writers.append(w)
+        position = dict(ckpt.source) if ckpt else {}
+        if self.source is not None:
+            self.source.open(self.ctx, position)
+        if self.sink is not None:
+            self.sink.open(self.ctx, position, self.producer)
+        if self.logic is not None:
+            self.logic.open(self.ctx)
+        self._wm_out = ckpt.watermark if ckpt else None
+        self.result.restore_s = time.monotonic() - t0
+        self._started = time.monotonic()
+        if not self._replay_ends:
+            self.result.catchup_s = 0.0 if ckpt else None
+        self.events.emit(
+            "started",
+            restored_from=self.result.restored_from,
+            replay=self.result.replay,
+            restore_s=round(self.result.restore_s, 3),
+        )
+        log.info(
+            "%s attempt %d restored from checkpoint %s in %.2fs; replaying %s",
+            self.subtask,
+            self.attempt,
+            self.result.restored_from,
+            self.result.restore_s,
+            self.result.replay or "nothing",
+        )
+        return True
+
+    def _load_checkpoint(self) -> Checkpoint | None:
+        n = self.options.from_checkpoint
+        if n is None:
+            return self.store.latest(self.subtask.index)
+        found = self.store.get(self.subtask.index, n)
+        if found is None:
+            from channels.errors import ConfigError
+
+            kept = [int(c.checkpoint_id) for c in self.store.history(self.subtask.index, 100)]
+            raise ConfigError(
+                f"{self.subtask} has no retained checkpoint {n}; retained: {kept or 'none'}",
+                subtasks=[self.subtask],
+            )
+        return found
+
+    # -- one step ------------------------------------------------------------------------
+
+    def _step(self) -> bool:
+        """Process one batch of input; True when every input has ended."""
+        if self.source is not None:
+            recs = self.source.read(self.options.poll_records)
+            if recs is None:
+                return True
+            self.result.records_in += len(recs)
+            self._emit(recs)
+            self._maybe_forward_watermark(self.source.watermark())
+            return False
+        assert self.reader is not None
+        for d in self.reader.poll(self.options.poll_records, 0.05):
+            if d.kind is Kind.DATA:
+                self.result.records_in += len(d.records)
+                if d.tp in self._replay_ends:
+                    self._count_replay(d.tp, d.offset, len(d.records))
+                if self.logic is not None:
+                    self._emit(self.logic.process(d.records))
+                elif self.sink is not None:
+                    self.sink.write(d.records)
+        if self._replay_ends and self.reader is not None:
+            pos = self.reader.positions()
+            if (
+                all(pos[tp] >= end for tp, end in self._replay_ends.items())
+                and self.result.catchup_s is None
+            ):
+                self.result.catchup_s = time.monotonic() - self._started
+        self._maybe_forward_watermark(self.reader.watermark())
+        return self.reader.finished()
+
+    def _count_replay(self, tp: TopicPartition, offset: int, n: int) -> None:
+        end = self._replay_ends[tp]
+        if offset < end:
+            self._replayed[tp] += n
+            self.result.replay[str(tp)][2] = self._replayed[tp]
+
+    def _emit(self, records: Iterable[Record]) -> None:
+        recs = records if isinstance(records, list) else list(records)
+        if not recs:
+            return
+        self.result.records_out += len(recs)
+        for w in self.writers:
+            w.write_many(recs)
+        if self.sink is not None and self.logic is not None:
+            self.sink.write(recs)
+
+    def _maybe_forward_watermark(self, wm: int | None) -> None:
+        now = time.monotonic()
+        if wm is None or now - self._last_wm_check < self.options.watermark_interval_s:
+            return
+        self._last_wm_check = now
+        if self._wm_out is not None and wm <= self._wm_out:
+            return
+        self._wm_out = wm
+        if self.logic is not None:
+            self._emit(self.logic.on_watermark(wm))
+        for w in self.writers:
+            w.watermark(wm)
+
+    # -- checkpoints ---------------------------------------------------------------------
+
+    def _checkpoint(self, finished: bool) -> None:
+        self.lifecycle.to(Phase.CHECKPOINTING)
+        cid = self._seq.next()
+        for w in self.writers:
+            w.flush_batches()
+        position: dict[str, Any] = {}
+        if self.source is not None:
+            position = self.source.position()
+        if self.sink is not None:
+            position = self.sink.prepare(int(cid))
+        if self.state is not None and self.state.flush_to(self.producer):
+            self.producer.flush()
+            last = self.producer.last_offset(self.state.tp)
+            if last is not None:
+                self._changelog_next = Offset(last + 1)
+        reader_state = self.reader.state if self.reader else None
+        ckpt = Checkpoint(
+            subtask=self.subtask,
+            checkpoint_id=CheckpointId(cid),
+            topology=self.plan.fingerprint,
+            inputs=self.reader.positions() if self.reader else {},
+            changelog=self._changelog_next,
+            outputs={w.channel.topic: tuple(w.counts) for w in self.writers},
+            ended={tp: frozenset(v) for tp, v in reader_state.ended.items()}
+            if reader_state
+            else {},
+            channel_watermarks=(
+                {tp: dict(v) for tp, v in reader_state.watermarks.items()} if reader_state else {}
+            ),
+            watermark=self._wm_out,
+            source=position,
+            finished=finished,
+            wall_time=time.time(),
+            attempt=self.attempt,
+        )
+        metadata = self.consumer.group_metadata() if self.consumer else None
+        commit_checkpoint(self.producer, self.store, ckpt, metadata)
+        if self.sink is not None:
+            self.sink.committed(position)
+        self.result.checkpoints += 1
+        self._last_ckpt = time.monotonic()
+        if cid % 10 == 0:
+            self.store.prune(self.subtask.index, self.options.keep_checkpoints)
+        if not finished:
+            self.producer.begin()
+        self.lifecycle.after_checkpoint()
+
+    def _finish(self) -> None:
+        self.lifecycle.to(Phase.FINISHING)
+        if self.logic is not None:
+            self._emit(self.logic.on_end())
+        for w in self.writers:
+            w.end_of_stream()
+        self._checkpoint(finished=True)
+        self.lifecycle.to(Phase.FINISHED)
+        self.result.status = "finished"
+        if self.result.catchup_s is None and self._replay_ends:
+            self.result.catchup_s = time.monotonic() - self._started
+        self.events.emit(
+            "finished",
+            checkpoint=self._seq.last,
+            records_in=self.result.records_in,
+            records_out=self.result.records_out,
+            replay=self.result.replay,
+            catchup_s=self.result.catchup_s,
+        )
+
+    def _close(self) -> None:
+        for closer in (self.producer.close, self.store.close):
+            try:
+                closer()
+            except Exception:  # closing must not hide the real outcome
+                log.warning("closing %s failed", self.subtask, exc_info=True)
+        if self.reader is not None:
+            try:
+                self.reader.close()
+            except Exception:
+                log.warning("closing reader of %s failed", self.subtask, exc_info=True)
+
+
+def run_subtask(
+    plan: JobPlan,
+    subtask: SubtaskId,
+    settings: KafkaSettings,
+    options: RunOptions,
+    attempt: int = 0,
+) -> SubtaskResult:
+    """Run one incarnation of ``subtask`` to completion and return what it did."""
+    return SubtaskRunner(plan, subtask, settings, options, attempt).run()
+
+
+def restore_order(plan: JobPlan) -> Sequence[SubtaskId]:
+    """Subtasks in launch order (sources first)."""
+    return plan.subtasks()

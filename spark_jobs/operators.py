@@ -1,0 +1,178 @@
+"""Operator logic behind the pipeline API: stateless transforms, keyed aggregates, windows."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from recovery.plan import Context, Record
+
+
+class _Stateless:
+    def open(self, ctx: Context) -> None:
+        """Nothing to restore."""
+
+    def on_watermark(self, watermark: int) -> Iterable[Record]:
+        """Stateless operators hold nothing back."""
+        return ()
+
+    def on_end(self) -> Iterable[Record]:
+        """Nothing pending at the end."""
+        return ()
+
+
+class MapLogic(_Stateless):
+    """``fn`` applied to every record."""
+
+    def __init__(self, fn: Callable[[Record], Record]) -> None:
+        self.fn = fn
+
+    def process(self, records: Sequence[Record]) -> list[Record]:
+        """One output per input."""
+        fn = self.fn
+        return [fn(r) for r in records]
+
+
+class FlatMapLogic(_Stateless):
+    """Every record becomes zero or more records."""
+
+    def __init__(self, fn: Callable[[Record], Iterable[Record]]) -> None:
+        self.fn = fn
+
+    def process(self, records: Sequence[Record]) -> list[Record]:
+        """All outputs of ``fn``, in input order."""
+        fn = self.fn
+        return [out for r in records for out in fn(r)]
+
+
+class FilterLogic(_Stateless):
+    """Keeps records for which ``predicate`` is true."""
+
+    def __init__(self, predicate: Callable[[Record], bool]) -> None:
+        self.predicate = predicate
+
+    def process(self, records: Sequence[Record]) -> list[Record]:
+        """The records that pass, in order."""
+        p = self.predicate
+        return [r for r in records if p(r)]
+
+
+class KeyedAggregateLogic:
+    """Per-key accumulator in keyed state. Emits per update, or all results at the end."""
+
+    def __init__(
+        self,
+        key_fn: Callable[[Record], Any],
+        init: Callable[[], Any],
+        add: Callable[[Any, Record], Any],
+        result: Callable[[Any, Any], Record],
+        emit: str,
+    ) -> None:
+        self.key_fn, self.init, self.add, self.result, self.emit = key_fn, init, add, result, emit
+        self._ctx: Context | None = None
+
+    def open(self, ctx: Context) -> None:
+        """State arrives already restored in ``ctx.state``."""
+        self._ctx = ctx
+
+    def process(self, records: Sequence[Record]) -> list[Record]:
+        """Fold each record into its key's accumulator."""
+        assert self._ctx is not None
+        state = self._ctx.state
+        out: list[Record] = []
+        # Fold the batch in memory first: one state write per key per batch, not per record.
+        touched: dict[Any, Any] = {}
+        for r in records:
+            k = self.key_fn(r)
+            acc = touched[k] if k in touched else state.get(k)
+            if acc is None:
+                acc = self.init()
+            acc = self.add(acc, r)
+            touched[k] = acc
+            if self.emit == "updates":
+                out.append(self.result(k, acc))
+        for k, acc in touched.items():
+            state.put(k, acc)
+        return out
+
+    def on_watermark(self, watermark: int) -> Iterable[Record]:
+        """Global aggregates are not windowed."""
+        return ()
+
+    def on_end(self) -> list[Record]:
+        """With ``emit="final"``: every key's result once, sorted by key for stable output."""
+        assert self._ctx is not None
+        if self.emit != "final":
+            return []
+        return [self.result(k, acc) for k, acc in sorted(self._ctx.state.items(), key=_sort_key)]
+
+
+class TumblingWindowLogic:
+    """Event-time tumbling windows per key, emitted when the watermark passes their end.
+
+    Records whose window has already been emitted (late records) are dropped and counted,
+    as Flink does by default.
+    """
+
+    def __init__(
+        self,
+        key_fn: Callable[[Record], Any],
+        time_fn: Callable[[Record], int],
+        size: int,
+        init: Callable[[], Any],
+        add: Callable[[Any, Record], Any],
+        result: Callable[[Any, int, int, Any], Record],
+    ) -> None:
+        self.key_fn, self.time_fn, self.size = key_fn, time_fn, size
+        self.init, self.add, self.result = init, add, result
+        self.late = 0
+        self._ctx: Context | None = None
+        self._wm: int | None = None
+
+    def open(self, ctx: Context) -> None:
+        """State (open windows) arrives restored."""
+        self._ctx = ctx
+
+    def process(self, records: Sequence[Record]) -> list[Record]:
+        """Add each record to its window; nothing is emitted before the watermark."""
+        assert self._ctx is not None
+        state = self._ctx.state
+        touched: dict[Any, Any] = {}
+        for r in records:
+            t = self.time_fn(r)
+            start = t - t % self.size
+            if self._wm is not None and start + self.size <= self._wm:
+                self.late += 1
+                continue
+            k = (self.key_fn(r), start)
+            acc = touched[k] if k in touched else state.get(k)
+            touched[k] = self.add(self.init() if acc is None else acc, r)
+        for k, acc in touched.items():
+            state.put(k, acc)
+        return []
+
+    def on_watermark(self, watermark: int) -> list[Record]:
+        """Emit and forget every window that ends at or before ``watermark``."""
+        assert self._ctx is not None
+        self._wm = watermark
+        return self._fire(lambda end: end <= watermark)
+
+    def on_end(self) -> list[Record]:
+        """End of input: every remaining window is complete."""
+        return self._fire(lambda end: True)
+
+    def _fire(self, due: Callable[[int], bool]) -> list[Record]:
+        assert self._ctx is not None
+        state = self._ctx.state
+        ready = sorted(
+            ((k, acc) for k, acc in state.items() if due(k[1] + self.size)), key=_sort_key
+        )
+        out = []
+        for (key, start), acc in ready:
+            out.append(self.result(key, start, start + self.size, acc))
+            state.delete((key, start))
+        return out
+
+
+def _sort_key(item: tuple[Any, Any]) -> str:
+    return repr(item[0])

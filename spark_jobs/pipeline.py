@@ -1,0 +1,503 @@
+"""The pipeline API: a graph of named operators, each with its own parallelism.
+
+Example::
+
+    p = Pipeline("clicks")
+    clicks = p.generate("clicks", count=1_000_000, make=make_click, schema=CLICK, parallelism=2)
+    pages = clicks.map("enrich", enrich, schema=PAGE_VIEW)
+    counts = pages.key_by(lambda r: r["page"]).aggregate(
+        "count", init=lambda: 0, add=lambda n, r: n + 1,
+        result=lambda page, n: {"page": page, "views": n}, schema=PAGE_COUNT)
+    counts.write_jsonl("out", "/tmp/out")
+
+Every edge between operators becomes a persistent channel (a Kafka topic). Routing on an
+edge: ``forward`` when both sides have the same parallelism, round-robin otherwise,
+key hash after :meth:`Stream.key_by`, or :meth:`Stream.broadcast`. :meth:`Pipeline.plan`
+validates the graph before anything starts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from channels.errors import PipelineDefinitionError
+from channels.ids import JobId, OperatorName, job_id, operator_name
+from channels.partitioners import Broadcast, Forward, KeyHash, Partitioner, RoundRobin
+from recovery.plan import EdgePlan, JobPlan, OperatorPlan, Record
+from spark_jobs.operators import (
+    FilterLogic,
+    FlatMapLogic,
+    KeyedAggregateLogic,
+    MapLogic,
+    TumblingWindowLogic,
+)
+from spark_jobs.sinks import ConsoleSink, JsonlFileSink, KafkaTopicSink
+from spark_jobs.sources import FileSource, GeneratorSource
+
+Schema = dict[str, Any]
+
+
+@dataclass
+class _Node:
+    name: str
+    parallelism: int
+    kind: str  # source | transform | sink
+    schema: Schema | None  # of its output records
+    factory: Callable[[], Any]
+    stateful: bool = False
+    bounded: bool = True
+    description: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class _Edge:
+    upstream: str
+    downstream: str
+    routing: str  # forward | rebalance | hash | broadcast | auto
+    key_fn: Callable[[Record], Any] | None = None
+
+
+class Pipeline:
+    """A job graph under construction. Operators are added through :class:`Stream` methods."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._nodes: dict[str, _Node] = {}
+        self._order: list[str] = []
+        self._edges: list[_Edge] = []
+        self._errors: list[str] = []
+
+    # -- sources -------------------------------------------------------------------------
+
+    def generate(
+        self,
+        name: str,
+        *,
+        make: Callable[[int], Record],
+        schema: Schema,
+        count: int | None,
+        parallelism: int = 1,
+        rate: float | None = None,
+        event_time: Callable[[Record], int] | None = None,
+    ) -> Stream:
+        """A seeded generator: record ``make(i)`` for ``i < count`` (``None``: unbounded)."""
+        node = self._add(
+            name,
+            parallelism,
+            "source",
+            schema,
+            partial(GeneratorSource, make, count, parallelism, rate, event_time),
+            description={"source": "generator", "count": count},
+        )
+        node.bounded = count is not None
+        return Stream(self, name)
+
+    def read_files(
+        self, name: str, pattern: str, *, format: str, schema: Schema, parallelism: int = 1
+    ) -> Stream:
+        """Rows of files matching ``pattern`` (``jsonl``, ``csv`` or ``parquet``), via pyarrow."""
+        self._add(
+            name,
+            parallelism,
+            "source",
+            schema,
+            partial(FileSource, pattern, format, parallelism),
+            description={"source": "files", "format": format},
+        )
+        return Stream(self, name)
+
+    # -- graph ---------------------------------------------------------------------------
+
+    def add_edge(self, upstream: str, downstream: str, routing: str = "auto") -> None:
+        """Connect two existing operators (for graphs the fluent API cannot express)."""
+        self._edges.append(_Edge(upstream, downstream, routing))
+
+    def _add(
+        self,
+        name: str,
+        parallelism: int,
+        kind: str,
+        schema: Schema | None,
+        factory: Callable[[], Any],
+        *,
+        stateful: bool = False,
+        description: dict[str, Any] | None = None,
+    ) -> _Node:
+        if name in self._nodes:
+            self._errors.append(
+                f"operator name {name!r} is used twice; give each operator its own name"
+            )
+        if not isinstance(parallelism, int) or parallelism < 1:
+            self._errors.append(
+                f"operator {name!r} has parallelism {parallelism!r}; use an integer >= 1"
+            )
+        node = _Node(name, parallelism, kind, schema, factory, stateful, True, description or {})
+        self._nodes.setdefault(name, node)
+        self._order.append(name)
+        return node
+
+    # -- validation and compilation ------------------------------------------------------
+
+    def validate(self) -> None:
+        """Raise :class:`PipelineDefinitionError` listing every problem of the graph."""
+        problems = list(self._errors)
+        for name in self._nodes:
+            try:
+                operator_name(name)
+            except Exception as err:
+                problems.append(str(err))
+        for e in self._edges:
+            for end in (e.upstream, e.downstream):
+                if end not in self._nodes:
+                    problems.append(
+                        f"edge {e.upstream} -> {e.downstream} names unknown operator {end!r}"
+                    )
+        if not problems:
+            problems += self._check_graph()
+        if problems:
+            raise PipelineDefinitionError(
+                f"pipeline {self.name!r} is invalid:\n  - " + "\n  - ".join(problems)
+            )
+
+    def _check_graph(self) -> list[str]:
+        problems: list[str] = []
+        if not any(n.kind == "source" for n in self._nodes.values()):
+            problems.append("the pipeline has no source; start it with generate() or read_files()")
+        for e in self._edges:
+            up, down = self._nodes[e.upstream], self._nodes[e.downstream]
+            if up.kind == "sink":
+                problems.append(
+                    f"sink {up.name!r} cannot have a downstream operator ({down.name!r})"
+                )
+            if down.kind == "source":
+                problems.append(f"source {down.name!r} cannot have an input (from {up.name!r})")
+            if e.routing == "forward" and up.parallelism != down.parallelism:
+                problems.append(
+                    f"forward edge {up.name!r} (parallelism {up.parallelism}) -> {down.name!r} "
+                    f"(parallelism {down.parallelism}): forward needs equal parallelism; "
+                    "use rebalance() or key_by()"
+                )
+        cycle = self._find_cycle()
+        if cycle:
+            problems.append(
+                "the graph has a cycle: " + " -> ".join(cycle) + "; remove one of these edges"
+            )
+            return problems
+        reaches_sink = {n for n, node in self._nodes.items() if node.kind == "sink"}
+        changed = True
+        while changed:
+            changed = False
+            for e in self._edges:
+                if e.downstream in reaches_sink and e.upstream not in reaches_sink:
+                    reaches_sink.add(e.upstream)
+                    changed = True
+        for name in self._order:
+            if name not in reaches_sink:
+                problems.append(
+                    f"operator {name!r} has no path to a sink; add write_jsonl(), write_kafka() or "
+                    "print() after it, or remove it"
+                )
+        for name, node in self._nodes.items():
+            if node.kind != "source" and not any(e.downstream == name for e in self._edges):
+                problems.append(f"operator {name!r} has no input")
+        return problems
+
+    def _find_cycle(self) -> list[str] | None:
+        succ: dict[str, list[str]] = {n: [] for n in self._nodes}
+        for e in self._edges:
+            succ[e.upstream].append(e.downstream)
+        color: dict[str, int] = dict.fromkeys(self._nodes, 0)
+        stack: list[str] = []
+
+        def visit(n: str) -> list[str] | None:
+            color[n] = 1
+            stack.append(n)
+            for m in succ[n]:
+                if color[m] == 1:
+                    return [*stack[stack.index(m) :], m]
+                if color[m] == 0:
+                    found = visit(m)
+                    if found:
+                        return found
+            stack.pop()
+            color[n] = 2
+            return None
+
+        for n in self._order:
+            if color[n] == 0:
+                found = visit(n)
+                if found:
+                    return found
+        return None
+
+    def plan(self, job: str) -> JobPlan:
+        """Validate and compile into the plan the runtime executes for job ``job``."""
+        self.validate()
+        jid: JobId = job_id(job)
+        ops = tuple(
+            OperatorPlan(
+                name=OperatorName(n.name),
+                parallelism=n.parallelism,
+                kind=n.kind,
+                make_source=n.factory if n.kind == "source" else None,
+                make_logic=n.factory if n.kind == "transform" else None,
+                make_sink=n.factory if n.kind == "sink" else None,
+                stateful=n.stateful,
+                description=n.description,
+            )
+            for n in self._topological()
+        )
+        edges = tuple(self._edge_plan(e) for e in self._edges)
+        bounded = all(n.bounded for n in self._nodes.values() if n.kind == "source")
+        return JobPlan(jid, ops, edges, bounded)
+
+    def _topological(self) -> list[_Node]:
+        indeg = {n: 0 for n in self._nodes}
+        for e in self._edges:
+            indeg[e.downstream] += 1
+        ready = [n for n in self._order if indeg[n] == 0]
+        out: list[_Node] = []
+        while ready:
+            n = ready.pop(0)
+            out.append(self._nodes[n])
+            for e in self._edges:
+                if e.upstream == n:
+                    indeg[e.downstream] -= 1
+                    if indeg[e.downstream] == 0:
+                        ready.append(e.downstream)
+        return out
+
+    def _edge_plan(self, e: _Edge) -> EdgePlan:
+        up, down = self._nodes[e.upstream], self._nodes[e.downstream]
+        routing = e.routing
+        if routing == "auto":
+            routing = "forward" if up.parallelism == down.parallelism else "rebalance"
+        assert up.schema is not None
+        return EdgePlan(
+            OperatorName(up.name),
+            OperatorName(down.name),
+            up.schema,
+            _partitioner_factory(routing, e.key_fn),
+            routing,
+        )
+
+
+def _partitioner_factory(
+    routing: str, key_fn: Callable[[Record], Any] | None
+) -> Callable[[int, int], Partitioner]:
+    if routing == "forward":
+        return Forward
+    if routing == "rebalance":
+        return RoundRobin
+    if routing == "broadcast":
+        return lambda _i, p: Broadcast(p)
+    if routing == "hash":
+        assert key_fn is not None
+        fn = key_fn
+        return lambda _i, p: KeyHash(fn, p)
+    raise PipelineDefinitionError(f"unknown routing {routing!r}")
+
+
+class Stream:
+    """The output of an operator; methods add a downstream operator."""
+
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        name: str,
+        routing: str = "auto",
+        key_fn: Callable[[Record], Any] | None = None,
+    ) -> None:
+        self._p = pipeline
+        self.name = name
+        self._routing = routing
+        self._key_fn = key_fn
+
+    def _then(
+        self,
+        name: str,
+        factory: Callable[[], Any],
+        schema: Schema | None,
+        parallelism: int | None,
+        kind: str = "transform",
+        stateful: bool = False,
+        description: dict[str, Any] | None = None,
+    ) -> Stream:
+        up = self._p._nodes.get(self.name)
+        p = parallelism if parallelism is not None else (up.parallelism if up else 1)
+        self._p._add(name, p, kind, schema, factory, stateful=stateful, description=description)
+        self._p._edges.append(_Edge(self.name, name, self._routing, self._key_fn))
+        return Stream(self._p, name)
+
+    def _schema(self) -> Schema | None:
+        node = self._p._nodes.get(self.name)
+        return node.schema if node else None
+
+    def map(
+        self,
+        name: str,
+        fn: Callable[[Record], Record],
+        *,
+        schema: Schema,
+        parallelism: int | None = None,
+    ) -> Stream:
+        """One output record per input record."""
+        return self._then(
+            name, partial(MapLogic, fn), schema, parallelism, description={"op": "map"}
+        )
+
+    def flat_map(
+        self,
+        name: str,
+        fn: Callable[[Record], Iterable[Record]],
+        *,
+        schema: Schema,
+        parallelism: int | None = None,
+    ) -> Stream:
+        """Zero or more output records per input record."""
+        return self._then(
+            name, partial(FlatMapLogic, fn), schema, parallelism, description={"op": "flat_map"}
+        )
+
+    def filter(
+        self, name: str, predicate: Callable[[Record], bool], *, parallelism: int | None = None
+    ) -> Stream:
+        """Only records for which ``predicate`` is true."""
+        return self._then(
+            name,
+            partial(FilterLogic, predicate),
+            self._schema(),
+            parallelism,
+            description={"op": "filter"},
+        )
+
+    def key_by(self, key_fn: Callable[[Record], Any]) -> KeyedStream:
+        """Route records by key (stable hash) to the next, keyed operator."""
+        return KeyedStream(self._p, self.name, key_fn)
+
+    def rebalance(self) -> Stream:
+        """Round-robin to the next operator."""
+        return Stream(self._p, self.name, "rebalance")
+
+    def forward(self) -> Stream:
+        """Subtask i to subtask i (needs equal parallelism)."""
+        return Stream(self._p, self.name, "forward")
+
+    def broadcast(self) -> Stream:
+        """Every record to every subtask of the next operator."""
+        return Stream(self._p, self.name, "broadcast")
+
+    def write_jsonl(self, name: str, directory: str, *, parallelism: int | None = None) -> None:
+        """Exactly-once JSONL files under ``directory/<name>/`` (published at checkpoints)."""
+        self._then(
+            name,
+            partial(JsonlFileSink, directory),
+            None,
+            parallelism,
+            "sink",
+            description={"sink": "jsonl"},
+        )
+
+    def write_kafka(self, name: str, topic: str, *, parallelism: int | None = None) -> None:
+        """JSON records to ``topic``, in the subtask's transactions (read them read_committed)."""
+        self._then(
+            name,
+            partial(KafkaTopicSink, topic),
+            None,
+            parallelism,
+            "sink",
+            description={"sink": "kafka"},
+        )
+
+    def print(self, name: str = "console", *, limit: int = 20) -> None:
+        """Committed records on stdout, for demos."""
+        self._then(
+            name, partial(ConsoleSink, limit), None, 1, "sink", description={"sink": "console"}
+        )
+
+
+class KeyedStream(Stream):
+    """A stream routed by key; keyed operators keep per-key state."""
+
+    def __init__(self, pipeline: Pipeline, name: str, key_fn: Callable[[Record], Any]) -> None:
+        super().__init__(pipeline, name, "hash", key_fn)
+        self.key_fn = key_fn
+
+    def aggregate(
+        self,
+        name: str,
+        *,
+        init: Callable[[], Any],
+        add: Callable[[Any, Record], Any],
+        result: Callable[[Any, Any], Record],
+        schema: Schema,
+        emit: str = "final",
+        parallelism: int | None = None,
+    ) -> Stream:
+        """Fold records per key into a JSON-able accumulator.
+
+        ``emit="final"`` emits ``result(key, acc)`` for every key when the input ends;
+        ``emit="updates"`` emits it after every record.
+        """
+        if emit not in ("final", "updates"):
+            raise PipelineDefinitionError(
+                f"operator {name!r}: emit must be 'final' or 'updates', got {emit!r}"
+            )
+        return self._then(
+            name,
+            partial(KeyedAggregateLogic, self.key_fn, init, add, result, emit),
+            schema,
+            parallelism,
+            stateful=True,
+            description={"op": "aggregate", "emit": emit},
+        )
+
+    def reduce(
+        self,
+        name: str,
+        fn: Callable[[Record, Record], Record],
+        *,
+        emit: str = "final",
+        parallelism: int | None = None,
+    ) -> Stream:
+        """Combine records of a key pairwise with ``fn``; the result has the input's schema."""
+        schema = self._schema()
+        assert schema is not None
+        return self.aggregate(
+            name,
+            init=lambda: None,
+            add=lambda acc, r: r if acc is None else fn(acc, r),
+            result=lambda _k, acc: acc,
+            schema=schema,
+            emit=emit,
+            parallelism=parallelism,
+        )
+
+    def tumbling_window(
+        self,
+        name: str,
+        *,
+        size: int,
+        event_time: Callable[[Record], int],
+        init: Callable[[], Any],
+        add: Callable[[Any, Record], Any],
+        result: Callable[[Any, int, int, Any], Record],
+        schema: Schema,
+        parallelism: int | None = None,
+    ) -> Stream:
+        """Event-time tumbling windows of ``size``, each emitted once the watermark passes it."""
+        if size < 1:
+            raise PipelineDefinitionError(
+                f"operator {name!r}: window size must be >= 1, got {size}"
+            )
+        return self._then(
+            name,
+            partial(TumblingWindowLogic, self.key_fn, event_time, size, init, add, result),
+            schema,
+            parallelism,
+            stateful=True,
+            description={"op": "tumbling_window", "size": size},
+        )
