@@ -1,1 +1,30 @@
-"""Local single-node KRaft broker from Apache Kafka's jars (no Docker needed)."""
+"""Local single-node KRaft broker from Apache Kafka's jars (no Docker needed).
+
+::
+
+    from channels.localbroker import BrokerConfig, LocalBroker
+
+    broker = LocalBroker(BrokerConfig.resolve(port=9094, controller_port=9095))
+    broker.start()          # resolves jars once, formats storage once, waits until ready
+    broker.bootstrap        # "127.0.0.1:9094"
+    broker.stop()           # SIGTERM to the recorded PID, SIGKILL after a bounded wait
+
+Needs Java 17+ and, on the first start only, Maven (see :mod:`.jars`). Linux only:
+the PID check reads ``/proc``.
+"""
+
+from channels.localbroker.broker import BrokerStatus, LocalBroker, StartResult, StopResult
+from channels.localbroker.config import BrokerConfig
+from channels.localbroker.jars import cache_dir, resolve_jars
+from channels.localbroker.process import free_ports
+
+__all__ = [
+    "BrokerConfig",
+    "BrokerStatus",
+    "LocalBroker",
+    "StartResult",
+    "StopResult",
+    "cache_dir",
+    "free_ports",
+    "resolve_jars",
+]

@@ -1,0 +1,128 @@
+"""Shared fixtures: one real Kafka broker per test session, and names unique per test.
+
+``kafka_bootstrap`` finds a broker in this order:
+
+1. ``$SPILLWAY_BOOTSTRAP`` (a broker someone else runs; it must answer),
+2. a testcontainers ``KafkaContainer`` when a Docker engine answers,
+3. a :class:`~channels.localbroker.LocalBroker` in a fresh temporary directory on
+   free ports, stopped (by its PID) when the session ends.
+
+If none can be had the fixture raises, so every test that needs a broker fails.
+Nothing here ever skips a test.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
+
+from channels.errors import BrokerUnavailableError
+from channels.localbroker import BrokerConfig, LocalBroker
+
+log = logging.getLogger(__name__)
+
+BOOTSTRAP_ENV = "SPILLWAY_BOOTSTRAP"
+_DOCKER_PING_TIMEOUT_S = 3
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``host:port`` of a real Kafka broker that supports transactions, for the whole session."""
+    explicit = os.environ.get(BOOTSTRAP_ENV)
+    if explicit:
+        _check_answers(explicit)
+        log.info("Using the broker at %s from $%s", explicit, BOOTSTRAP_ENV)
+        yield explicit
+        return
+    if _docker_answers():
+        with _kafka_container() as bootstrap:
+            if bootstrap is not None:
+                yield bootstrap
+                return
+    broker = LocalBroker(BrokerConfig.with_free_ports(tmp_path_factory.mktemp("session-broker")))
+    broker.start()
+    try:
+        yield broker.bootstrap
+    finally:
+        broker.stop()
+
+
+@pytest.fixture
+def unique(request: pytest.FixtureRequest) -> str:
+    """A name unique to this test run, usable as a job id, topic part or group id.
+
+    The test's name (sanitised, without ``test_``) plus 8 random hex digits: only
+    ``[A-Za-z0-9_-]`` and at most 40 characters.
+    """
+    name = request.node.name.removeprefix("test_")
+    name = re.sub(r"[^A-Za-z0-9_-]+", "_", name)[:31].strip("_-") or "t"
+    return f"{name}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def admin(kafka_bootstrap: str) -> AdminClient:
+    """A confluent-kafka ``AdminClient`` on the session broker."""
+    return AdminClient({"bootstrap.servers": kafka_bootstrap})
+
+
+def _check_answers(bootstrap: str) -> None:
+    try:
+        AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=15)
+    except KafkaException as exc:
+        raise BrokerUnavailableError(
+            f"${BOOTSTRAP_ENV}={bootstrap} does not answer a metadata request ({exc}); "
+            f"start that broker or unset ${BOOTSTRAP_ENV} to let the tests start their own"
+        ) from exc
+
+
+def _docker_answers() -> bool:
+    try:
+        import docker
+
+        client = docker.from_env(timeout=_DOCKER_PING_TIMEOUT_S)
+        try:
+            return bool(client.ping())
+        finally:
+            client.close()
+    except Exception:  # any failure at all means "no usable Docker engine"
+        return False
+
+
+@contextlib.contextmanager
+def _kafka_container() -> Iterator[str | None]:
+    """Yield the bootstrap of a KRaft container, or None if it cannot be started."""
+    try:
+        from testcontainers.community.kafka import KafkaContainer
+    except ImportError:  # testcontainers < 4.10 kept it at the old place
+        from testcontainers.kafka import KafkaContainer
+
+    container = (
+        KafkaContainer()
+        .with_kraft()
+        # The image defaults need three brokers for transactions; we have one.
+        .with_env("KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR", "1")
+        .with_env("KAFKA_TRANSACTION_STATE_LOG_MIN_ISR", "1")
+        .with_env("KAFKA_AUTO_CREATE_TOPICS_ENABLE", "false")
+    )
+    try:
+        container.start()
+    except Exception:
+        # Docker answers but cannot run the image (offline, no pull rights, ...): the
+        # local broker can still serve, so fall back to it instead of failing the run.
+        log.warning("Docker answered but the Kafka container did not start", exc_info=True)
+        with contextlib.suppress(Exception):
+            container.stop()  # it may have been created before the failure
+        yield None
+        return
+    try:
+        yield container.get_bootstrap_server()
+    finally:
+        container.stop()
