@@ -49,7 +49,9 @@ class KafkaSettings:
 
     def base(self) -> dict[str, Any]:
         """The librdkafka settings shared by every client."""
-        return {"bootstrap.servers": self.bootstrap_servers, **self.client}
+        # librdkafka logs retries it handles itself (coordinator loading, ...) at
+        # warning level; Spillway logs what matters, so default to errors only.
+        return {"bootstrap.servers": self.bootstrap_servers, "log_level": 3, **self.client}
 
     def redacted(self) -> dict[str, Any]:
         """:meth:`base` with secret-looking values masked, safe to log."""

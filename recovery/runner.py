@@ -41,7 +41,8 @@ class RunOptions:
 
     checkpoint_interval_s: float = 1.0
     keep_checkpoints: int = 5
-    poll_records: int = 2000
+    poll_records: int = 2000  # records a source emits per step
+    poll_messages: int = 8  # channel messages (batches of records) a reader takes per step
     transaction_timeout_ms: int = 60_000
     channel: ChannelSettings = field(default_factory=ChannelSettings)
     from_checkpoint: int | None = None
@@ -285,7 +286,7 @@ class SubtaskRunner:
             self._maybe_forward_watermark(self.source.watermark())
             return False
         assert self.reader is not None
-        for d in self.reader.poll(self.options.poll_records, 0.05):
+        for d in self.reader.poll(self.options.poll_messages, 0.05):
             if d.kind is Kind.DATA:
                 self.result.records_in += len(d.records)
                 if d.tp in self._replay_ends:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -89,6 +90,7 @@ class Admin:
                 except KafkaException as e:
                     if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                         raise
+            self._wait_for_leaders([s.name for s in missing])
             existing = self.partition_counts()
         for s in specs:
             actual = existing.get(s.name)
@@ -98,6 +100,28 @@ class Admin:
                     "it was created for another parallelism. Use a new job id, or delete the "
                     "job's topics (`spillway delete --job ...`) to start over"
                 )
+
+    def _wait_for_leaders(self, names: list[str], timeout_s: float = 30.0) -> None:
+        # CreateTopics returns before every partition has a leader; reads right after it
+        # fail with NOT_LEADER. Wait here, once, instead of retrying everywhere else.
+        deadline = time.monotonic() + timeout_s
+        while True:
+            md = self._client.list_topics(timeout=self.settings.request_timeout_s)
+            pending = [
+                n
+                for n in names
+                if n not in md.topics
+                or md.topics[n].error is not None
+                or not md.topics[n].partitions
+                or any(p.leader < 0 for p in md.topics[n].partitions.values())
+            ]
+            if not pending:
+                return
+            if time.monotonic() > deadline:
+                raise BrokerUnavailableError(
+                    f"topics {pending} have no partition leader {timeout_s:.0f}s after creation"
+                )
+            time.sleep(0.1)
 
     def delete_job_topics(self, job: JobId) -> list[str]:
         """Delete every topic of ``job``; return their names."""

@@ -12,6 +12,7 @@ from confluent_kafka import TopicPartition as CkTopicPartition
 from channels.config import KafkaSettings
 from channels.errors import RetentionGapError, SpillwayError
 from channels.ids import Offset, TopicPartition
+from channels.kafka.retry import retrying
 
 log = logging.getLogger("spillway.consumer")
 
@@ -72,11 +73,16 @@ class AssignedConsumer:
     def watermarks(self, tp: TopicPartition, timeout_s: float = 10.0) -> tuple[int, int]:
         """(low, high) of ``tp``; high is the last stable offset under read_committed."""
         try:
-            low, high = self._consumer.get_watermark_offsets(
-                CkTopicPartition(tp.topic, tp.partition), timeout=timeout_s, cached=False
-            )
+            return self._watermarks(tp, timeout_s)
         except KafkaException as e:
             raise SpillwayError(f"cannot read watermarks of {tp}: {e}") from e
+
+    @retrying()
+    def _watermarks(self, tp: TopicPartition, timeout_s: float) -> tuple[int, int]:
+        # Right after topic creation the leader may not be known yet: a retriable error.
+        low, high = self._consumer.get_watermark_offsets(
+            CkTopicPartition(tp.topic, tp.partition), timeout=timeout_s, cached=False
+        )
         return int(low), int(high)
 
     def position(self, tp: TopicPartition) -> Offset | None:

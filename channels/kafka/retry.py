@@ -28,6 +28,24 @@ FENCING_CODES = frozenset(
 )
 
 
+# Transient conditions librdkafka does not always flag retriable() on errors raised by
+# synchronous calls (e.g. get_watermark_offsets right after a topic was created).
+TRANSIENT_CODES = frozenset(
+    {
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.REQUEST_TIMED_OUT,
+        KafkaError._TRANSPORT,
+        KafkaError._TIMED_OUT,
+        KafkaError._UNKNOWN_PARTITION,
+        KafkaError._WAIT_COORD,
+    }
+)
+
+
 def kafka_error(exc: BaseException) -> KafkaError | None:
     """The :class:`KafkaError` inside a :class:`KafkaException`, else ``None``."""
     if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
@@ -38,7 +56,9 @@ def kafka_error(exc: BaseException) -> KafkaError | None:
 def is_retriable(exc: BaseException) -> bool:
     """True for errors librdkafka marks retriable (and never for fatal or abortable ones)."""
     err = kafka_error(exc)
-    return bool(err and err.retriable() and not err.fatal() and not err.txn_requires_abort())
+    if err is None or err.fatal() or err.txn_requires_abort():
+        return False
+    return bool(err.retriable() or err.code() in TRANSIENT_CODES)
 
 
 def is_fenced(err: KafkaError) -> bool:

@@ -1,0 +1,176 @@
+"""Launching a job on Spark: every subtask is one long-running Spark task.
+
+Not barrier mode (a failed barrier task restarts every task); ordinary tasks are
+retried *alone* — ``local[N,F]`` in local mode, ``spark.task.maxFailures`` on a cluster —
+and a retried task restores its subtask from that subtask's own checkpoint. Speculation
+stays off: two live copies of a subtask would only fence each other.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import sys
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from channels.config import ChannelSettings, KafkaSettings
+from channels.errors import ConfigError, PipelineDefinitionError
+from channels.kafka.admin import Admin
+from recovery.events import events_topic_spec
+from recovery.plan import JobPlan
+from recovery.runner import RunOptions, SubtaskResult, SubtaskRunner
+from recovery.state import CHANGELOG_TOPIC_CONFIG
+
+log = logging.getLogger("spark_jobs.driver")
+
+# Channel data must outlive every retained checkpoint; -1 (forever) is the safe default,
+# operators shorten it once they know their checkpoint retention.
+CHANNEL_TOPIC_CONFIG = {"retention.ms": "-1", "cleanup.policy": "delete"}
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    """Everything a job run needs besides the pipeline itself."""
+
+    pipeline: str  # "module:attribute"
+    job_id: str
+    bootstrap: str
+    master: str | None = None  # None: whatever spark-submit configured
+    task_attempts: int = 4
+    checkpoint_interval_s: float = 1.0
+    replication_factor: int = 1
+    min_insync_replicas: int = 1
+    client: Mapping[str, Any] = field(default_factory=dict)
+    transaction_timeout_ms: int = 60_000
+
+    def settings(self) -> KafkaSettings:
+        """Kafka settings of this run."""
+        return KafkaSettings(
+            self.bootstrap,
+            client=dict(self.client),
+            replication_factor=self.replication_factor,
+            min_insync_replicas=self.min_insync_replicas,
+        )
+
+    def options(self, from_checkpoint: int | None = None) -> RunOptions:
+        """Per-subtask runtime options of this run."""
+        if self.checkpoint_interval_s <= 0:
+            raise ConfigError(
+                f"--checkpoint-interval must be > 0, got {self.checkpoint_interval_s}"
+            )
+        return RunOptions(
+            checkpoint_interval_s=self.checkpoint_interval_s,
+            transaction_timeout_ms=self.transaction_timeout_ms,
+            channel=ChannelSettings(),
+            from_checkpoint=from_checkpoint,
+        )
+
+
+def load_plan(pipeline_ref: str, job_id: str) -> JobPlan:
+    """Import ``module:attribute`` (a Pipeline, or a function returning one) and compile it."""
+    module_name, sep, attr = pipeline_ref.partition(":")
+    if not sep or not module_name or not attr:
+        raise ConfigError(
+            f"pipeline {pipeline_ref!r} must look like MODULE:PIPELINE, "
+            "e.g. spark_jobs.examples.clicks:pipeline"
+        )
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ConfigError(
+            f"cannot import pipeline module {module_name!r} ({e}); is it on PYTHONPATH "
+            "(and shipped with --py-files on a cluster)?"
+        ) from e
+    obj = getattr(module, attr, None)
+    if obj is None:
+        raise ConfigError(f"module {module_name!r} has no attribute {attr!r}")
+    pipeline = obj() if callable(obj) and not hasattr(obj, "plan") else obj
+    if not hasattr(pipeline, "plan"):
+        raise PipelineDefinitionError(f"{pipeline_ref} is not a spark_jobs.pipeline.Pipeline")
+    plan: JobPlan = pipeline.plan(job_id)
+    return plan
+
+
+def prepare_topics(plan: JobPlan, settings: KafkaSettings) -> None:
+    """Create (or verify) every topic of the job before any subtask starts."""
+    admin = Admin(settings)
+    admin.check_reachable()
+    admin.ensure_topics(
+        [*plan.topics(CHANGELOG_TOPIC_CONFIG, CHANNEL_TOPIC_CONFIG), events_topic_spec(plan.job)]
+    )
+
+
+def run_on_spark(config: JobConfig, from_checkpoint: int | None = None) -> list[SubtaskResult]:
+    """Validate, create topics, run every subtask as a Spark task; return their final results."""
+    plan = load_plan(config.pipeline, config.job_id)
+    settings = config.settings()
+    options = config.options(from_checkpoint)
+    prepare_topics(plan, settings)
+    subtasks = plan.subtasks()
+    n = len(subtasks)
+
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    builder = (
+        SparkSession.builder.appName(f"spillway-{config.job_id}")
+        .config("spark.speculation", "false")
+        .config("spark.task.maxFailures", str(config.task_attempts))
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.ui.enabled", "false")
+        .config("spark.python.worker.reuse", "false")
+        .config("spark.executorEnv.PYTHONPATH", os.pathsep.join(p for p in sys.path if p))
+    )
+    if config.master:
+        builder = builder.master(config.master)
+    spark = builder.getOrCreate()
+    try:
+        sc = spark.sparkContext
+        slots = sc.defaultParallelism
+        if not plan.bounded and slots < n:
+            raise ConfigError(
+                f"job {config.job_id} is unbounded and needs a task slot for each of its {n} "
+                f"subtasks at once, but Spark offers {slots}; use "
+                f"--master 'local[{n},{config.task_attempts}]' or add executor cores"
+            )
+        if slots < n:
+            log.info("%d subtasks on %d slots: bounded job, upstream operators run first", n, slots)
+        payload = (config, from_checkpoint)
+        rows = (
+            sc.parallelize(range(n), n)
+            .mapPartitionsWithIndex(lambda i, _it: _task(payload, i))
+            .collect()
+        )
+    finally:
+        spark.stop()
+    results = [SubtaskResult(**r) for r in rows]
+    _ = options  # validated above, before Spark started
+    return results
+
+
+def _task(payload: tuple[JobConfig, int | None], index: int) -> Iterator[dict[str, Any]]:
+    """Body of one Spark task: run subtask ``index`` of the plan."""
+    from pyspark import TaskContext
+
+    config, from_checkpoint = payload
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    for noisy in ("py4j", "pyspark"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    ctx = TaskContext.get()
+    attempt = ctx.attemptNumber() if ctx is not None else 0
+    plan = load_plan(config.pipeline, config.job_id)
+    subtask = plan.subtasks()[index]
+    runner = SubtaskRunner(
+        plan, subtask, config.settings(), config.options(from_checkpoint), attempt
+    )
+    result = runner.run()
+    yield asdict(result)
