@@ -77,3 +77,20 @@ def read_events(
                 return
     finally:
         consumer.close()
+
+
+def record_job_event(settings: KafkaSettings, job: JobId, kind: str, **fields: Any) -> None:
+    """Append a job-level event (e.g. ``submitted``, with the pipeline reference)."""
+    producer = Producer({**settings.base(), "enable.idempotence": True})
+    doc = {"event": kind, "time": time.time(), "pid": os.getpid(), **fields}
+    producer.produce(events_topic(job), json.dumps(doc).encode(), b"job")
+    producer.flush(10)
+
+
+def last_submission(settings: KafkaSettings, job: JobId) -> dict[str, Any] | None:
+    """The newest ``submitted`` event of ``job`` (it names the pipeline), if any."""
+    found = None
+    for e in read_events(settings, job):
+        if e.get("event") == "submitted":
+            found = e
+    return found

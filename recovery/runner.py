@@ -18,6 +18,7 @@ from typing import Any
 
 from channels.config import ChannelSettings, KafkaSettings
 from channels.envelope import Kind
+from channels.errors import ConfigError
 from channels.ids import CheckpointId, Offset, SubtaskId, TopicPartition
 from channels.kafka.consumer import AssignedConsumer
 from channels.kafka.producer import TransactionalProducer
@@ -46,6 +47,7 @@ class RunOptions:
     transaction_timeout_ms: int = 60_000
     channel: ChannelSettings = field(default_factory=ChannelSettings)
     from_checkpoint: int | None = None
+    allow_rewind: bool = False  # from_checkpoint older than the latest: outputs repeat downstream
     watermark_interval_s: float = 0.2
 
 
@@ -182,7 +184,7 @@ class SubtaskRunner:
             ckpt.check_topology(self.plan.fingerprint)
             self.result.restored_from = int(ckpt.checkpoint_id)
             self._seq = CheckpointSequence(ckpt.checkpoint_id)
-            if ckpt.finished and self.options.from_checkpoint is None:
+            if ckpt.finished:
                 self.lifecycle.to(Phase.FINISHED)
                 self.result.status = "skipped"
                 log.info(
@@ -263,9 +265,20 @@ class SubtaskRunner:
         if n is None:
             return self.store.latest(self.subtask.index)
         found = self.store.get(self.subtask.index, n)
+        latest = self.store.latest(self.subtask.index)
+        if found is not None and latest is not None and latest.checkpoint_id > n:
+            if not self.options.allow_rewind:
+                raise ConfigError(
+                    f"{self.subtask}: checkpoint {n} is older than its latest "
+                    f"({latest.checkpoint_id}); "
+                    "rewinding one subtask alone re-sends outputs its downstream already has. "
+                    "Pass --allow-duplicates if that is what you want",
+                    subtasks=[self.subtask],
+                )
+            log.warning(
+                "%s rewinds to checkpoint %d: outputs after it will repeat", self.subtask, n
+            )
         if found is None:
-            from channels.errors import ConfigError
-
             kept = [int(c.checkpoint_id) for c in self.store.history(self.subtask.index, 100)]
             raise ConfigError(
                 f"{self.subtask} has no retained checkpoint {n}; retained: {kept or 'none'}",

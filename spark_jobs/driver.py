@@ -8,7 +8,6 @@ stays off: two live copies of a subtask would only fence each other.
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 import sys
@@ -17,9 +16,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from channels.config import ChannelSettings, KafkaSettings
-from channels.errors import ConfigError, PipelineDefinitionError
+from channels.errors import ConfigError
 from channels.kafka.admin import Admin
-from recovery.events import events_topic_spec
+from recovery.events import events_topic_spec, record_job_event
+from recovery.loader import load_plan
 from recovery.plan import JobPlan
 from recovery.runner import RunOptions, SubtaskResult, SubtaskRunner
 from recovery.state import CHANGELOG_TOPIC_CONFIG
@@ -69,29 +69,9 @@ class JobConfig:
         )
 
 
-def load_plan(pipeline_ref: str, job_id: str) -> JobPlan:
-    """Import ``module:attribute`` (a Pipeline, or a function returning one) and compile it."""
-    module_name, sep, attr = pipeline_ref.partition(":")
-    if not sep or not module_name or not attr:
-        raise ConfigError(
-            f"pipeline {pipeline_ref!r} must look like MODULE:PIPELINE, "
-            "e.g. spark_jobs.examples.clicks:pipeline"
-        )
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise ConfigError(
-            f"cannot import pipeline module {module_name!r} ({e}); is it on PYTHONPATH "
-            "(and shipped with --py-files on a cluster)?"
-        ) from e
-    obj = getattr(module, attr, None)
-    if obj is None:
-        raise ConfigError(f"module {module_name!r} has no attribute {attr!r}")
-    pipeline = obj() if callable(obj) and not hasattr(obj, "plan") else obj
-    if not hasattr(pipeline, "plan"):
-        raise PipelineDefinitionError(f"{pipeline_ref} is not a spark_jobs.pipeline.Pipeline")
-    plan: JobPlan = pipeline.plan(job_id)
-    return plan
+def subtask_count(pipeline_ref: str, job_id: str) -> int:
+    """How many subtasks (Spark tasks) the job has."""
+    return len(load_plan(pipeline_ref, job_id).subtasks())
 
 
 def prepare_topics(plan: JobPlan, settings: KafkaSettings) -> None:
@@ -109,6 +89,16 @@ def run_on_spark(config: JobConfig, from_checkpoint: int | None = None) -> list[
     settings = config.settings()
     options = config.options(from_checkpoint)
     prepare_topics(plan, settings)
+    record_job_event(
+        settings,
+        plan.job,
+        "submitted",
+        pipeline=config.pipeline,
+        checkpoint_interval_s=config.checkpoint_interval_s,
+        master=config.master,
+        subtasks=[str(s) for s in plan.subtasks()],
+        from_checkpoint=from_checkpoint,
+    )
     subtasks = plan.subtasks()
     n = len(subtasks)
 

@@ -1,0 +1,100 @@
+"""``replay`` and ``status`` (``spillway replay ...`` or ``python -m recovery replay ...``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from typing import Any
+
+from channels.config import KafkaSettings
+from channels.errors import ConfigError
+from channels.ids import job_id
+from recovery.events import last_submission
+from recovery.loader import load_plan
+from recovery.replay import replay_subtask
+from recovery.status import as_json, job_status, render
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+
+
+def add_bootstrap(parser: argparse.ArgumentParser) -> None:
+    """The ``--bootstrap`` option every job command takes."""
+    parser.add_argument(
+        "--bootstrap",
+        default=os.environ.get("SPILLWAY_BOOTSTRAP", DEFAULT_BOOTSTRAP),
+        help="Kafka bootstrap servers (default: $SPILLWAY_BOOTSTRAP, else %(default)s)",
+    )
+
+
+def add_parser(subparsers: Any) -> None:
+    """Add ``replay`` and ``status`` to a command line."""
+    rp = subparsers.add_parser("replay", help="run one subtask from its checkpoint, outside Spark")
+    rp.add_argument("--job", required=True)
+    rp.add_argument("--operator", required=True)
+    rp.add_argument("--subtask", type=int, required=True, help="subtask index")
+    rp.add_argument("--checkpoint", type=int, default=None, help="a retained checkpoint id")
+    rp.add_argument("--pipeline", default=None, help="MODULE:PIPELINE (default: as submitted)")
+    rp.add_argument(
+        "--allow-duplicates", action="store_true", help="allow rewinding to an older checkpoint"
+    )
+    add_bootstrap(rp)
+    rp.set_defaults(run=_replay)
+
+    st = subparsers.add_parser("status", help="state of every subtask and channel of a job")
+    st.add_argument("--job", required=True)
+    st.add_argument("--pipeline", default=None, help="MODULE:PIPELINE (default: as submitted)")
+    st.add_argument("--json", action="store_true", help="machine-readable output")
+    add_bootstrap(st)
+    st.set_defaults(run=_status)
+
+
+def _replay(args: argparse.Namespace) -> int:
+    result = replay_subtask(
+        KafkaSettings(args.bootstrap),
+        args.job,
+        args.operator,
+        args.subtask,
+        pipeline=args.pipeline,
+        checkpoint=args.checkpoint,
+        allow_duplicates=args.allow_duplicates,
+    )
+    print(json.dumps(result.__dict__, indent=2))
+    return 0 if result.status in ("finished", "skipped", "stopped") else 1
+
+
+def _status(args: argparse.Namespace) -> int:
+    settings = KafkaSettings(args.bootstrap)
+    ref = args.pipeline
+    if ref is None:
+        sub = last_submission(settings, job_id(args.job))
+        if sub is None:
+            raise ConfigError(
+                f"job {args.job!r} was never submitted to {args.bootstrap}; check --job/--bootstrap"
+            )
+        ref = str(sub["pipeline"])
+    rows = job_status(settings, load_plan(ref, args.job))
+    print(json.dumps(as_json(rows), indent=2) if args.json else render(rows))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m recovery``."""
+    import logging
+    import sys
+
+    from channels.errors import SpillwayError
+
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    parser = argparse.ArgumentParser(prog="python -m recovery")
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_parser(sub)
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.run(args)
+        return code
+    except SpillwayError as e:
+        print(f"recovery: error: {e}", file=sys.stderr)
+        return 2

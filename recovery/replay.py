@@ -1,0 +1,66 @@
+"""Replaying one subtask by hand, outside Spark.
+
+For when the Spark application gave up on a subtask, or to move it to another machine:
+the subtask fences any live copy of itself, restores its latest (or a retained)
+checkpoint and catches up on its own input channels, exactly as a Spark retry would.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from channels.config import KafkaSettings
+from channels.errors import ConfigError
+from channels.ids import SubtaskId, job_id, operator_name
+from recovery.events import last_submission
+from recovery.loader import load_plan
+from recovery.runner import RunOptions, SubtaskResult, SubtaskRunner
+
+log = logging.getLogger("recovery.replay")
+
+REPLAY_ATTEMPT = 1000  # marks manual replays in events and checkpoints
+
+
+def replay_subtask(
+    settings: KafkaSettings,
+    job: str,
+    operator: str,
+    index: int,
+    *,
+    pipeline: str | None = None,
+    checkpoint: int | None = None,
+    checkpoint_interval_s: float = 1.0,
+    allow_duplicates: bool = False,
+) -> SubtaskResult:
+    """Run ``job/operator[index]`` from its latest (or ``checkpoint``) to the end of its input."""
+    jid = job_id(job)
+    ref = pipeline
+    if ref is None:
+        submitted = last_submission(settings, jid)
+        if submitted is None:
+            raise ConfigError(
+                f"job {job!r} has no submission record on {settings.bootstrap_servers}; pass "
+                "--pipeline MODULE:PIPELINE (or check --job and --bootstrap)"
+            )
+        ref = str(submitted["pipeline"])
+        checkpoint_interval_s = float(submitted.get("checkpoint_interval_s", checkpoint_interval_s))
+    plan = load_plan(ref, job)
+    try:
+        op = plan.operator(operator)
+    except KeyError:
+        names = ", ".join(o.name for o in plan.operators)
+        raise ConfigError(f"job {job!r} has no operator {operator!r}; operators: {names}") from None
+    if not 0 <= index < op.parallelism:
+        raise ConfigError(
+            f"operator {operator!r} has parallelism {op.parallelism}; --subtask must be in "
+            f"0..{op.parallelism - 1}, got {index}"
+        )
+    subtask = SubtaskId(jid, operator_name(operator), index)
+    options = RunOptions(
+        checkpoint_interval_s=checkpoint_interval_s,
+        from_checkpoint=checkpoint,
+        allow_rewind=allow_duplicates,
+    )
+    start = "its latest checkpoint" if checkpoint is None else f"checkpoint {checkpoint}"
+    log.info("replaying %s from %s", subtask, start)
+    return SubtaskRunner(plan, subtask, settings, options, attempt=REPLAY_ATTEMPT).run()

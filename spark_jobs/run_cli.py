@@ -1,0 +1,79 @@
+"""``spillway run MODULE:PIPELINE --job-id ID``: run a job on Spark through pyspark."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from typing import Any
+
+from channels.errors import ConfigError
+from recovery.cli import add_bootstrap
+
+
+def add_parser(subparsers: Any) -> None:
+    """Add ``run`` (also used by ``spark-submit spark_jobs/run.py``)."""
+    p = subparsers.add_parser("run", help="run a pipeline on Spark, one task per subtask")
+    p.add_argument("pipeline", help="MODULE:PIPELINE, e.g. spark_jobs.examples.clicks:pipeline")
+    p.add_argument("--job-id", required=True, help="stays the same across restarts of the job")
+    p.add_argument(
+        "--master", default=None, help="Spark master (default: from spark-submit, else local[N,F])"
+    )
+    p.add_argument("--task-attempts", type=int, default=4, help="attempts per subtask (F)")
+    p.add_argument(
+        "--checkpoint-interval", type=float, default=1.0, help="seconds between checkpoints"
+    )
+    p.add_argument(
+        "--from-checkpoint", type=int, default=None, help="(reserved for global checkpoints)"
+    )
+    p.add_argument("--replication-factor", type=int, default=1)
+    p.add_argument("--min-insync-replicas", type=int, default=1)
+    p.add_argument(
+        "--kafka-config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="librdkafka setting",
+    )
+    add_bootstrap(p)
+    p.set_defaults(run=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from spark_jobs.driver import JobConfig, run_on_spark, subtask_count
+
+    if args.task_attempts < 1:
+        raise ConfigError(f"--task-attempts must be >= 1, got {args.task_attempts}")
+    if args.from_checkpoint is not None:
+        raise ConfigError(
+            "--from-checkpoint needs global checkpoints, which this version does not have yet"
+        )
+    client: dict[str, str] = {}
+    for item in args.kafka_config:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--kafka-config {item!r} must look like KEY=VALUE")
+        client[key] = value
+    master = args.master
+    if (
+        master is None
+        and "SPARK_ENV_LOADED" not in os.environ
+        and not os.environ.get("SPILLWAY_SPARK_SUBMIT")
+    ):
+        master = f"local[{subtask_count(args.pipeline, args.job_id)},{args.task_attempts}]"
+    config = JobConfig(
+        pipeline=args.pipeline,
+        job_id=args.job_id,
+        bootstrap=args.bootstrap,
+        master=master,
+        task_attempts=args.task_attempts,
+        checkpoint_interval_s=args.checkpoint_interval,
+        replication_factor=args.replication_factor,
+        min_insync_replicas=args.min_insync_replicas,
+        client=client,
+    )
+    results = run_on_spark(config)
+    for r in results:
+        print(json.dumps(r.__dict__))
+    failed = [r for r in results if r.status not in ("finished", "skipped", "stopped")]
+    return 1 if failed else 0
