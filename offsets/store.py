@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from channels.config import KafkaSettings
 from channels.errors import RetentionGapError
@@ -162,6 +162,7 @@ def commit_checkpoint(
     store: CheckpointStore,
     checkpoint: Checkpoint,
     group_metadata: object,
+    before_commit: Callable[[], None] | None = None,
 ) -> None:
     """Commit ``checkpoint`` atomically with everything already produced in the transaction.
 
@@ -170,4 +171,6 @@ def commit_checkpoint(
     """
     store.write(producer, checkpoint)
     producer.send_offsets(checkpoint.inputs, group_metadata)
+    if before_commit is not None:
+        before_commit()  # failure-injection hook (recovery.faults)
     producer.commit()

@@ -29,6 +29,7 @@ from offsets.checkpoint import Checkpoint
 from offsets.store import CheckpointStore, check_retention, commit_checkpoint
 from offsets.tracker import CheckpointSequence
 from recovery.events import EventLog
+from recovery.faults import Faults
 from recovery.lifecycle import Lifecycle, Phase
 from recovery.plan import JobPlan, Logic, Record, Sink, Source
 from recovery.state import ChangelogState
@@ -111,6 +112,7 @@ class SubtaskRunner:
             transaction_timeout_ms=options.transaction_timeout_ms,
         )
         self.events = EventLog(settings, subtask, attempt)
+        self.faults = Faults(subtask, attempt)
         self.result = SubtaskResult(str(subtask), attempt, "created")
         self.state = (
             ChangelogState(TopicPartition(changelog_topic(plan.job, op.name), subtask.index))
@@ -204,6 +206,7 @@ class SubtaskRunner:
             log.info(
                 "%s restored %d keys from %d changelog records", self.subtask, len(self.state), n
             )
+        self.faults.reached("restore")
         if self.inputs:
             self.consumer = AssignedConsumer(self.settings, self.subtask.group_id)
             self.reader = ChannelReader(self.consumer, self.inputs)
@@ -385,7 +388,9 @@ class SubtaskRunner:
             attempt=self.attempt,
         )
         metadata = self.consumer.group_metadata() if self.consumer else None
-        commit_checkpoint(self.producer, self.store, ckpt, metadata)
+        before_commit = self._crash_before_commit if self.faults.armed else None
+        commit_checkpoint(self.producer, self.store, ckpt, metadata, before_commit)
+        self.faults.reached("after-commit")
         if self.sink is not None:
             self.sink.committed(position)
         self.result.checkpoints += 1
@@ -395,6 +400,11 @@ class SubtaskRunner:
         if not finished:
             self.producer.begin()
         self.lifecycle.after_checkpoint()
+
+    def _crash_before_commit(self) -> None:
+        # Make the planned crash land with everything on the broker, still uncommitted.
+        self.producer.flush()
+        self.faults.reached("before-commit")
 
     def _finish(self) -> None:
         self.lifecycle.to(Phase.FINISHING)
