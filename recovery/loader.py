@@ -23,7 +23,7 @@ def load_plan(pipeline_ref: str, job_id: str) -> JobPlan:
         )
     try:
         module = importlib.import_module(module_name)
-    except ImportError as e:
+    except (ImportError, TypeError, ValueError) as e:  # TypeError: relative module names
         raise ConfigError(
             f"cannot import pipeline module {module_name!r} ({e}); is it on PYTHONPATH "
             "(and shipped with --py-files on a cluster)?"
@@ -31,7 +31,15 @@ def load_plan(pipeline_ref: str, job_id: str) -> JobPlan:
     obj = getattr(module, attr, None)
     if obj is None:
         raise ConfigError(f"module {module_name!r} has no attribute {attr!r}")
-    pipeline = obj if hasattr(obj, "plan") else (obj() if callable(obj) else obj)
+    pipeline = obj
+    if not hasattr(obj, "plan") and callable(obj):
+        try:
+            pipeline = obj()
+        except TypeError as e:
+            raise PipelineDefinitionError(
+                f"{pipeline_ref} is a function that cannot be called without arguments ({e}); "
+                "point at a Pipeline or at a function that takes none"
+            ) from e
     if not hasattr(pipeline, "plan"):
         raise PipelineDefinitionError(f"{pipeline_ref} is not a pipeline (it has no plan() method)")
     plan = pipeline.plan(job_id)

@@ -104,7 +104,7 @@ class KeyedAggregateLogic:
         assert self._ctx is not None
         if self.emit != "final":
             return []
-        return [self.result(k, acc) for k, acc in sorted(self._ctx.state.items(), key=_sort_key)]
+        return [self.result(k, acc) for k, acc in _by_key(self._ctx.state.items())]
 
 
 class TumblingWindowLogic:
@@ -164,9 +164,7 @@ class TumblingWindowLogic:
     def _fire(self, due: Callable[[int], bool]) -> list[Record]:
         assert self._ctx is not None
         state = self._ctx.state
-        ready = sorted(
-            ((k, acc) for k, acc in state.items() if due(k[1] + self.size)), key=_sort_key
-        )
+        ready = _by_key((k, acc) for k, acc in state.items() if due(k[1] + self.size))
         out = []
         for (key, start), acc in ready:
             out.append(self.result(key, start, start + self.size, acc))
@@ -174,5 +172,10 @@ class TumblingWindowLogic:
         return out
 
 
-def _sort_key(item: tuple[Any, Any]) -> str:
-    return repr(item[0])
+def _by_key(items: Iterable[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
+    """Items sorted by their key's value; by its text only when keys are not comparable."""
+    items = list(items)
+    try:
+        return sorted(items, key=lambda kv: kv[0])
+    except TypeError:  # mixed key types
+        return sorted(items, key=lambda kv: repr(kv[0]))

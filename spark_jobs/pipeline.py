@@ -38,6 +38,7 @@ from spark_jobs.sinks import ConsoleSink, JsonlFileSink, KafkaTopicSink
 from spark_jobs.sources import FileSource, GeneratorSource
 
 Schema = dict[str, Any]
+_ROUTINGS = frozenset({"auto", "forward", "rebalance", "broadcast", "hash"})
 
 
 @dataclass
@@ -153,8 +154,14 @@ class Pipeline:
             for end in (e.upstream, e.downstream):
                 if end not in self._nodes:
                     problems.append(
-                        f"edge {e.upstream} -> {e.downstream} names unknown operator {end!r}"
+                        f"edge {e.upstream} -> {e.downstream} names unknown operator {end!r}; "
+                        "create the operator first or fix the name"
                     )
+            if e.routing not in _ROUTINGS or (e.routing == "hash" and e.key_fn is None):
+                problems.append(
+                    f"edge {e.upstream} -> {e.downstream} has routing {e.routing!r}; use one of "
+                    f"{', '.join(sorted(_ROUTINGS - {'hash'}))}, or key_by() for hash routing"
+                )
         if not problems:
             problems += self._check_graph()
         if problems:
