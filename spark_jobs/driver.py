@@ -45,6 +45,10 @@ class JobConfig:
     min_insync_replicas: int = 1
     client: Mapping[str, Any] = field(default_factory=dict)
     transaction_timeout_ms: int = 60_000
+    # Environment variables with these prefixes are captured when the job is submitted and
+    # set in every task before the pipeline is built there: one Spark JVM may outlive the
+    # environment it was started with, and cluster executors never had it.
+    env_prefixes: tuple[str, ...] = ("SPILLWAY_", "CLICKS_")
 
     def settings(self) -> KafkaSettings:
         """Kafka settings of this run."""
@@ -130,7 +134,8 @@ def run_on_spark(config: JobConfig, from_checkpoint: int | None = None) -> list[
             )
         if slots < n:
             log.info("%d subtasks on %d slots: bounded job, upstream operators run first", n, slots)
-        payload = (config, from_checkpoint)
+        env = {k: v for k, v in os.environ.items() if k.startswith(config.env_prefixes)}
+        payload = (config, from_checkpoint, env)
         rows = (
             sc.parallelize(range(n), n)
             .mapPartitionsWithIndex(lambda i, _it: _task(payload, i))
@@ -143,11 +148,16 @@ def run_on_spark(config: JobConfig, from_checkpoint: int | None = None) -> list[
     return results
 
 
-def _task(payload: tuple[JobConfig, int | None], index: int) -> Iterator[dict[str, Any]]:
+def _task(
+    payload: tuple[JobConfig, int | None, dict[str, str]], index: int
+) -> Iterator[dict[str, Any]]:
     """Body of one Spark task: run subtask ``index`` of the plan."""
     from pyspark import TaskContext
 
-    config, from_checkpoint = payload
+    config, from_checkpoint, env = payload
+    for key in [k for k in os.environ if k.startswith(config.env_prefixes)]:
+        del os.environ[key]  # the submitter's environment wins, including what it unset
+    os.environ.update(env)
     logging.basicConfig(
         level=logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

@@ -1,0 +1,223 @@
+"""Pipelines on real Spark (local mode) against a real broker: localized, exactly-once recovery.
+
+Every test compares the job's committed output with a batch computation of the same
+input, exactly, and checks which subtasks restarted and what they replayed.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from channels.config import KafkaSettings
+from channels.ids import JobId, OperatorName
+from offsets.store import CheckpointStore
+from recovery.events import read_events
+from recovery.replay import replay_subtask
+from spark_jobs.demo import run_demo
+from spark_jobs.driver import JobConfig, run_on_spark
+from spark_jobs.examples import clicks
+
+REF = "spark_jobs.examples.clicks:pipeline"
+RECORDS = 40_000
+
+
+@pytest.fixture
+def clicks_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    out = tmp_path / "out"
+    monkeypatch.setenv("CLICKS_RECORDS", str(RECORDS))
+    monkeypatch.setenv("CLICKS_OUT", str(out))
+    monkeypatch.setenv("CLICKS_PARALLELISM", "2")
+    monkeypatch.delenv("CLICKS_RATE", raising=False)
+    monkeypatch.delenv("SPILLWAY_CRASH_AT", raising=False)
+    yield out
+
+
+def read_output(out: Path) -> dict[str, tuple[str, int]]:
+    rows: dict[str, tuple[str, int]] = {}
+    for f in sorted(glob.glob(str(out / "out" / "*.jsonl"))):
+        for line in Path(f).read_text().splitlines():
+            r = json.loads(line)
+            assert r["page"] not in rows, f"duplicate output row for {r['page']}"
+            rows[r["page"]] = (r["section"], r["views"])
+    return rows
+
+
+def output_files(out: Path) -> dict[str, str]:
+    return {Path(f).name: Path(f).read_text() for f in glob.glob(str(out / "out" / "*"))}
+
+
+def starts(bootstrap: str, job: str) -> list[dict[str, Any]]:
+    return [
+        e for e in read_events(KafkaSettings(bootstrap), JobId(job)) if e.get("event") == "started"
+    ]
+
+
+def test_killed_subtask_alone_restarts_and_replays_only_its_partitions(
+    kafka_bootstrap: str, unique: str, tmp_path: Path
+) -> None:
+    report = run_demo(
+        kafka_bootstrap,
+        records=100_000,
+        parallelism=2,
+        kill="count:0",
+        kill_after=2,
+        out_dir=str(tmp_path / "demo"),
+        duration_s=10,
+        job=unique,
+    )
+    assert report["checks"]["output equals the batch reference"]
+    assert report["restarted"] == ["count[0]"]
+    assert report["ok"], report["checks"]
+    replay = report["replay"]
+    assert set(replay) == {f"spillway.{unique}.ch.enrich.count[0]"}
+    (start, end, n) = next(iter(replay.values()))
+    assert end > start
+    assert n > 0
+    # Every other subtask started exactly once.
+    counts: dict[str, int] = {}
+    for e in starts(kafka_bootstrap, unique):
+        key = f"{e['operator']}[{e['index']}]"
+        counts[key] = counts.get(key, 0) + 1
+    assert counts == {
+        "clicks[0]": 1,
+        "clicks[1]": 1,
+        "enrich[0]": 1,
+        "enrich[1]": 1,
+        "count[0]": 2,
+        "count[1]": 1,
+        "out[0]": 1,
+        "out[1]": 1,
+    }
+
+
+def test_crash_before_commit_then_during_restore_is_exactly_once(
+    kafka_bootstrap: str, unique: str, clicks_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Attempt 0 of count[1] dies with its 2nd checkpoint produced but not committed;
+    # attempt 1 dies while restoring; attempt 2 finishes. enrich[0] dies after a commit.
+    monkeypatch.setenv("CLICKS_RATE", str(RECORDS / 2 / 6))
+    monkeypatch.setenv(
+        "SPILLWAY_CRASH_AT",
+        "count:1:before-commit:0:2,count:1:restore:1,enrich:0:after-commit:0:2",
+    )
+    results = run_on_spark(JobConfig(REF, unique, kafka_bootstrap, master="local[8,4]"))
+    assert read_output(clicks_env) == clicks.reference(RECORDS)
+    by_subtask = {r.subtask.split("/")[1]: r for r in results}
+    assert by_subtask["count[1]"].attempt == 2
+    assert by_subtask["enrich[0]"].attempt == 1
+    restarted = {
+        f"{e['operator']}[{e['index']}]"
+        for e in starts(kafka_bootstrap, unique)
+        if e["attempt"] > 0
+    }
+    assert restarted == {"count[1]", "enrich[0]"}
+
+
+def test_bounded_job_rerun_after_finish_writes_nothing_twice(
+    kafka_bootstrap: str, unique: str, clicks_env: Path
+) -> None:
+    config = JobConfig(REF, unique, kafka_bootstrap, master="local[8,2]")
+    first = run_on_spark(config)
+    assert {r.status for r in first} == {"finished"}
+    files = output_files(clicks_env)
+    assert read_output(clicks_env) == clicks.reference(RECORDS)
+    settings = KafkaSettings(kafka_bootstrap)
+    stores = [
+        CheckpointStore(settings, JobId(unique), OperatorName(op), 2) for op in ("clicks", "count")
+    ]
+    before = [s.latest(i) for s in stores for i in range(2)]
+
+    second = run_on_spark(config)
+    assert {r.status for r in second} == {"skipped"}
+    assert output_files(clicks_env) == files
+    assert [s.latest(i) for s in stores for i in range(2)] == before
+
+
+def test_driver_killed_then_restarted_resumes_every_subtask_from_its_checkpoint(
+    kafka_bootstrap: str, unique: str, clicks_env: Path, tmp_path: Path
+) -> None:
+    env = {**os.environ, "CLICKS_RATE": str(RECORDS / 2 / 20)}  # ~20 s of input
+    cmd = [
+        sys.executable,
+        "-m",
+        "spark_jobs.cli",
+        "run",
+        REF,
+        "--job-id",
+        unique,
+        "--bootstrap",
+        kafka_bootstrap,
+        "--master",
+        "local[8,2]",
+    ]
+    log = open(tmp_path / "driver.log", "wb")  # noqa: SIM115
+    driver = subprocess.Popen(
+        cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    settings = KafkaSettings(kafka_bootstrap)
+    store = CheckpointStore(settings, JobId(unique), OperatorName("count"), 2)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert driver.poll() is None, (tmp_path / "driver.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, "no checkpoints before the deadline"
+            try:
+                c0, c1 = store.latest(0), store.latest(1)
+            except Exception:
+                c0 = c1 = None
+            if c0 is not None and c1 is not None and min(c0.checkpoint_id, c1.checkpoint_id) >= 3:
+                break
+            time.sleep(0.5)
+    finally:
+        # The driver's whole machine goes: driver, its JVM and every Python worker.
+        os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait(30)
+        log.close()
+    time.sleep(1)
+    latest = {
+        f"{op}[{i}]": CheckpointStore(settings, JobId(unique), OperatorName(op), 2).latest(i)
+        for op in ("clicks", "enrich", "count", "out")
+        for i in range(2)
+    }
+    assert all(c is not None and not c.finished for k, c in latest.items() if k.startswith("count"))
+
+    results = run_on_spark(JobConfig(REF, unique, kafka_bootstrap, master="local[8,2]"))
+    assert read_output(clicks_env) == clicks.reference(RECORDS)
+    second_run = {r.subtask.split("/")[1]: r for r in results}
+    for key, ckpt in latest.items():
+        if ckpt is not None and not ckpt.finished:
+            assert second_run[key].restored_from == ckpt.checkpoint_id, key
+    store.close()
+
+
+def test_replay_by_hand_catches_up_after_spark_gave_up(
+    kafka_bootstrap: str, unique: str, clicks_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One attempt per task: when count[0] dies, Spark gives up on the whole job.
+    monkeypatch.setenv("CLICKS_RATE", str(RECORDS / 2 / 6))
+    monkeypatch.setenv("SPILLWAY_CRASH_AT", "count:0:after-commit:0:2")
+    with pytest.raises(Exception, match="count|Python worker|failure|crash|aborted"):
+        run_on_spark(JobConfig(REF, unique, kafka_bootstrap, master="local[8,1]", task_attempts=1))
+    monkeypatch.delenv("SPILLWAY_CRASH_AT")
+    settings = KafkaSettings(kafka_bootstrap)
+    # Bounded job, durable channels: replaying the unfinished subtasks one after another,
+    # upstream first, completes the job.
+    replayed = []
+    for op in ("clicks", "enrich", "count", "out"):
+        for i in range(2):
+            r = replay_subtask(settings, unique, op, i)
+            assert r.status in ("finished", "skipped"), r
+            replayed.append((f"{op}[{i}]", r.status, r.restored_from))
+    assert ("count[0]", "finished", 1) in replayed
+    assert read_output(clicks_env) == clicks.reference(RECORDS)
