@@ -1,22 +1,30 @@
 """Per-partition batching of encoded records, bounded by size and linger time. Pure.
 
 The batcher only decides *when* a batch is complete; writing it is the caller's job.
-This keeps the flushing rules unit-testable without a broker.
+This keeps the flushing rules unit-testable without a broker. A batch is a list of Avro
+array blocks: single records become one-record blocks when the batch is taken, and
+whole blocks (many records encoded in one call) are added as they are.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from channels.envelope import ARRAY_OVERHEAD, frame_batch
+from channels.envelope import ARRAY_OVERHEAD, block_of, frame_blocks
 from channels.errors import RecordTooLargeError
 
 
 @dataclass
 class _Open:
-    records: list[bytes] = field(default_factory=list)
+    blocks: list[bytes] = field(default_factory=list)  # finished blocks
+    records: list[bytes] = field(default_factory=list)  # single records of the next block
+    count: int = 0
     size: int = 0
     opened_at: float = 0.0
+
+    def frame(self) -> bytes:
+        blocks = [*self.blocks, block_of(self.records)] if self.records else self.blocks
+        return frame_blocks(blocks)
 
 
 class Batcher:
@@ -42,32 +50,53 @@ class Batcher:
                 f"{self.max_record} bytes (max_batch_bytes={self.max_bytes}); raise "
                 "max_batch_bytes (and the broker's message.max.bytes) or split the record"
             )
-        batch = self._open.get(partition)
-        full: bytes | None = None
-        if batch is None:
-            batch = self._open[partition] = _Open(opened_at=now)
-        elif batch.size + n > self.max_record:
-            full = frame_batch(batch.records)
-            batch.records, batch.size, batch.opened_at = [], 0, now
+        batch, full = self._room(partition, n, now)
         batch.records.append(encoded)
+        batch.count += 1
         batch.size += n
         return full
 
+    def add_block(self, partition: int, block: bytes, count: int, now: float) -> bytes | None:
+        """Add a block of ``count`` records (``len(block)`` must fit in one batch).
+
+        Returns a full batch to write first, like :meth:`add`.
+        """
+        batch, full = self._room(partition, len(block), now)
+        if batch.records:  # keep record order: close the block of single records first
+            batch.blocks.append(block_of(batch.records))
+            batch.records = []
+        batch.blocks.append(block)
+        batch.count += count
+        batch.size += len(block)
+        return full
+
+    def fits(self, size: int) -> bool:
+        """True if ``size`` encoded bytes fit in one batch."""
+        return size <= self.max_record
+
+    def _room(self, partition: int, n: int, now: float) -> tuple[_Open, bytes | None]:
+        batch = self._open.get(partition)
+        if batch is None:
+            batch = self._open[partition] = _Open(opened_at=now)
+            return batch, None
+        if batch.size + n > self.max_record:
+            full = batch.frame()
+            self._open[partition] = fresh = _Open(opened_at=now)
+            return fresh, full
+        return batch, None
+
     def due(self, now: float) -> list[tuple[int, bytes]]:
         """Take every batch that has lingered ``linger_s`` or longer."""
-        ready = [
-            p for p, b in self._open.items() if b.records and now - b.opened_at >= self.linger_s
-        ]
+        ready = [p for p, b in self._open.items() if b.count and now - b.opened_at >= self.linger_s]
         return [(p, self._take(p)) for p in ready]
 
     def drain(self) -> list[tuple[int, bytes]]:
         """Take every non-empty batch (before a control record or a checkpoint)."""
-        return [(p, self._take(p)) for p, b in list(self._open.items()) if b.records]
+        return [(p, self._take(p)) for p, b in list(self._open.items()) if b.count]
 
     def pending_records(self) -> int:
         """Records buffered and not yet taken."""
-        return sum(len(b.records) for b in self._open.values())
+        return sum(b.count for b in self._open.values())
 
     def _take(self, partition: int) -> bytes:
-        batch = self._open.pop(partition)
-        return frame_batch(batch.records)
+        return self._open.pop(partition).frame()

@@ -112,6 +112,22 @@ class RecordCodec:
             ) from e
         return buf.getvalue()
 
+    def encode_block(self, records: Sequence[Any]) -> bytes:
+        """One Avro array *block* (count, items) of ``records``, encoded in a single call.
+
+        A batch may hold several blocks followed by a terminating 0 (Avro's array
+        encoding), so blocks from successive calls can share one Kafka message.
+        """
+        buf = io.BytesIO()
+        try:
+            schemaless_writer(buf, self._array, records)  # type: ignore[attr-defined]
+        except (ValueError, TypeError, KeyError, AttributeError, OverflowError):
+            for r in records:  # find and name the record that does not fit
+                self.encode(r)
+            raise
+        value = buf.getvalue()
+        return value[:-1]  # drop the array terminator; frame_blocks adds one per batch
+
     def decode_batch(self, value: bytes) -> list[Any]:
         """All records of a data message, in write order."""
         try:
@@ -128,6 +144,16 @@ class RecordCodec:
 def frame_batch(encoded: Sequence[bytes]) -> bytes:
     """Avro array framing around already-encoded records: ``count, items..., 0``."""
     return _zigzag_varint(len(encoded)) + b"".join(encoded) + b"\x00"
+
+
+def frame_blocks(blocks: Sequence[bytes]) -> bytes:
+    """A batch of blocks from :meth:`RecordCodec.encode_block`: ``block, block, ..., 0``."""
+    return b"".join(blocks) + b"\x00"
+
+
+def block_of(encoded: Sequence[bytes]) -> bytes:
+    """A block of already-encoded records (count, items), without a terminator."""
+    return _zigzag_varint(len(encoded)) + b"".join(encoded)
 
 
 def _zigzag_varint(n: int) -> bytes:

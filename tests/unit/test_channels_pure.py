@@ -168,3 +168,51 @@ def test_settings_validation() -> None:
     s = KafkaSettings("h:1", client={"sasl.password": "hunter2", "security.protocol": "SASL_SSL"})
     assert s.redacted()["sasl.password"] == "***"
     assert s.base()["sasl.password"] == "hunter2"
+
+
+class _FakeProducer:
+    """Collects what a ChannelWriter produces (the writer only calls produce)."""
+
+    def __init__(self) -> None:
+        self.messages: list[tuple[int, bytes]] = []
+
+    def produce(
+        self, topic: str, partition: int, key: bytes, value: bytes, headers: object
+    ) -> None:
+        self.messages.append((partition, value))
+
+
+def test_write_many_blocks_and_single_writes_keep_order_and_split_big_groups() -> None:
+    from typing import Any, cast
+
+    from channels.writer import ChannelWriter, OutputChannel
+
+    producer = _FakeProducer()
+    channel = OutputChannel("t", SCHEMA, KeyHash(lambda r: r["key"], 2), 2)
+    writer = ChannelWriter(
+        cast(Any, producer), channel, 0, ChannelSettings(max_batch_bytes=1024), clock=lambda: 0.0
+    )
+    records = [{"key": f"k{i % 5}", "seq": i} for i in range(2000)]
+    writer.write(records[0])
+    writer.write_many(records[1:1500])  # far more than one 1 KiB message per partition
+    writer.write(records[1500])
+    writer.write_many(records[1501:])
+    writer.flush_batches()
+    codec = RecordCodec(SCHEMA)
+    assert all(len(v) <= 1024 for _, v in producer.messages)
+    route = KeyHash(lambda r: r["key"], 2)
+    for p in range(2):
+        got = [r for part, v in producer.messages if part == p for r in codec.decode_batch(v)]
+        assert got == [r for r in records if route.targets(r)[0] == p]
+    assert sum(writer.counts) == 2000
+
+
+def test_write_many_names_the_record_that_does_not_fit_the_schema() -> None:
+    from typing import Any, cast
+
+    from channels.writer import ChannelWriter, OutputChannel
+
+    channel = OutputChannel("t", SCHEMA, Forward(0, 1), 1)
+    writer = ChannelWriter(cast(Any, _FakeProducer()), channel, 0, ChannelSettings())
+    with pytest.raises(SchemaMismatchError, match="'seq': 'x'"):
+        writer.write_many([{"key": "a", "seq": 1}, {"key": "b", "seq": "x"}])
