@@ -1,0 +1,172 @@
+"""The click-stream job on a local Spark standalone cluster: a master, two workers, a broker.
+
+The cluster (:class:`spark_jobs.cluster.LocalCluster`) runs real processes on 127.0.0.1
+from the pyspark installation, with its own :class:`LocalBroker`; the job's output must
+equal the batch reference exactly, and after ``stop`` no process of the cluster may be
+left: not the daemons, not the executors, not their Python workers.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from spark_jobs.cli import main
+from spark_jobs.cluster import EXIT_NOT_RUNNING, LocalCluster, StopResult
+from spark_jobs.driver import JobConfig, run_on_spark
+from spark_jobs.examples import clicks
+
+log = logging.getLogger(__name__)
+
+REF = "spark_jobs.examples.clicks:pipeline"
+RECORDS = 20_000
+
+
+def read_output(out: Path) -> dict[str, tuple[str, int]]:
+    rows: dict[str, tuple[str, int]] = {}
+    for f in sorted(glob.glob(str(out / "out" / "*.jsonl"))):
+        for line in Path(f).read_text(encoding="utf-8").splitlines():
+            r = json.loads(line)
+            assert r["page"] not in rows, f"duplicate output row for {r['page']}"
+            rows[r["page"]] = (r["section"], r["views"])
+    return rows
+
+
+def live_processes() -> dict[int, tuple[int, list[str]]]:
+    """Every live, non-zombie process: pid -> (session id, argv)."""
+    found: dict[int, tuple[int, list[str]]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rpartition(")")[2].split()
+            raw = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if fields[0] != "Z":
+            argv = [a.decode(errors="replace") for a in raw.split(b"\0") if a]
+            found[int(entry.name)] = (int(fields[3]), argv)
+    return found
+
+
+def leftovers(root: Path, pids: set[int], sessions: set[int]) -> list[str]:
+    """Processes that belong to the cluster in ``root``: by PID, by session, or by path."""
+    marker = str(root)
+    return [
+        f"{pid} (session {sid}): {' '.join(argv)[:200]}"
+        for pid, (sid, argv) in live_processes().items()
+        if pid in pids or sid in sessions or any(marker in arg for arg in argv)
+    ]
+
+
+def hold_executors(master_url: str) -> Any:
+    """A Spark application on ``master_url`` whose executors keep live Python workers."""
+    from pyspark.sql import SparkSession
+
+    spark = (
+        SparkSession.builder.master(master_url)
+        .appName("spillway-hold-executors")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.ui.enabled", "false")
+        .config("spark.python.worker.reuse", "true")  # workers stay alive between tasks
+        .getOrCreate()
+    )
+    return spark
+
+
+def session_of(pid: int) -> int | None:
+    entry = live_processes().get(pid)
+    return entry[0] if entry is not None else None
+
+
+@pytest.mark.broker
+@pytest.mark.spark
+def test_clicks_on_a_standalone_cluster_then_stop_leaves_nothing(
+    tmp_path: Path, unique: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "out"
+    env = {"CLICKS_RECORDS": str(RECORDS), "CLICKS_PARALLELISM": "2", "CLICKS_OUT": str(out)}
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)  # the driver builds the plan from them
+    monkeypatch.delenv("CLICKS_RATE", raising=False)
+    monkeypatch.delenv("SPILLWAY_CRASH_AT", raising=False)
+    root = tmp_path / "cluster"
+    # Executors inherit the workers' environment, not the driver's: hand them the job's.
+    cluster = LocalCluster(root, env=env)
+    stopped: dict[str, StopResult] = {}
+
+    t0 = time.monotonic()
+    cluster.start()
+    try:
+        started_s = time.monotonic() - t0
+        status = cluster.status()
+        assert status.running, [c.describe() for c in status.components]
+        assert status.alive_workers == 2
+        assert len(cluster.worker_pids()) == 2
+        assert cluster.master_url.startswith("spark://127.0.0.1:")
+        assert cluster.bootstrap.startswith("127.0.0.1:")
+        sessions = {int((root / f"{n}.pid").read_text()) for n in ("master", *cluster.worker_names)}
+
+        t1 = time.monotonic()
+        config = JobConfig(
+            REF, unique, cluster.bootstrap, master=cluster.master_url, task_attempts=4
+        )
+        results = run_on_spark(config)
+        job_s = time.monotonic() - t1
+
+        assert len(results) == 8
+        assert all(r.status == "finished" for r in results), results
+        assert read_output(out) == clicks.reference(RECORDS)
+        # The executors ran on the workers (their work dirs hold this application's logs).
+        assert all(any((root / "work" / w).iterdir()) for w in ("worker-1", "worker-2"))
+
+        # Stop while an application holds executors with live Python workers: they are
+        # children of the worker JVMs and must go with them.
+        spark = hold_executors(cluster.master_url)
+        try:
+            rdd = spark.sparkContext.parallelize(range(2), 2)
+            python_workers = set(rdd.map(lambda _: os.getpid()).collect())
+            worker_sessions = {int((root / f"{w}.pid").read_text()) for w in cluster.worker_names}
+            assert {session_of(pid) for pid in python_workers} <= worker_sessions
+            pids = set(cluster.processes())
+            assert pids >= sessions | python_workers
+            t2 = time.monotonic()
+            stopped = cluster.stop()
+            stop_s = time.monotonic() - t2
+        finally:
+            spark.stop()
+    finally:
+        if not stopped:
+            cluster.stop()
+
+    assert stopped == {
+        "worker-2": StopResult.STOPPED,
+        "worker-1": StopResult.STOPPED,
+        "master": StopResult.STOPPED,
+        "broker": StopResult.STOPPED,
+    }
+    assert cluster.processes() == []
+    assert leftovers(root, pids, sessions) == []
+    log.info(
+        "cluster start %.1f s, job (%d records) %.1f s, stop with live executors %.1f s",
+        started_s,
+        RECORDS,
+        job_s,
+        stop_s,
+    )
+
+
+def test_status_and_stop_of_a_cluster_never_started(tmp_path: Path) -> None:
+    root = tmp_path / "never"
+    assert main(["cluster", "status", "--dir", str(root)]) == EXIT_NOT_RUNNING
+    assert main(["cluster", "stop", "--dir", str(root)]) == 0
+    assert set(LocalCluster(root).stop().values()) == {StopResult.NOT_RUNNING}
+    assert not root.exists()  # status and stop create nothing
