@@ -94,3 +94,31 @@ def last_submission(settings: KafkaSettings, job: JobId) -> dict[str, Any] | Non
         if e.get("event") == "submitted":
             found = e
     return found
+
+
+class StopRequests:
+    """Watches the event log for a ``stop-requested`` event of one run of the job.
+
+    The driver appends that event when it receives SIGTERM; every subtask checks after
+    each checkpoint, so it stops with a fresh checkpoint and nothing half-done.
+    """
+
+    def __init__(self, settings: KafkaSettings, job: JobId, run_id: str) -> None:
+        self.run_id = run_id
+        self._tp = TopicPartition(events_topic(job), 0)
+        self._consumer = AssignedConsumer(settings, f"spillway.{job}.stop-watch")
+        self._consumer.assign({self._tp: Offset(0)})
+        self._stop = False
+
+    def requested(self) -> bool:
+        """True once the driver asked this run to stop (cheap: one non-blocking poll)."""
+        if not self._stop:
+            for m in self._consumer.consume(500, 0):
+                e = json.loads(m.value() or b"{}")
+                if e.get("event") == "stop-requested" and e.get("run") == self.run_id:
+                    self._stop = True
+        return self._stop
+
+    def close(self) -> None:
+        """Release the consumer."""
+        self._consumer.close()

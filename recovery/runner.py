@@ -28,7 +28,7 @@ from channels.writer import ChannelWriter, OutputChannel
 from offsets.checkpoint import Checkpoint
 from offsets.store import CheckpointStore, check_retention, commit_checkpoint
 from offsets.tracker import CheckpointSequence
-from recovery.events import EventLog
+from recovery.events import EventLog, StopRequests
 from recovery.faults import Faults
 from recovery.lifecycle import Lifecycle, Phase
 from recovery.plan import JobPlan, Logic, Record, Sink, Source
@@ -49,6 +49,7 @@ class RunOptions:
     channel: ChannelSettings = field(default_factory=ChannelSettings)
     from_checkpoint: int | None = None
     allow_rewind: bool = False  # from_checkpoint older than the latest: outputs repeat downstream
+    run_id: str | None = None  # honour stop requests of this run (SIGTERM to the driver)
     watermark_interval_s: float = 0.2
 
 
@@ -102,7 +103,10 @@ class SubtaskRunner:
         self.options = options
         self.attempt = attempt
         self.lifecycle = Lifecycle()
-        self._should_stop = should_stop
+        self._stop_requests = (
+            StopRequests(settings, plan.job, options.run_id) if options.run_id else None
+        )
+        self._should_stop = self._stop_requests.requested if self._stop_requests else should_stop
         op = plan.operator(subtask.operator)
         self.op = op
         self.store = CheckpointStore(settings, plan.job, op.name, op.parallelism)
@@ -160,9 +164,9 @@ class SubtaskRunner:
                     self._finish()
                     return self.result
                 if time.monotonic() - self._last_ckpt >= self.options.checkpoint_interval_s:
-                    self._checkpoint(finished=False)
-                    if self._should_stop():
-                        self.lifecycle.to(Phase.STOPPED)
+                    stopping = self._should_stop()
+                    self._checkpoint(finished=False, stopping=stopping)
+                    if stopping:
                         self.result.status = "stopped"
                         self.events.emit("stopped", checkpoint=self._seq.last)
                         return self.result
@@ -352,7 +356,7 @@ class SubtaskRunner:
 
     # -- checkpoints ---------------------------------------------------------------------
 
-    def _checkpoint(self, finished: bool) -> None:
+    def _checkpoint(self, finished: bool, stopping: bool = False) -> None:
         self.lifecycle.to(Phase.CHECKPOINTING)
         cid = self._seq.next()
         for w in self.writers:
@@ -397,6 +401,9 @@ class SubtaskRunner:
         self._last_ckpt = time.monotonic()
         if cid % 10 == 0:
             self.store.prune(self.subtask.index, self.options.keep_checkpoints)
+        if stopping:
+            self.lifecycle.to(Phase.STOPPED)
+            return
         if not finished:
             self.producer.begin()
         self.lifecycle.after_checkpoint()
@@ -427,7 +434,10 @@ class SubtaskRunner:
         )
 
     def _close(self) -> None:
-        for closer in (self.producer.close, self.store.close):
+        closers = [self.producer.close, self.store.close]
+        if self._stop_requests is not None:
+            closers.append(self._stop_requests.close)
+        for closer in closers:
             try:
                 closer()
             except Exception:  # closing must not hide the real outcome

@@ -8,9 +8,13 @@ stays off: two live copies of a subtask would only fence each other.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import signal
 import sys
+import threading
+import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -59,7 +63,7 @@ class JobConfig:
             min_insync_replicas=self.min_insync_replicas,
         )
 
-    def options(self, from_checkpoint: int | None = None) -> RunOptions:
+    def options(self, from_checkpoint: int | None = None, run_id: str | None = None) -> RunOptions:
         """Per-subtask runtime options of this run."""
         if self.checkpoint_interval_s <= 0:
             raise ConfigError(
@@ -70,6 +74,7 @@ class JobConfig:
             transaction_timeout_ms=self.transaction_timeout_ms,
             channel=ChannelSettings(),
             from_checkpoint=from_checkpoint,
+            run_id=run_id,
         )
 
 
@@ -93,10 +98,12 @@ def run_on_spark(config: JobConfig, from_checkpoint: int | None = None) -> list[
     settings = config.settings()
     options = config.options(from_checkpoint)
     prepare_topics(plan, settings)
+    run_id = uuid.uuid4().hex
     record_job_event(
         settings,
         plan.job,
         "submitted",
+        run=run_id,
         pipeline=config.pipeline,
         checkpoint_interval_s=config.checkpoint_interval_s,
         master=config.master,
@@ -114,8 +121,10 @@ def run_on_spark(config: JobConfig, from_checkpoint: int | None = None) -> list[
         SparkSession.builder.appName(f"spillway-{config.job_id}")
         .config("spark.speculation", "false")
         .config("spark.task.maxFailures", str(config.task_attempts))
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
+        # Loopback unless the deployment says otherwise (containers set SPARK_LOCAL_IP to
+        # their own host name so executors elsewhere can reach the driver).
+        .config("spark.driver.host", os.environ["SPARK_LOCAL_IP"])
+        .config("spark.driver.bindAddress", os.environ["SPARK_LOCAL_IP"])
         .config("spark.ui.enabled", "false")
         .config("spark.python.worker.reuse", "false")
         .config("spark.executorEnv.PYTHONPATH", os.pathsep.join(p for p in sys.path if p))
@@ -135,12 +144,13 @@ def run_on_spark(config: JobConfig, from_checkpoint: int | None = None) -> list[
         if slots < n:
             log.info("%d subtasks on %d slots: bounded job, upstream operators run first", n, slots)
         env = {k: v for k, v in os.environ.items() if k.startswith(config.env_prefixes)}
-        payload = (config, from_checkpoint, env)
-        rows = (
-            sc.parallelize(range(n), n)
-            .mapPartitionsWithIndex(lambda i, _it: _task(payload, i))
-            .collect()
-        )
+        payload = (config, from_checkpoint, env, run_id)
+        with _stop_on_sigterm(settings, plan, run_id):
+            rows = (
+                sc.parallelize(range(n), n)
+                .mapPartitionsWithIndex(lambda i, _it: _task(payload, i))
+                .collect()
+            )
     finally:
         spark.stop()
     results = [SubtaskResult(**r) for r in rows]
@@ -148,13 +158,33 @@ def run_on_spark(config: JobConfig, from_checkpoint: int | None = None) -> list[
     return results
 
 
+@contextlib.contextmanager
+def _stop_on_sigterm(settings: KafkaSettings, plan: JobPlan, run_id: str) -> Iterator[None]:
+    """While the job runs, SIGTERM asks every subtask to checkpoint and stop (not to die)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers can only be installed from the main thread
+        return
+
+    def request_stop(signum: int, _frame: object) -> None:
+        log.warning(
+            "SIGTERM: asking every subtask of %s to take a last checkpoint and stop", plan.job
+        )
+        record_job_event(settings, plan.job, "stop-requested", run=run_id)
+
+    previous = signal.signal(signal.SIGTERM, request_stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def _task(
-    payload: tuple[JobConfig, int | None, dict[str, str]], index: int
+    payload: tuple[JobConfig, int | None, dict[str, str], str], index: int
 ) -> Iterator[dict[str, Any]]:
     """Body of one Spark task: run subtask ``index`` of the plan."""
     from pyspark import TaskContext
 
-    config, from_checkpoint, env = payload
+    config, from_checkpoint, env, run_id = payload
     for key in [k for k in os.environ if k.startswith(config.env_prefixes)]:
         del os.environ[key]  # the submitter's environment wins, including what it unset
     os.environ.update(env)
@@ -170,7 +200,7 @@ def _task(
     plan = load_plan(config.pipeline, config.job_id)
     subtask = plan.subtasks()[index]
     runner = SubtaskRunner(
-        plan, subtask, config.settings(), config.options(from_checkpoint), attempt
+        plan, subtask, config.settings(), config.options(from_checkpoint, run_id), attempt
     )
     result = runner.run()
     yield asdict(result)

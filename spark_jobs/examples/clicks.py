@@ -4,7 +4,8 @@ The main job of ``make demo``. Every input record is a deterministic function of
 index, so :func:`reference` recomputes the exact expected output in plain Python.
 
 Configured by environment (read when the pipeline is built, on the driver and on every
-executor): ``CLICKS_RECORDS`` (default 1,000,000), ``CLICKS_OUT`` (output directory),
+executor): ``CLICKS_RECORDS`` (default 1,000,000; ``unbounded`` for an endless
+stream), ``CLICKS_OUT`` (output directory),
 ``CLICKS_PARALLELISM`` (default 2), ``CLICKS_RATE`` (records/s per source subtask; unset:
 as fast as possible).
 """
@@ -79,7 +80,9 @@ def add_view(acc: list[Any], view: dict[str, Any]) -> list[Any]:
     return [view["section"], acc[1] + 1]
 
 
-def build(records: int, out_dir: str, parallelism: int = 2, rate: float | None = None) -> Pipeline:
+def build(
+    records: int | None, out_dir: str, parallelism: int = 2, rate: float | None = None
+) -> Pipeline:
     """The click pipeline over ``records`` generated clicks, writing to ``out_dir``."""
     p = Pipeline("clicks")
     clicks = p.generate(
@@ -100,8 +103,9 @@ def build(records: int, out_dir: str, parallelism: int = 2, rate: float | None =
 def pipeline() -> Pipeline:
     """The pipeline as configured by the environment (see the module docstring)."""
     rate = os.environ.get("CLICKS_RATE")
+    records = os.environ.get("CLICKS_RECORDS", "1000000")
     return build(
-        int(os.environ.get("CLICKS_RECORDS", "1000000")),
+        None if records == "unbounded" else int(records),
         os.environ.get("CLICKS_OUT", ".spillway/out/clicks"),
         int(os.environ.get("CLICKS_PARALLELISM", "2")),
         float(rate) if rate else None,

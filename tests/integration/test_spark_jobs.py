@@ -220,3 +220,67 @@ def test_replay_by_hand_catches_up_after_spark_gave_up(
             replayed.append((f"{op}[{i}]", r.status, r.restored_from))
     assert ("count[0]", "finished", 1) in replayed
     assert read_output(clicks_env) == clicks.reference(RECORDS)
+
+
+def test_sigterm_to_the_driver_checkpoints_every_subtask_and_exits_cleanly(
+    kafka_bootstrap: str, unique: str, clicks_env: Path, tmp_path: Path
+) -> None:
+    env = {**os.environ, "CLICKS_RECORDS": "unbounded", "CLICKS_RATE": "2000"}
+    cmd = [
+        sys.executable,
+        "-m",
+        "spark_jobs.cli",
+        "run",
+        REF,
+        "--job-id",
+        unique,
+        "--bootstrap",
+        kafka_bootstrap,
+        "--master",
+        "local[8,2]",
+    ]
+    log = open(tmp_path / "driver.log", "wb")  # noqa: SIM115
+    driver = subprocess.Popen(
+        cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    settings = KafkaSettings(kafka_bootstrap)
+    stores = {
+        op: CheckpointStore(settings, JobId(unique), OperatorName(op), 2)
+        for op in ("clicks", "enrich", "count", "out")
+    }
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert driver.poll() is None, (tmp_path / "driver.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, "no checkpoints before the deadline"
+            try:
+                ready = all(
+                    (c := s.latest(i)) is not None and c.checkpoint_id >= 2
+                    for s in stores.values()
+                    for i in range(2)
+                )
+            except Exception:
+                ready = False
+            if ready:
+                break
+            time.sleep(0.5)
+        asked = time.time()
+        driver.send_signal(signal.SIGTERM)
+        assert driver.wait(90) == 0, (tmp_path / "driver.log").read_text()[-3000:]
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+        log.close()
+    last: dict[str, str] = {}
+    for e in read_events(settings, JobId(unique)):
+        if "operator" in e:
+            last[f"{e['operator']}[{e['index']}]"] = e["event"]
+    assert set(last.values()) == {"stopped"}, last
+    assert len(last) == 8
+    for op, store in stores.items():
+        for i in range(2):
+            c = store.latest(i)
+            assert c is not None, f"{op}[{i}]"
+            assert not c.finished
+            assert c.wall_time >= asked, f"{op}[{i}] has no checkpoint taken after SIGTERM"
+        store.close()
