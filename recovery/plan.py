@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from channels.config import KafkaSettings
 from channels.ids import JobId, OperatorName, SubtaskId
 from channels.kafka.admin import TopicSpec
 from channels.naming import changelog_topic, channel_topic
@@ -21,13 +22,16 @@ Record = Any
 
 
 class Context(Protocol):
-    """What operator logic may use: its identity and its keyed state."""
+    """What operator logic may use: its identity, its keyed state, the cluster settings."""
 
     @property
     def subtask(self) -> SubtaskId: ...
 
     @property
     def state(self) -> KeyedState: ...
+
+    @property
+    def kafka(self) -> KafkaSettings: ...
 
 
 class KeyedState(Protocol):

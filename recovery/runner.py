@@ -70,9 +70,16 @@ class SubtaskResult:
 
 
 class _Ctx:
-    def __init__(self, subtask: SubtaskId, state: ChangelogState | None) -> None:
+    def __init__(
+        self, subtask: SubtaskId, state: ChangelogState | None, kafka: KafkaSettings
+    ) -> None:
         self._subtask = subtask
         self._state = state
+        self._kafka = kafka
+
+    @property
+    def kafka(self) -> KafkaSettings:
+        return self._kafka
 
     @property
     def subtask(self) -> SubtaskId:
@@ -123,7 +130,7 @@ class SubtaskRunner:
             if op.stateful
             else None
         )
-        self.ctx = _Ctx(subtask, self.state)
+        self.ctx = _Ctx(subtask, self.state, settings)
         self.source: Source | None = op.make_source() if op.make_source else None
         self.logic: Logic | None = op.make_logic() if op.make_logic else None
         self.sink: Sink | None = op.make_sink() if op.make_sink else None

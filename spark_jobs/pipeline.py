@@ -35,7 +35,7 @@ from spark_jobs.operators import (
     TumblingWindowLogic,
 )
 from spark_jobs.sinks import ConsoleSink, JsonlFileSink, KafkaTopicSink
-from spark_jobs.sources import FileSource, GeneratorSource
+from spark_jobs.sources import FileSource, GeneratorSource, KafkaTopicSource
 
 Schema = dict[str, Any]
 _ROUTINGS = frozenset({"auto", "forward", "rebalance", "broadcast", "hash"})
@@ -108,6 +108,30 @@ class Pipeline:
             partial(FileSource, pattern, format, parallelism),
             description={"source": "files", "format": format},
         )
+        return Stream(self, name)
+
+    def read_kafka(
+        self,
+        name: str,
+        topic: str,
+        *,
+        schema: Schema,
+        parallelism: int = 1,
+        bounded: bool = False,
+    ) -> Stream:
+        """JSON records of an existing topic (read_committed); offsets live in checkpoints.
+
+        ``bounded=True`` reads up to the end offsets seen when the job first starts.
+        """
+        node = self._add(
+            name,
+            parallelism,
+            "source",
+            schema,
+            partial(KafkaTopicSource, topic, parallelism, bounded),
+            description={"source": "kafka", "topic": topic, "bounded": bounded},
+        )
+        node.bounded = bounded
         return Stream(self, name)
 
     # -- graph ---------------------------------------------------------------------------
