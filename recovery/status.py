@@ -1,8 +1,9 @@
 """``status``: where every subtask and channel of a job stands.
 
 Per subtask: running / finished / failed (from the event log), last checkpoint id and
-age, replay debt per input partition (records between the checkpointed offset and the
-partition's end, i.e. what a restart would re-read) and changelog size.
+age, replay debt per input partition (offsets between the checkpointed position and the
+partition's end — what a restart would re-read; transaction markers count as offsets
+too) and changelog size. A finished subtask has no debt: a restart skips it.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ def job_status(settings: KafkaSettings, plan: JobPlan) -> list[SubtaskStatus]:
                     if ckpt is not None and ckpt.finished:
                         state = "finished"
                     debt: dict[str, int] = {}
-                    for edge in plan.inputs_of(op.name):
+                    for edge in [] if state == "finished" else plan.inputs_of(op.name):
                         tp = TopicPartition(plan.topic_of(edge), i)
                         _, high = probe.watermarks(tp)
                         start = ckpt.inputs.get(tp, Offset(0)) if ckpt else 0

@@ -23,6 +23,7 @@ from channels.ids import JobId, OperatorName
 from offsets.store import CheckpointStore
 from recovery.events import read_events
 from recovery.replay import replay_subtask
+from spark_jobs.cli import main
 from spark_jobs.demo import run_demo
 from spark_jobs.driver import JobConfig, run_on_spark
 from spark_jobs.examples import clicks
@@ -124,7 +125,7 @@ def test_crash_before_commit_then_during_restore_is_exactly_once(
 
 
 def test_bounded_job_rerun_after_finish_writes_nothing_twice(
-    kafka_bootstrap: str, unique: str, clicks_env: Path
+    kafka_bootstrap: str, unique: str, clicks_env: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     config = JobConfig(REF, unique, kafka_bootstrap, master="local[8,2]")
     first = run_on_spark(config)
@@ -139,6 +140,17 @@ def test_bounded_job_rerun_after_finish_writes_nothing_twice(
 
     second = run_on_spark(config)
     assert {r.status for r in second} == {"skipped"}
+
+    assert main(["status", "--job", unique, "--bootstrap", kafka_bootstrap, "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["subtask"] for r in rows] == [
+        f"{unique}/{op}[{i}]" for op in ("clicks", "enrich", "count", "out") for i in range(2)
+    ]
+    assert {r["state"] for r in rows} == {"finished"}
+    assert all(r["checkpoint"] is not None and r["replay_debt"] == {} for r in rows)
+    assert {r["restarts"] for r in rows} == {0}  # the second run skipped them, nothing restarted
+    for s in stores:
+        s.close()
     assert output_files(clicks_env) == files
     assert [s.latest(i) for s in stores for i in range(2)] == before
 
