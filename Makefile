@@ -23,7 +23,7 @@ test: $(STAMP) lint typecheck
 	$(BIN)/python -m pytest tests
 
 lint: $(STAMP)
-	$(BIN)/ruff check channels offsets recovery spark_jobs tests
+	$(BIN)/ruff check channels offsets recovery spark_jobs bench tests
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
