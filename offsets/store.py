@@ -14,6 +14,8 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 
+from confluent_kafka import Message
+
 from channels.config import KafkaSettings
 from channels.errors import RetentionGapError
 from channels.ids import JobId, Offset, OperatorName, SubtaskId, TopicPartition
@@ -90,35 +92,31 @@ class CheckpointStore:
     def _read_range(
         self, consumer: AssignedConsumer, tp: TopicPartition, start: int, end: int
     ) -> list[Checkpoint]:
-        out: list[Checkpoint] = []
-        if start >= end:
-            return out
-        consumer.assign({tp: Offset(start)})
-        deadline = time.monotonic() + self.settings.request_timeout_s
-        while time.monotonic() < deadline:
-            for m in consumer.consume(100, 0.2):
-                out.append(
-                    Checkpoint.from_bytes(m.value() or b"", where=f"at {tp} offset {m.offset()}")
-                )
-            pos = consumer.position(tp)
-            if pos is not None and pos >= end:
-                return out
-        raise RetentionGapError(f"could not read checkpoints {tp} [{start}, {end}) in time")
+        return [
+            Checkpoint.from_bytes(m.value() or b"", where=f"at {tp} offset {m.offset()}")
+            for m in self._scan(consumer, tp, start, end)
+        ]
 
     def _read_offsets(
         self, consumer: AssignedConsumer, tp: TopicPartition, start: int, end: int
     ) -> list[int]:
-        out: list[int] = []
+        return [m.offset() or 0 for m in self._scan(consumer, tp, start, end)]
+
+    def _scan(
+        self, consumer: AssignedConsumer, tp: TopicPartition, start: int, end: int
+    ) -> list[Message]:
+        """Committed messages of ``tp`` in ``[start, end)`` (``end``: a last stable offset)."""
+        out: list[Message] = []
         if start >= end:
             return out
         consumer.assign({tp: Offset(start)})
         deadline = time.monotonic() + self.settings.request_timeout_s
         while time.monotonic() < deadline:
-            out.extend(m.offset() or 0 for m in consumer.consume(100, 0.2))
-            pos = consumer.position(tp)
+            out.extend(consumer.consume(100, 0.2))
+            pos = consumer.position(tp)  # moves past transaction markers too
             if pos is not None and pos >= end:
-                break
-        return out
+                return out
+        raise RetentionGapError(f"could not read checkpoints {tp} [{start}, {end}) in time")
 
     def _reader(self) -> AssignedConsumer:
         if self._consumer is None:

@@ -149,52 +149,60 @@ def test_bounded_job_rerun_after_finish_writes_nothing_twice(
     assert {r["state"] for r in rows} == {"finished"}
     assert all(r["checkpoint"] is not None and r["replay_debt"] == {} for r in rows)
     assert {r["restarts"] for r in rows} == {0}  # the second run skipped them, nothing restarted
-    for s in stores:
-        s.close()
     assert output_files(clicks_env) == files
     assert [s.latest(i) for s in stores for i in range(2)] == before
+    for s in stores:
+        s.close()
+
+
+def start_driver(bootstrap: str, job: str, log: Path, **env: str) -> subprocess.Popen[bytes]:
+    """``spillway run`` of the clicks job in its own session (so a test can kill its 'machine')."""
+    cmd = [sys.executable, "-m", "spark_jobs.cli", "run", REF, "--job-id", job]
+    cmd += ["--bootstrap", bootstrap, "--master", "local[8,2]"]
+    with open(log, "wb") as out:
+        return subprocess.Popen(
+            cmd,
+            env={**os.environ, **env},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def wait_for_checkpoints(
+    driver: subprocess.Popen[bytes], log: Path, stores: dict[str, CheckpointStore], at_least: int
+) -> None:
+    """Wait until every subtask of ``stores``' operators has committed checkpoint ``at_least``."""
+    deadline = time.monotonic() + 120
+    while True:
+        assert driver.poll() is None, log.read_text()[-3000:]
+        assert time.monotonic() < deadline, "no checkpoints before the deadline"
+        try:
+            ready = all(
+                (c := s.latest(i)) is not None and c.checkpoint_id >= at_least
+                for s in stores.values()
+                for i in range(2)
+            )
+        except Exception:  # topics appear only once the driver has created them
+            ready = False
+        if ready:
+            return
+        time.sleep(0.5)
 
 
 def test_driver_killed_then_restarted_resumes_every_subtask_from_its_checkpoint(
     kafka_bootstrap: str, unique: str, clicks_env: Path, tmp_path: Path
 ) -> None:
-    env = {**os.environ, "CLICKS_RATE": str(RECORDS / 2 / 20)}  # ~20 s of input
-    cmd = [
-        sys.executable,
-        "-m",
-        "spark_jobs.cli",
-        "run",
-        REF,
-        "--job-id",
-        unique,
-        "--bootstrap",
-        kafka_bootstrap,
-        "--master",
-        "local[8,2]",
-    ]
-    log = open(tmp_path / "driver.log", "wb")  # noqa: SIM115
-    driver = subprocess.Popen(
-        cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-    )
+    log = tmp_path / "driver.log"
+    driver = start_driver(kafka_bootstrap, unique, log, CLICKS_RATE=str(RECORDS / 2 / 20))
     settings = KafkaSettings(kafka_bootstrap)
     store = CheckpointStore(settings, JobId(unique), OperatorName("count"), 2)
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert driver.poll() is None, (tmp_path / "driver.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, "no checkpoints before the deadline"
-            try:
-                c0, c1 = store.latest(0), store.latest(1)
-            except Exception:
-                c0 = c1 = None
-            if c0 is not None and c1 is not None and min(c0.checkpoint_id, c1.checkpoint_id) >= 3:
-                break
-            time.sleep(0.5)
+        wait_for_checkpoints(driver, log, {"count": store}, 3)
     finally:
         # The driver's whole machine goes: driver, its JVM and every Python worker.
         os.killpg(driver.pid, signal.SIGKILL)
         driver.wait(30)
-        log.close()
     time.sleep(1)
     latest = {
         f"{op}[{i}]": CheckpointStore(settings, JobId(unique), OperatorName(op), 2).latest(i)
@@ -237,23 +245,9 @@ def test_replay_by_hand_catches_up_after_spark_gave_up(
 def test_sigterm_to_the_driver_checkpoints_every_subtask_and_exits_cleanly(
     kafka_bootstrap: str, unique: str, clicks_env: Path, tmp_path: Path
 ) -> None:
-    env = {**os.environ, "CLICKS_RECORDS": "unbounded", "CLICKS_RATE": "2000"}
-    cmd = [
-        sys.executable,
-        "-m",
-        "spark_jobs.cli",
-        "run",
-        REF,
-        "--job-id",
-        unique,
-        "--bootstrap",
-        kafka_bootstrap,
-        "--master",
-        "local[8,2]",
-    ]
-    log = open(tmp_path / "driver.log", "wb")  # noqa: SIM115
-    driver = subprocess.Popen(
-        cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    log = tmp_path / "driver.log"
+    driver = start_driver(
+        kafka_bootstrap, unique, log, CLICKS_RECORDS="unbounded", CLICKS_RATE="2000"
     )
     settings = KafkaSettings(kafka_bootstrap)
     stores = {
@@ -261,28 +255,13 @@ def test_sigterm_to_the_driver_checkpoints_every_subtask_and_exits_cleanly(
         for op in ("clicks", "enrich", "count", "out")
     }
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert driver.poll() is None, (tmp_path / "driver.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, "no checkpoints before the deadline"
-            try:
-                ready = all(
-                    (c := s.latest(i)) is not None and c.checkpoint_id >= 2
-                    for s in stores.values()
-                    for i in range(2)
-                )
-            except Exception:
-                ready = False
-            if ready:
-                break
-            time.sleep(0.5)
+        wait_for_checkpoints(driver, log, stores, 2)
         asked = time.time()
         driver.send_signal(signal.SIGTERM)
-        assert driver.wait(90) == 0, (tmp_path / "driver.log").read_text()[-3000:]
+        assert driver.wait(90) == 0, log.read_text()[-3000:]
     finally:
         if driver.poll() is None:
             os.killpg(driver.pid, signal.SIGKILL)
-        log.close()
     last: dict[str, str] = {}
     for e in read_events(settings, JobId(unique)):
         if "operator" in e:
