@@ -132,7 +132,7 @@ def run_demo(
     while thread.is_alive():
         thread.join(5)
         if thread.is_alive():
-            _progress(settings, JobId(job))
+            _progress(settings, JobId(job), parallelism, records)
     wall = time.monotonic() - t0
     if failure:
         _say(f"FAILED: the job raised {failure[0]!r}")
@@ -193,10 +193,28 @@ def _pid_of(settings: KafkaSettings, job: JobId, op: str, index: int) -> int | N
     return pid
 
 
-def _progress(settings: KafkaSettings, job: JobId) -> None:
-    done = sum(1 for e in read_events(settings, job) if e.get("event") in ("finished", "skipped"))
-    starts = sum(1 for e in read_events(settings, job) if e.get("event") == "started")
-    _say(f"running: {done} subtasks finished, {starts} subtask starts so far")
+def _progress(settings: KafkaSettings, job: JobId, parallelism: int, records: int) -> None:
+    events = list(read_events(settings, job))
+    done = sum(1 for e in events if e.get("event") in ("finished", "skipped"))
+    restarts = sum(1 for e in events if e.get("event") == "started" and e["attempt"] > 0)
+    parts = []
+    emitted = 0
+    for op in ("clicks", "enrich", "count", "out"):
+        store = CheckpointStore(settings, job, OperatorName(op), parallelism)
+        try:
+            ids = []
+            for i in range(parallelism):
+                c = store.latest(i)
+                ids.append("-" if c is None else str(c.checkpoint_id))
+                if op == "clicks" and c is not None:
+                    emitted += (int(c.source.get("next", i)) - i + parallelism - 1) // parallelism
+        finally:
+            store.close()
+        parts.append(f"{op} {'/'.join(ids)}")
+    _say(
+        f"committed {emitted:,}/{records:,} source records; checkpoints {', '.join(parts)}; "
+        f"{done} subtasks finished, {restarts} restarted"
+    )
 
 
 def _report(
