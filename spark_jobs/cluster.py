@@ -186,11 +186,17 @@ class LocalCluster:
         worker_cores: int = 1,
         worker_memory: str = "1g",
         daemon_memory: str = "512m",
+        app_cores: int | None = None,
         env: Mapping[str, str] | None = None,
         start_timeout: float = 120.0,
         stop_timeout: float = 30.0,
     ) -> None:
         """No I/O happens here.
+
+        ``app_cores`` caps the cores the master grants an application that does not set
+        ``spark.cores.max`` (the master's ``spark.deploy.defaultCores``; None: all free
+        cores). With cores to spare on the workers, the master replaces the executors of a
+        lost worker on the others.
 
         ``env`` is added to the environment of the master and workers; executors and their
         Python workers inherit it (e.g. settings a pipeline reads from the environment on
@@ -201,12 +207,15 @@ class LocalCluster:
                 f"a cluster needs at least 1 worker with 1 core, got workers={workers}, "
                 f"worker_cores={worker_cores}"
             )
+        if app_cores is not None and app_cores < 1:
+            raise ConfigError(f"app_cores must be at least 1, got {app_cores}")
         default = os.environ.get(CLUSTER_DIR_ENV) or DEFAULT_DIR
         self.root = Path(root if root is not None else default).absolute()
         self.workers = workers
         self.worker_cores = worker_cores
         self.worker_memory = worker_memory
         self.daemon_memory = daemon_memory
+        self.app_cores = app_cores
         self.env = dict(env or {})
         self.start_timeout = start_timeout
         self.stop_timeout = stop_timeout
@@ -480,6 +489,10 @@ class LocalCluster:
         local_dirs = self.root / "tmp"
         local_dirs.mkdir(exist_ok=True)
         env = {**os.environ, **self.env}
+        # The REST submission server would listen on the fixed port 6066; we never use it.
+        master_opts = ["-Dspark.master.rest.enabled=false"]
+        if self.app_cores is not None:
+            master_opts.append(f"-Dspark.deploy.defaultCores={self.app_cores}")
         env.update(
             SPARK_HOME=str(spark_home),
             JAVA_HOME=str(java.resolve().parent.parent),
@@ -488,8 +501,7 @@ class LocalCluster:
             SPARK_DAEMON_MEMORY=self.daemon_memory,
             # Quoted: the launcher splits this on spaces, and the directory may contain some.
             SPARK_DAEMON_JAVA_OPTS=f'"{self._marker()}"',
-            # The REST submission server would listen on the fixed port 6066; we never use it.
-            SPARK_MASTER_OPTS="-Dspark.master.rest.enabled=false",
+            SPARK_MASTER_OPTS=" ".join(master_opts),
         )
         command = [str(spark_home / "bin" / "spark-class"), *args]
         with self._log_file(name).open("ab") as out:
