@@ -286,6 +286,7 @@ def test_schema_mismatch_and_oversized_records_are_clear_errors(
         AssignedConsumer(settings, f"g-{unique}"), [InputChannel(topic, j, other, UP)]
     )
     reader.start()
+
     def poll_until_failure() -> None:
         for _ in range(50):
             reader.poll(10, 0.2)
