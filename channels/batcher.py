@@ -44,12 +44,7 @@ class Batcher:
         records are never truncated.
         """
         n = len(encoded)
-        if n > self.max_record:
-            raise RecordTooLargeError(
-                f"record of {n} bytes for {self.topic}[{partition}] exceeds the channel limit of "
-                f"{self.max_record} bytes (max_batch_bytes={self.max_bytes}); raise "
-                "max_batch_bytes (and the broker's message.max.bytes) or split the record"
-            )
+        self.check_record(partition, n)
         batch, full = self._room(partition, n, now)
         batch.records.append(encoded)
         batch.count += 1
@@ -69,6 +64,15 @@ class Batcher:
         batch.count += count
         batch.size += len(block)
         return full
+
+    def check_record(self, partition: int, size: int) -> None:
+        """:class:`RecordTooLargeError` if one record of ``size`` bytes can never be written."""
+        if size > self.max_record:
+            raise RecordTooLargeError(
+                f"record of {size} bytes for {self.topic}[{partition}] exceeds the channel limit "
+                f"of {self.max_record} bytes (max_batch_bytes={self.max_bytes}); raise "
+                "max_batch_bytes (and the broker's message.max.bytes) or split the record"
+            )
 
     def fits(self, size: int) -> bool:
         """True if ``size`` encoded bytes fit in one batch."""

@@ -42,6 +42,8 @@ class Delivery:
     kind: Kind
     records: list[Any]
     value: int | None = None
+    error: str | None = None  # set for a message that could not be decoded
+    raw: bytes | None = None  # ... and then its raw value, for the dead-letter channel
 
 
 @dataclass
@@ -55,8 +57,17 @@ class ReaderState:
 class ChannelReader:
     """Reads and decodes the input channels of one subtask."""
 
-    def __init__(self, consumer: AssignedConsumer, inputs: Sequence[InputChannel]) -> None:
+    def __init__(
+        self,
+        consumer: AssignedConsumer,
+        inputs: Sequence[InputChannel],
+        *,
+        tolerate_bad: bool = False,
+    ) -> None:
+        """``tolerate_bad``: return undecodable messages as deliveries with ``error`` set
+        (for a dead-letter channel) instead of raising :class:`RecordError`."""
         self._consumer = consumer
+        self._tolerate_bad = tolerate_bad
         self._inputs = {i.tp: i for i in inputs}
         self._codecs = {i.tp: RecordCodec(i.schema) for i in inputs}
         self._positions: dict[TopicPartition, Offset] = {}
@@ -93,7 +104,9 @@ class ChannelReader:
             try:
                 d = self._decode(tp, off, m.key(), m.value(), m.headers())
             except RecordError as e:
-                raise type(e)(f"{tp} offset {off}: {e}") from e
+                if not self._tolerate_bad:
+                    raise type(e)(f"{tp} offset {off}: {e}") from e
+                d = Delivery(tp, off, -1, Kind.DATA, [], error=str(e), raw=m.value())
             out.append(d)
             self._positions[tp] = Offset(off + 1)
         return out

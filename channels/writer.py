@@ -73,7 +73,11 @@ class ChannelWriter:
 
     def write_many(self, records: Iterable[Any]) -> None:
         """Write records in order, as :meth:`write` would, encoding each partition's share in
-        one fastavro call (per-record Python work dominates the cost of a channel)."""
+        one fastavro call (per-record Python work dominates the cost of a channel).
+
+        All-or-nothing: every record is encoded before any is buffered, so a record that
+        does not fit the schema (or the size limit) raises and leaves the writer unchanged.
+        """
         groups: dict[int, list[Any]] = {}
         targets = self.channel.partitioner.targets
         for r in records:
@@ -83,24 +87,23 @@ class ChannelWriter:
                     groups[p] = [r]
                 else:
                     group.append(r)
+        encoded = [(p, self._blocks(p, group)) for p, group in groups.items()]
         now = self._clock()
-        for p, group in groups.items():
-            self._add_group(p, group, now)
-            self._counts[p] += len(group)
+        for p, blocks in encoded:
+            for block, n in blocks:
+                full = self._batcher.add_block(p, block, n, now)
+                if full is not None:
+                    self._send(p, full)
+                self._counts[p] += n
 
-    def _add_group(self, partition: int, group: list[Any], now: float) -> None:
+    def _blocks(self, partition: int, group: list[Any]) -> list[tuple[bytes, int]]:
         block = self._codec.encode_block(group)
-        if not self._batcher.fits(len(block)):
-            if len(group) == 1:
-                self._batcher.add(partition, self._codec.encode(group[0]), now)  # raises
-                return
-            half = len(group) // 2  # too big for one message: split, order kept
-            self._add_group(partition, group[:half], now)
-            self._add_group(partition, group[half:], now)
-            return
-        full = self._batcher.add_block(partition, block, len(group), now)
-        if full is not None:
-            self._send(partition, full)
+        if self._batcher.fits(len(block)):
+            return [(block, len(group))]
+        if len(group) == 1:
+            self._batcher.check_record(partition, len(block))  # raises RecordTooLargeError
+        half = len(group) // 2  # too big for one message: split, order kept
+        return self._blocks(partition, group[:half]) + self._blocks(partition, group[half:])
 
     def tick(self) -> None:
         """Write batches that have lingered long enough. Call this from the subtask loop."""

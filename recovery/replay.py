@@ -35,6 +35,7 @@ def replay_subtask(
     """Run ``job/operator[index]`` from its latest (or ``checkpoint``) to the end of its input."""
     jid = job_id(job)
     ref = pipeline
+    dead_letter = False
     if ref is None:
         submitted = last_submission(settings, jid)
         if submitted is None:
@@ -44,6 +45,7 @@ def replay_subtask(
             )
         ref = str(submitted["pipeline"])
         checkpoint_interval_s = float(submitted.get("checkpoint_interval_s", checkpoint_interval_s))
+        dead_letter = bool(submitted.get("dead_letter", False))
     plan = load_plan(ref, job)
     try:
         op = plan.operator(operator)
@@ -60,6 +62,7 @@ def replay_subtask(
         checkpoint_interval_s=checkpoint_interval_s,
         from_checkpoint=checkpoint,
         allow_rewind=allow_duplicates,
+        dead_letter=dead_letter,
     )
     start = "its latest checkpoint" if checkpoint is None else f"checkpoint {checkpoint}"
     log.info("replaying %s from %s", subtask, start)

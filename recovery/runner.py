@@ -18,7 +18,7 @@ from typing import Any
 
 from channels.config import ChannelSettings, KafkaSettings
 from channels.envelope import Kind
-from channels.errors import ConfigError
+from channels.errors import ConfigError, RecordError
 from channels.ids import CheckpointId, Offset, SubtaskId, TopicPartition
 from channels.kafka.consumer import AssignedConsumer
 from channels.kafka.producer import TransactionalProducer
@@ -28,6 +28,7 @@ from channels.writer import ChannelWriter, OutputChannel
 from offsets.checkpoint import Checkpoint
 from offsets.store import CheckpointStore, check_retention, commit_checkpoint
 from offsets.tracker import CheckpointSequence
+from recovery.deadletter import DeadLetters
 from recovery.events import EventLog, StopRequests
 from recovery.faults import Faults
 from recovery.lifecycle import Lifecycle, Phase
@@ -50,6 +51,7 @@ class RunOptions:
     from_checkpoint: int | None = None
     allow_rewind: bool = False  # from_checkpoint older than the latest: outputs repeat downstream
     run_id: str | None = None  # honour stop requests of this run (SIGTERM to the driver)
+    dead_letter: bool = False  # bad records go to the job's dead-letter channel, not fail
     watermark_interval_s: float = 0.2
 
 
@@ -140,6 +142,7 @@ class SubtaskRunner:
             )
             for e in plan.inputs_of(op.name)
         ]
+        self.dead_letters = DeadLetters(self.producer, subtask) if options.dead_letter else None
         self.consumer: AssignedConsumer | None = None
         self.reader: ChannelReader | None = None
         self.writers: list[ChannelWriter] = []
@@ -220,7 +223,9 @@ class SubtaskRunner:
         self.faults.reached("restore")
         if self.inputs:
             self.consumer = AssignedConsumer(self.settings, self.subtask.group_id)
-            self.reader = ChannelReader(self.consumer, self.inputs)
+            self.reader = ChannelReader(
+                self.consumer, self.inputs, tolerate_bad=self.dead_letters is not None
+            )
             start = {
                 ch.tp: (ckpt.inputs.get(ch.tp, Offset(0)) if ckpt else Offset(0))
                 for ch in self.inputs
@@ -314,12 +319,16 @@ class SubtaskRunner:
             return False
         assert self.reader is not None
         for d in self.reader.poll(self.options.poll_messages, 0.05):
-            if d.kind is Kind.DATA:
+            if d.error is not None and self.dead_letters is not None:
+                self.dead_letters.send(
+                    stage="decode", error=d.error, tp=d.tp, offset=d.offset, raw=d.raw
+                )
+            elif d.kind is Kind.DATA:
                 self.result.records_in += len(d.records)
                 if d.tp in self._replay_ends:
                     self._count_replay(d.tp, d.offset, len(d.records))
                 if self.logic is not None:
-                    self._emit(self.logic.process(d.records))
+                    self._emit(self._process(d.records, d.tp, d.offset), d.tp, d.offset)
                 elif self.sink is not None:
                     self.sink.write(d.records)
         if self._replay_ends and self.reader is not None:
@@ -338,13 +347,57 @@ class SubtaskRunner:
             self._replayed[tp] += n
             self.result.replay[str(tp)][2] = self._replayed[tp]
 
-    def _emit(self, records: Iterable[Record]) -> None:
+    def _process(self, records: list[Record], tp: TopicPartition, offset: int) -> list[Record]:
+        """Run the operator on one input message's records; isolate failures if dead-lettering."""
+        assert self.logic is not None
+        try:
+            return list(self.logic.process(records))
+        except Exception as e:
+            if self.dead_letters is None:
+                raise RecordError(
+                    f"{self.subtask}: operator {self.op.name!r} failed on a record of {tp} at "
+                    f"offset {offset} ({len(records)} records in that message): "
+                    f"{type(e).__name__}: {e}. Nothing from that message on is committed; fix "
+                    "the function, or run with --dead-letter to divert bad records",
+                    subtasks=[self.subtask],
+                ) from e
+        # Record by record, so only the bad ones are diverted. A failed call leaves keyed
+        # state as it was: the operators write state only after a whole call succeeds.
+        out: list[Record] = []
+        for r in records:
+            try:
+                out.extend(self.logic.process([r]))
+            except Exception as e:
+                self.dead_letters.send(stage="process", error=e, tp=tp, offset=offset, record=r)
+        return out
+
+    def _emit(
+        self, records: Iterable[Record], tp: TopicPartition | None = None, offset: int | None = None
+    ) -> None:
         recs = records if isinstance(records, list) else list(records)
         if not recs:
             return
+        try:
+            for w in self.writers:
+                w.write_many(recs)  # all-or-nothing per call
+        except RecordError as e:
+            if self.dead_letters is None:
+                where = f" (from {tp} offset {offset})" if tp is not None else ""
+                raise type(e)(
+                    f"{self.subtask}: operator {self.op.name!r} emitted a record it cannot "
+                    f"write{where}: {e}",
+                    subtasks=[self.subtask],
+                ) from e
+            good = []
+            for r in recs:
+                try:
+                    for w in self.writers:
+                        w.write_many([r])
+                    good.append(r)
+                except RecordError as e1:
+                    self.dead_letters.send(stage="emit", error=e1, tp=tp, offset=offset, record=r)
+            recs = good
         self.result.records_out += len(recs)
-        for w in self.writers:
-            w.write_many(recs)
         if self.sink is not None and self.logic is not None:
             self.sink.write(recs)
 

@@ -22,6 +22,7 @@ from typing import Any
 from channels.config import ChannelSettings, KafkaSettings
 from channels.errors import ConfigError
 from channels.kafka.admin import Admin
+from recovery.deadletter import dead_letter_spec
 from recovery.events import events_topic_spec, record_job_event
 from recovery.loader import load_plan
 from recovery.plan import JobPlan
@@ -53,6 +54,7 @@ class JobConfig:
     # set in every task before the pipeline is built there: one Spark JVM may outlive the
     # environment it was started with, and cluster executors never had it.
     env_prefixes: tuple[str, ...] = ("SPILLWAY_", "CLICKS_")
+    dead_letter: bool = False
 
     def settings(self) -> KafkaSettings:
         """Kafka settings of this run."""
@@ -75,6 +77,7 @@ class JobConfig:
             channel=ChannelSettings(),
             from_checkpoint=from_checkpoint,
             run_id=run_id,
+            dead_letter=self.dead_letter,
         )
 
 
@@ -83,10 +86,12 @@ def subtask_count(pipeline_ref: str, job_id: str) -> int:
     return len(load_plan(pipeline_ref, job_id).subtasks())
 
 
-def prepare_topics(plan: JobPlan, settings: KafkaSettings) -> None:
+def prepare_topics(plan: JobPlan, settings: KafkaSettings, dead_letter: bool = False) -> None:
     """Create (or verify) every topic of the job before any subtask starts."""
     admin = Admin(settings)
     admin.check_reachable()
+    if dead_letter:
+        admin.ensure_topics([dead_letter_spec(plan.job)])
     admin.ensure_topics(
         [*plan.topics(CHANGELOG_TOPIC_CONFIG, CHANNEL_TOPIC_CONFIG), events_topic_spec(plan.job)]
     )
@@ -97,7 +102,7 @@ def run_on_spark(config: JobConfig, from_checkpoint: int | None = None) -> list[
     plan = load_plan(config.pipeline, config.job_id)
     settings = config.settings()
     options = config.options(from_checkpoint)
-    prepare_topics(plan, settings)
+    prepare_topics(plan, settings, config.dead_letter)
     run_id = uuid.uuid4().hex
     record_job_event(
         settings,
@@ -109,6 +114,7 @@ def run_on_spark(config: JobConfig, from_checkpoint: int | None = None) -> list[
         master=config.master,
         subtasks=[str(s) for s in plan.subtasks()],
         from_checkpoint=from_checkpoint,
+        dead_letter=config.dead_letter,
     )
     subtasks = plan.subtasks()
     n = len(subtasks)

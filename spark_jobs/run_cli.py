@@ -26,6 +26,11 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument(
         "--from-checkpoint", type=int, default=None, help="(reserved for global checkpoints)"
     )
+    p.add_argument(
+        "--dead-letter",
+        action="store_true",
+        help="divert bad records to spillway.<job>.dlq instead of stopping the job",
+    )
     p.add_argument("--replication-factor", type=int, default=1)
     p.add_argument("--min-insync-replicas", type=int, default=1)
     p.add_argument(
@@ -71,6 +76,7 @@ def _run(args: argparse.Namespace) -> int:
         replication_factor=args.replication_factor,
         min_insync_replicas=args.min_insync_replicas,
         client=client,
+        dead_letter=args.dead_letter,
     )
     results = run_on_spark(config)
     for r in results:

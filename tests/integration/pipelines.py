@@ -35,3 +35,61 @@ def kafka_to_kafka() -> Pipeline:
     )
     orders.map("tax", taxed, schema=ORDER).write_kafka("sink", os.environ["SPILLWAY_TEST_OUT"])
     return p
+
+
+EVENT = {
+    "type": "record",
+    "name": "Event",
+    "fields": [{"name": "seq", "type": "long"}, {"name": "key", "type": "string"}],
+}
+SCORED = {
+    "type": "record",
+    "name": "Scored",
+    "fields": [{"name": "key", "type": "string"}, {"name": "score", "type": "long"}],
+}
+COUNT = {
+    "type": "record",
+    "name": "KeyCount",
+    "fields": [{"name": "key", "type": "string"}, {"name": "n", "type": "long"}],
+}
+
+
+def make_event(i: int) -> dict[str, Any]:
+    """Event ``i``; every 97th makes ``parse`` raise, every 89th (+1) breaks ``Scored``."""
+    return {"seq": i, "key": f"k{i % 13}"}
+
+
+def parse(e: dict[str, Any]) -> dict[str, Any]:
+    """Raises on the poison events, like a user function meeting data it does not expect."""
+    if e["seq"] % 97 == 0:
+        raise ValueError(f"cannot parse event {e['seq']}")
+    # Every 89th (+1) record does not fit the output schema: score must be a long.
+    score: Any = "NaN" if e["seq"] % 89 == 1 else e["seq"] % 10
+    return {"key": e["key"], "score": score}
+
+
+def count_add(n: int, _r: dict[str, Any]) -> int:
+    """Count records."""
+    return n + 1
+
+
+def fragile() -> Pipeline:
+    """generate → parse (raises on some, emits bad records on others) → count per key → files."""
+    p = Pipeline("fragile")
+    events = p.generate(
+        "events",
+        make=make_event,
+        schema=EVENT,
+        count=int(os.environ["SPILLWAY_TEST_RECORDS"]),
+        parallelism=2,
+    )
+    scored = events.rebalance().map("parse", parse, schema=SCORED, parallelism=2)
+    scored.key_by(lambda r: r["key"]).aggregate(
+        "count",
+        init=lambda: 0,
+        add=count_add,
+        result=lambda k, n: {"key": k, "n": n},
+        schema=COUNT,
+        parallelism=2,
+    ).write_jsonl("out", os.environ["SPILLWAY_TEST_OUT"])
+    return p
