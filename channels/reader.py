@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from channels.envelope import Kind, RecordCodec, decode_i64, read_kind, writer_of
+from channels.envelope import H_KIND, Kind, RecordCodec, decode_i64, read_kind, writer_of
 from channels.errors import RecordError, SchemaMismatchError
 from channels.ids import Offset, TopicPartition
 from channels.kafka.consumer import AssignedConsumer
@@ -104,7 +104,9 @@ class ChannelReader:
             try:
                 d = self._decode(tp, off, m.key(), m.value(), m.headers())
             except RecordError as e:
-                if not self._tolerate_bad:
+                if not self._tolerate_bad or not _is_data(m.headers()):
+                    # Control records (end-of-stream, watermarks) cannot be skipped: a
+                    # bounded job would wait forever for a lost end-of-stream.
                     raise type(e)(f"{tp} offset {off}: {e}") from e
                 d = Delivery(tp, off, -1, Kind.DATA, [], error=str(e), raw=m.value())
             out.append(d)
@@ -164,3 +166,9 @@ class ChannelReader:
     def close(self) -> None:
         """Close the consumer."""
         self._consumer.close()
+
+
+def _is_data(raw_headers: Any) -> bool:
+    return all(
+        not (name == H_KIND and value != Kind.DATA.value) for name, value in raw_headers or ()
+    )

@@ -9,13 +9,14 @@ the subtask's checkpoint commits.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from channels.batcher import Batcher
 from channels.config import ChannelSettings
 from channels.envelope import Kind, RecordCodec, encode_i64, headers, writer_key
+from channels.errors import RecordError
 from channels.kafka.producer import TransactionalProducer
 from channels.partitioners import Partitioner
 
@@ -65,7 +66,7 @@ class ChannelWriter:
         """Encode, route and buffer one record; write any batch it completes."""
         encoded = self._codec.encode(record)
         now = self._clock()
-        for p in self.channel.partitioner.targets(record):
+        for p in self._targets(record):
             full = self._batcher.add(p, encoded, now)
             if full is not None:
                 self._send(p, full)
@@ -79,9 +80,8 @@ class ChannelWriter:
         does not fit the schema (or the size limit) raises and leaves the writer unchanged.
         """
         groups: dict[int, list[Any]] = {}
-        targets = self.channel.partitioner.targets
         for r in records:
-            for p in targets(r):
+            for p in self._targets(r):
                 group = groups.get(p)
                 if group is None:
                     groups[p] = [r]
@@ -95,6 +95,15 @@ class ChannelWriter:
                 if full is not None:
                     self._send(p, full)
                 self._counts[p] += n
+
+    def _targets(self, record: Any) -> Sequence[int]:
+        try:
+            return self.channel.partitioner.targets(record)
+        except Exception as e:  # a user key function failed, or returned an unhashable key
+            raise RecordError(
+                f"cannot route record {repr(record)[:120]} to {self.channel.topic}: "
+                f"{type(e).__name__}: {e}"
+            ) from e
 
     def _blocks(self, partition: int, group: list[Any]) -> list[tuple[bytes, int]]:
         block = self._codec.encode_block(group)

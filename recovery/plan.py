@@ -33,6 +33,9 @@ class Context(Protocol):
     @property
     def kafka(self) -> KafkaSettings: ...
 
+    @property
+    def watermark(self) -> int | None: ...
+
 
 class KeyedState(Protocol):
     """Per-key state of one subtask; changes reach the changelog at the next checkpoint."""

@@ -35,9 +35,9 @@ def replay_subtask(
     """Run ``job/operator[index]`` from its latest (or ``checkpoint``) to the end of its input."""
     jid = job_id(job)
     ref = pipeline
-    dead_letter = False
+    submitted = last_submission(settings, jid)
+    dead_letter = bool(submitted.get("dead_letter", False)) if submitted else False
     if ref is None:
-        submitted = last_submission(settings, jid)
         if submitted is None:
             raise ConfigError(
                 f"job {job!r} has no submission record on {settings.bootstrap_servers}; pass "
@@ -45,7 +45,6 @@ def replay_subtask(
             )
         ref = str(submitted["pipeline"])
         checkpoint_interval_s = float(submitted.get("checkpoint_interval_s", checkpoint_interval_s))
-        dead_letter = bool(submitted.get("dead_letter", False))
     plan = load_plan(ref, job)
     try:
         op = plan.operator(operator)

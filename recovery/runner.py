@@ -78,10 +78,16 @@ class _Ctx:
         self._subtask = subtask
         self._state = state
         self._kafka = kafka
+        self.restored_watermark: int | None = None
 
     @property
     def kafka(self) -> KafkaSettings:
         return self._kafka
+
+    @property
+    def watermark(self) -> int | None:
+        """The operator's watermark restored from its checkpoint (None: none yet)."""
+        return self.restored_watermark
 
     @property
     def subtask(self) -> SubtaskId:
@@ -147,6 +153,7 @@ class SubtaskRunner:
         self.reader: ChannelReader | None = None
         self.writers: list[ChannelWriter] = []
         self._seq = CheckpointSequence(None)
+        self._rewound_past = CheckpointId(-1)
         self._changelog_next: Offset | None = None
         self._sink_info: dict[str, Any] = {}
         self._last_ckpt = time.monotonic()
@@ -199,8 +206,14 @@ class SubtaskRunner:
         if ckpt is not None:
             ckpt.check_topology(self.plan.fingerprint)
             self.result.restored_from = int(ckpt.checkpoint_id)
-            self._seq = CheckpointSequence(ckpt.checkpoint_id)
+            # After a rewind, new checkpoints continue after the newest one, so ids stay
+            # unique and "latest" stays the newest.
+            self._seq = CheckpointSequence(max(ckpt.checkpoint_id, self._rewound_past))
             if ckpt.finished:
+                if self.sink is not None:
+                    # The final commit may have happened without its files being
+                    # published (crash between commit and rename): publish them now.
+                    self.sink.open(self.ctx, ckpt.source, self.producer)
                 self.lifecycle.to(Phase.FINISHED)
                 self.result.status = "skipped"
                 log.info(
@@ -251,6 +264,7 @@ class SubtaskRunner:
             if ckpt is not None and topic in ckpt.outputs:
                 w.restore_counts(ckpt.outputs[topic])
             self.writers.append(w)
+        self.ctx.restored_watermark = ckpt.watermark if ckpt else None
         position = dict(ckpt.source) if ckpt else {}
         if self.source is not None:
             self.source.open(self.ctx, position)
@@ -286,6 +300,13 @@ class SubtaskRunner:
         found = self.store.get(self.subtask.index, n)
         latest = self.store.latest(self.subtask.index)
         if found is not None and latest is not None and latest.checkpoint_id > n:
+            if self.op.stateful:
+                raise ConfigError(
+                    f"{self.subtask}: cannot rewind a stateful operator to checkpoint {n}: its "
+                    "changelog already holds the state of later checkpoints. Rewinding "
+                    "stateful operators needs global checkpoints (whole-job rewind)",
+                    subtasks=[self.subtask],
+                )
             if not self.options.allow_rewind:
                 raise ConfigError(
                     f"{self.subtask}: checkpoint {n} is older than its latest "
@@ -460,7 +481,10 @@ class SubtaskRunner:
         self.result.checkpoints += 1
         self._last_ckpt = time.monotonic()
         if cid % 10 == 0:
-            self.store.prune(self.subtask.index, self.options.keep_checkpoints)
+            try:
+                self.store.prune(self.subtask.index, self.options.keep_checkpoints)
+            except Exception:  # pruning is housekeeping: retry at the next tenth checkpoint
+                log.warning("%s could not prune old checkpoints", self.subtask, exc_info=True)
         if stopping:
             self.lifecycle.to(Phase.STOPPED)
             return

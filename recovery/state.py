@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from channels.errors import SpillwayError
+from channels.errors import RecordError, SpillwayError
 from channels.ids import Offset, TopicPartition
 from channels.kafka.consumer import AssignedConsumer
 from channels.kafka.producer import TransactionalProducer
@@ -49,7 +49,7 @@ class ChangelogState:
     def __init__(self, tp: TopicPartition) -> None:
         self.tp = tp
         self._data: dict[str, tuple[Any, Any]] = {}
-        self._dirty: dict[str, Any] = {}
+        self._dirty: dict[str, Any] = {}  # key -> JSON text, or _DELETED
 
     def get(self, key: Any, default: Any = None) -> Any:
         """The value of ``key``, or ``default``."""
@@ -57,10 +57,21 @@ class ChangelogState:
         return default if hit is None else hit[1]
 
     def put(self, key: Any, value: Any) -> None:
-        """Set ``key``; the change is logged at the next checkpoint."""
+        """Set ``key``; the change is logged at the next checkpoint.
+
+        The value is stored as it will be restored (through JSON), so a run with a
+        restart and a run without one see the same types (no tuple/list or int/str
+        key drift), and a value JSON cannot hold fails here, naming the key.
+        """
         k = _encode_key(key)
-        self._data[k] = (key, value)
-        self._dirty[k] = value
+        try:
+            text = json.dumps(value, separators=(",", ":"))
+        except (TypeError, ValueError) as e:
+            raise RecordError(
+                f"state value for key {key!r} in {self.tp} is not JSON-serializable: {e}"
+            ) from e
+        self._data[k] = (key, json.loads(text))
+        self._dirty[k] = text
 
     def delete(self, key: Any) -> None:
         """Remove ``key`` (a tombstone in the changelog)."""
@@ -83,7 +94,7 @@ class ChangelogState:
         """Write changed keys to the changelog inside the open transaction; return how many."""
         n = 0
         for k, v in self._dirty.items():
-            value = None if v is _DELETED else json.dumps(v, separators=(",", ":")).encode()
+            value = None if v is _DELETED else v.encode()
             producer.produce(self.tp.topic, self.tp.partition, k.encode(), value)
             n += 1
         self._dirty.clear()

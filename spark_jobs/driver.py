@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from channels.config import ChannelSettings, KafkaSettings
-from channels.errors import ConfigError
+from channels.errors import ConfigError, ProducerFencedError
 from channels.kafka.admin import Admin
 from recovery.deadletter import dead_letter_spec
 from recovery.events import events_topic_spec, record_job_event
@@ -208,5 +208,12 @@ def _task(
     runner = SubtaskRunner(
         plan, subtask, config.settings(), config.options(from_checkpoint, run_id), attempt
     )
-    result = runner.run()
+    try:
+        result = runner.run()
+    except ProducerFencedError as e:
+        # A newer incarnation (a Spark retry elsewhere, or `spillway replay`) owns this
+        # subtask now. Retrying here would only fence it back: end this attempt quietly.
+        logging.getLogger("spark_jobs.driver").warning("%s: %s", subtask, e)
+        result = runner.result
+        result.status = "fenced"
     yield asdict(result)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -84,7 +85,7 @@ class KeyedAggregateLogic:
         touched: dict[Any, Any] = {}
         for r in records:
             k = self.key_fn(r)
-            acc = touched[k] if k in touched else state.get(k)
+            acc = touched[k] if k in touched else _copy(state.get(k))
             if acc is None:
                 acc = self.init()
             acc = self.add(acc, r)
@@ -130,8 +131,9 @@ class TumblingWindowLogic:
         self._wm: int | None = None
 
     def open(self, ctx: Context) -> None:
-        """State (open windows) arrives restored."""
+        """State (open windows) and the watermark arrive restored."""
         self._ctx = ctx
+        self._wm = ctx.watermark  # windows at or before it were emitted: later records are late
 
     def process(self, records: Sequence[Record]) -> list[Record]:
         """Add each record to its window; nothing is emitted before the watermark."""
@@ -145,7 +147,7 @@ class TumblingWindowLogic:
                 self.late += 1
                 continue
             k = (self.key_fn(r), start)
-            acc = touched[k] if k in touched else state.get(k)
+            acc = touched[k] if k in touched else _copy(state.get(k))
             touched[k] = self.add(self.init() if acc is None else acc, r)
         for k, acc in touched.items():
             state.put(k, acc)
@@ -170,6 +172,12 @@ class TumblingWindowLogic:
             out.append(self.result(key, start, start + self.size, acc))
             state.delete((key, start))
         return out
+
+
+def _copy(value: Any) -> Any:
+    """A private copy of a mutable accumulator: ``add`` may change it in place (as Flink's
+    AggregateFunction may), and a call that fails half-way must not change state."""
+    return copy.deepcopy(value) if isinstance(value, (list, dict)) else value
 
 
 def _by_key(items: Iterable[tuple[Any, Any]]) -> list[tuple[Any, Any]]:

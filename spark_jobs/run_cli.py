@@ -81,5 +81,5 @@ def _run(args: argparse.Namespace) -> int:
     results = run_on_spark(config)
     for r in results:
         print(json.dumps(r.__dict__))
-    failed = [r for r in results if r.status not in ("finished", "skipped", "stopped")]
+    failed = [r for r in results if r.status not in ("finished", "skipped", "stopped", "fenced")]
     return 1 if failed else 0

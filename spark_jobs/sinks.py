@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from channels.errors import SpillwayError
 from channels.kafka.producer import TransactionalProducer
 from recovery.plan import Context, Record
 
@@ -39,11 +40,18 @@ class JsonlFileSink:
         self._index = ctx.subtask.index
         pending = committed.get("pending")
         if pending:
-            tmp = self._dir / pending
+            tmp, final = self._dir / pending, self._dir / pending.removesuffix(_SUFFIX)
             if tmp.exists():
-                tmp.rename(self._dir / pending.removesuffix(_SUFFIX))
+                tmp.rename(final)
+            elif not final.exists():
+                raise SpillwayError(
+                    f"{ctx.subtask}: committed output file {final} is missing (and so is its "
+                    f"in-progress file): its records would be lost. Is {self.directory} on "
+                    "storage every node of the cluster shares?",
+                    subtasks=[ctx.subtask],
+                )
         for stale in self._dir.glob(f"part-{self._index:04d}-*{_SUFFIX}"):
-            stale.unlink()
+            stale.unlink()  # written by an attempt whose transaction never committed
         self._next = int(committed.get("next", 0))
 
     def write(self, records: Sequence[Record]) -> None:
@@ -51,7 +59,9 @@ class JsonlFileSink:
         if not records:
             return
         if self._fh is None:
-            self._fh = open(self._dir / self._name(self._next, tmp=True), "w", encoding="utf-8")  # noqa: SIM115
+            # "x": never truncate a file another incarnation (a zombie) created; if one did,
+            # this attempt fails and its retry's open() clears the zombie's file first.
+            self._fh = open(self._dir / self._name(self._next, tmp=True), "x", encoding="utf-8")  # noqa: SIM115
         self._fh.write("".join(json.dumps(r, sort_keys=True) + "\n" for r in records))
         self._count += len(records)
 

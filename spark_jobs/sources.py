@@ -85,7 +85,8 @@ class GeneratorSource:
 class FileSource:
     """JSONL, CSV or Parquet files read with pyarrow; file i goes to subtask ``i % p``.
 
-    Position: index of the current file among this subtask's files and the next row in it.
+    Position: this subtask's file list (fixed at the first start), the index of the current
+    file in it and the next row.
     """
 
     FORMATS = ("jsonl", "csv", "parquet")
@@ -101,10 +102,16 @@ class FileSource:
 
     def open(self, ctx: Context, position: Mapping[str, Any]) -> None:
         """List this subtask's files and continue at the checkpointed file and row."""
-        files = sorted(glob.glob(self.pattern))
-        if not files:
-            raise ConfigError(f"no input files match {self.pattern!r}")
-        self._files = files[ctx.subtask.index :: self.p]
+        saved = position.get("files")
+        if saved is not None:
+            # The file list is fixed at the first start: files appearing or vanishing later
+            # must not shift what (file, row) points at.
+            self._files = [str(f) for f in saved]
+        else:
+            files = sorted(glob.glob(self.pattern))
+            if not files:
+                raise ConfigError(f"no input files match {self.pattern!r}")
+            self._files = files[ctx.subtask.index :: self.p]
         self._file = int(position.get("file", 0))
         self._row = int(position.get("row", 0))
         self._rows = None
@@ -122,8 +129,8 @@ class FileSource:
         return None
 
     def position(self) -> dict[str, Any]:
-        """File index and next row."""
-        return {"file": self._file, "row": self._row}
+        """This subtask's file list, the file index and the next row."""
+        return {"files": self._files, "file": self._file, "row": self._row}
 
     def watermark(self) -> int | None:
         """Files carry no event-time order."""

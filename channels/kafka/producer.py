@@ -88,7 +88,13 @@ class TransactionalProducer:
         log.info("producer %s initialised (older incarnations fenced)", self.transactional_id)
 
     def close(self) -> None:
-        """Drop the producer without committing anything still open (it will be aborted)."""
+        """Abort anything still open (so read_committed readers are not held back until the
+        transaction times out) and drop the producer."""
+        if self._producer is not None and self._in_txn:
+            try:
+                self._producer.abort_transaction(5)
+            except KafkaException as e:  # fenced or broker gone: the broker aborts it later
+                log.info("abort on close of %s: %s", self.transactional_id, e)
         if self._producer is not None:
             self._producer.flush(0)
             self._producer = None
@@ -196,7 +202,9 @@ class TransactionalProducer:
             raise self._translate(e) from e
         self._in_txn = False
 
-    @retrying(attempts=4)
+    # A timed-out commit is not retried: its outcome is unknown, and a late commit could
+    # end a later transaction. commit() recreates the producer instead (DESIGN §8).
+    @retrying(attempts=4, except_codes=frozenset({KafkaError._TIMED_OUT}))
     def _commit(self, timeout_s: float) -> None:
         self._p.commit_transaction(timeout_s)
 
@@ -231,8 +239,12 @@ class TransactionalProducer:
         err = self._delivery_error
         if err is None:
             return
-        if is_fenced(err) or err.fatal():
+        if is_fenced(err):
             raise ProducerFencedError(f"producer {self.transactional_id} fenced: {err.str()}")
+        if err.fatal():
+            raise SpillwayError(
+                f"producer {self.transactional_id}: fatal {err.name()}: {err.str()}"
+            )
         self._abort_quietly()
         raise TransactionAbortedError(
             f"producer {self.transactional_id}: a message could not be delivered ({err.str()}); "
@@ -247,6 +259,8 @@ class TransactionalProducer:
                 log.warning("abort of %s failed: %s", self.transactional_id, e)
 
     def _recreate(self) -> None:
+        if self._producer is not None:
+            self._producer.flush(0)  # serve pending callbacks; nothing is committed here
         self._producer = None
         self._in_txn = False
         time.sleep(0.1)
@@ -256,11 +270,18 @@ class TransactionalProducer:
         err = kafka_error(e)
         if err is None:
             return SpillwayError(str(e))
-        if is_fenced(err) or err.fatal():
+        if is_fenced(err):
             self._in_txn = False
             return ProducerFencedError(
                 f"producer {self.transactional_id} was fenced by a newer incarnation "
                 f"({err.name()}: {err.str()}); this process must stop"
+            )
+        if err.fatal():
+            self._in_txn = False
+            return SpillwayError(
+                f"producer {self.transactional_id} hit a fatal error {err.name()}: {err.str()} "
+                "(e.g. missing ACLs for the transactional id, or a transaction the broker "
+                "timed out); fix the cause and restart the job"
             )
         if err.txn_requires_abort():
             self._abort_quietly()

@@ -19,12 +19,7 @@ log = logging.getLogger("spillway.kafka")
 T = TypeVar("T")
 
 FENCING_CODES = frozenset(
-    {
-        KafkaError._FENCED,
-        KafkaError.PRODUCER_FENCED,
-        KafkaError.INVALID_PRODUCER_EPOCH,
-        KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-    }
+    {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
 )
 
 
@@ -62,8 +57,9 @@ def is_retriable(exc: BaseException) -> bool:
 
 
 def is_fenced(err: KafkaError) -> bool:
-    """True when a newer producer with our transactional id has taken over."""
-    return err.code() in FENCING_CODES or (err.fatal() and "fenc" in err.str().lower())
+    """True when a newer producer with our transactional id has taken over (by code only:
+    other fatal errors, e.g. authorization, are not a zombie's problem)."""
+    return err.code() in FENCING_CODES
 
 
 def _log_retry(state: RetryCallState) -> None:
@@ -77,11 +73,17 @@ def _log_retry(state: RetryCallState) -> None:
 
 
 def retrying(
-    attempts: int = 6, max_wait_s: float = 4.0
+    attempts: int = 6, max_wait_s: float = 4.0, *, except_codes: frozenset[int] = frozenset()
 ) -> Callable[[Callable[..., T]], Callable[..., T]]:
-    """Retry retriable Kafka errors up to ``attempts`` times with backoff, logging each."""
+    """Retry retriable Kafka errors up to ``attempts`` times with backoff, logging each
+    (never those with a code in ``except_codes``)."""
+
+    def should_retry(exc: BaseException) -> bool:
+        err = kafka_error(exc)
+        return is_retriable(exc) and not (err is not None and err.code() in except_codes)
+
     return retry(
-        retry=retry_if_exception(is_retriable),
+        retry=retry_if_exception(should_retry),
         stop=stop_after_attempt(attempts),
         wait=wait_exponential(multiplier=0.1, max=max_wait_s),
         before_sleep=_log_retry,

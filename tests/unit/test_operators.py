@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from channels.errors import SpillwayError
+from channels.errors import RecordError, SpillwayError
 from channels.ids import JobId, OperatorName, SubtaskId, TopicPartition
 from recovery.state import ChangelogState
 from spark_jobs.operators import (
@@ -25,6 +25,7 @@ SUBTASK = SubtaskId(JobId("j"), OperatorName("op"), 0)
 class FakeContext:
     subtask: SubtaskId = SUBTASK
     state: ChangelogState = field(default_factory=lambda: ChangelogState(TopicPartition("t", 0)))
+    watermark: int | None = None
 
 
 def rec(key: Any, t: int = 0, v: int = 1) -> dict[str, Any]:
@@ -341,3 +342,57 @@ def test_state_rejects_keys_that_are_not_json() -> None:
     with pytest.raises(SpillwayError, match="frozenset"):
         s.get(frozenset({1}))
     assert s.dirty_count() == 0
+
+
+def test_restored_window_operator_drops_records_its_first_incarnation_already_emitted() -> None:
+    # First incarnation: window [0, 10) fired at watermark 10, then a late record is dropped.
+    first = FakeContext()
+    w = TumblingWindowLogic(
+        lambda r: r["key"],
+        lambda r: r["t"],
+        10,
+        lambda: 0,
+        lambda a, r: a + 1,
+        lambda k, s, e, a: (k, s, a),
+    )
+    w.open(first)
+    w.process([rec("a", 1)])
+    assert w.on_watermark(10) == [("a", 0, 1)]
+    # Restart from a checkpoint taken after the watermark: same state, same watermark.
+    again = TumblingWindowLogic(
+        lambda r: r["key"],
+        lambda r: r["t"],
+        10,
+        lambda: 0,
+        lambda a, r: a + 1,
+        lambda k, s, e, a: (k, s, a),
+    )
+    again.open(FakeContext(state=first.state, watermark=10))
+    assert again.process([rec("a", 3)]) == []
+    assert again.late == 1
+    assert again.on_end() == []  # the window is not emitted a second time
+
+
+def test_failed_call_does_not_change_state_even_if_add_mutates_in_place() -> None:
+    def add(acc: list[int], r: dict[str, Any]) -> list[int]:
+        if r["v"] < 0:
+            raise ValueError("bad record")
+        acc[0] += 1  # in place, as Flink's AggregateFunction may
+        return acc
+
+    ctx = FakeContext()
+    agg = KeyedAggregateLogic(lambda r: r["key"], lambda: [0], add, lambda k, a: (k, a[0]), "final")
+    agg.open(ctx)
+    agg.process([rec("a")])
+    with pytest.raises(ValueError, match="bad record"):
+        agg.process([rec("a"), rec("a"), rec("a", v=-1)])
+    agg.process([rec("a")])  # what a dead-letter retry of the good records would do
+    assert agg.on_end() == [("a", 2)]
+
+
+def test_state_values_have_their_restored_types_from_the_start() -> None:
+    state = ChangelogState(TopicPartition("t", 0))
+    state.put("k", {1: (2, 3)})
+    assert state.get("k") == {"1": [2, 3]}  # exactly what a restore from the changelog gives
+    with pytest.raises(RecordError, match="not JSON-serializable"):
+        state.put("k", {1, 2})

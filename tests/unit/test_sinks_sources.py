@@ -330,13 +330,26 @@ def test_file_source_position_counts_file_and_row(tmp_path: Path) -> None:
     write_jsonl(tmp_path / "b.jsonl", ROWS[2:])
     src = FileSource(str(tmp_path / "*.jsonl"), "jsonl", 1)
     src.open(ctx(0), {})
-    assert src.position() == {"file": 0, "row": 0}
+    names = [str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl")]
+    assert src.position() == {"files": names, "file": 0, "row": 0}
     src.read(2)
-    assert src.position() == {"file": 0, "row": 2}
+    assert src.position() == {"files": names, "file": 0, "row": 2}
     src.read(1)
-    assert src.position() == {"file": 1, "row": 1}
+    assert src.position() == {"files": names, "file": 1, "row": 1}
     drain(src, 10)
-    assert src.position() == {"file": 2, "row": 0}
+    assert src.position() == {"files": names, "file": 2, "row": 0}
+
+
+def test_file_source_keeps_its_file_list_across_restarts(tmp_path: Path) -> None:
+    write_jsonl(tmp_path / "b.jsonl", ROWS[:2])
+    src = FileSource(str(tmp_path / "*.jsonl"), "jsonl", 1)
+    src.open(ctx(0), {})
+    assert src.read(1) == ROWS[:1]
+    position = src.position()
+    write_jsonl(tmp_path / "a.jsonl", ROWS[2:])  # sorts first: would shift a re-globbed list
+    again = FileSource(str(tmp_path / "*.jsonl"), "jsonl", 1)
+    again.open(ctx(0), position)
+    assert drain(again, 10) == ROWS[1:2]
 
 
 def test_file_source_without_matching_files_is_a_config_error(tmp_path: Path) -> None:
