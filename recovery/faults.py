@@ -4,7 +4,8 @@
 death, not an exception — as comma-separated ``OPERATOR:INDEX:POINT:ATTEMPT[:N]``:
 die at the N-th (default 1st) time attempt ATTEMPT of ``OPERATOR[INDEX]`` reaches POINT.
 Points: ``restore`` (state restored, inputs not yet assigned), ``before-commit`` (outputs
-and checkpoint record produced, not committed), ``after-commit``. Unset: no cost beyond
+and checkpoint record produced, not committed), ``after-commit``, ``after-final-commit``
+(the finished checkpoint committed, its sink files not yet published). Unset: no cost beyond
 one dictionary lookup per checkpoint.
 """
 
@@ -18,7 +19,7 @@ from channels.errors import ConfigError
 from channels.ids import SubtaskId
 
 ENV = "SPILLWAY_CRASH_AT"
-POINTS = ("restore", "before-commit", "after-commit")
+POINTS = ("restore", "before-commit", "after-commit", "after-final-commit")
 
 
 @dataclass(frozen=True)

@@ -475,7 +475,7 @@ class SubtaskRunner:
         metadata = self.consumer.group_metadata() if self.consumer else None
         before_commit = self._crash_before_commit if self.faults.armed else None
         commit_checkpoint(self.producer, self.store, ckpt, metadata, before_commit)
-        self.faults.reached("after-commit")
+        self.faults.reached("after-final-commit" if finished else "after-commit")
         if self.sink is not None:
             self.sink.committed(position)
         self.result.checkpoints += 1
