@@ -211,6 +211,15 @@ class Pipeline:
                     f"(parallelism {down.parallelism}): forward needs equal parallelism; "
                     "use rebalance() or key_by()"
                 )
+        unbounded = [n.name for n in self._nodes.values() if n.kind == "source" and not n.bounded]
+        if unbounded:
+            for n in self._nodes.values():
+                if n.description.get("emit") == "final":
+                    problems.append(
+                        f"operator {n.name!r} emits its results only when its input ends, but "
+                        f"source {unbounded[0]!r} never ends; use emit='updates' or a "
+                        "tumbling_window, or bound the source"
+                    )
         cycle = self._find_cycle()
         if cycle:
             problems.append(
@@ -432,11 +441,22 @@ class Stream:
             description={"sink": "jsonl"},
         )
 
-    def write_kafka(self, name: str, topic: str, *, parallelism: int | None = None) -> None:
-        """JSON records to ``topic``, in the subtask's transactions (read them read_committed)."""
+    def write_kafka(
+        self,
+        name: str,
+        topic: str,
+        *,
+        key: Callable[[Record], Any] | None = None,
+        parallelism: int | None = None,
+    ) -> None:
+        """JSON records to ``topic``, in the subtask's transactions (read them read_committed).
+
+        With ``key``, each message is keyed by ``key(record)`` (so Kafka keeps per-key order);
+        without, librdkafka spreads messages over the partitions.
+        """
         self._then(
             name,
-            partial(KafkaTopicSink, topic),
+            partial(KafkaTopicSink, topic, key),
             None,
             parallelism,
             "sink",

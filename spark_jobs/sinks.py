@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from channels.errors import SpillwayError
 from channels.kafka.producer import TransactionalProducer
+from channels.partitioners import key_bytes
 from recovery.plan import Context, Record
 
 _SUFFIX = ".inprogress"
@@ -91,8 +92,9 @@ class JsonlFileSink:
 class KafkaTopicSink:
     """Writes records as JSON to a user topic inside the subtask's transaction."""
 
-    def __init__(self, topic: str) -> None:
+    def __init__(self, topic: str, key: Callable[[Record], Any] | None = None) -> None:
         self.topic = topic
+        self.key = key
         self._producer: TransactionalProducer | None = None
 
     def open(self, ctx: Context, committed: Mapping[str, Any], producer: Any) -> None:
@@ -100,10 +102,11 @@ class KafkaTopicSink:
         self._producer = producer
 
     def write(self, records: Sequence[Record]) -> None:
-        """Produce each record (librdkafka picks the partition)."""
+        """Produce each record (keyed if a key function was given; librdkafka partitions)."""
         assert self._producer is not None
         for r in records:
-            self._producer.produce(self.topic, -1, None, json.dumps(r, sort_keys=True).encode())
+            k = None if self.key is None else key_bytes(self.key(r))
+            self._producer.produce(self.topic, -1, k, json.dumps(r, sort_keys=True).encode())
 
     def prepare(self, checkpoint_id: int) -> dict[str, Any]:
         """Nothing beyond the transaction."""

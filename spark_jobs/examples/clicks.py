@@ -95,6 +95,8 @@ def build(
         add=add_view,
         result=count_result,
         schema=PAGE_COUNT,
+        # A bounded run emits one final row per page; an endless one, a row per update.
+        emit="final" if records is not None else "updates",
     )
     counts.write_jsonl("out", out_dir)
     return p

@@ -550,3 +550,20 @@ def test_load_plan_accepts_a_pipeline_object(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setattr(clicks, "built", clicks.build(10, "/x", 1), raising=False)
     plan = load_plan("spark_jobs.examples.clicks:built", "c")
     assert [op.parallelism for op in plan.operators] == [1, 1, 1, 1]
+
+
+def test_final_results_of_an_unbounded_source_are_rejected() -> None:
+    from spark_jobs.examples import clicks
+
+    p = Pipeline("x")
+    s = p.generate("gen", make=clicks.make_click, schema=clicks.CLICK, count=None)
+    s.key_by(lambda r: r["url"]).aggregate(
+        "count",
+        init=lambda: 0,
+        add=lambda n, r: n + 1,
+        result=lambda k, n: {"page": k, "section": "", "views": n},
+        schema=clicks.PAGE_COUNT,
+    ).print()
+    with pytest.raises(PipelineDefinitionError, match=r"'count' emits its results only when"):
+        p.plan("j")
+    clicks.build(None, "/tmp/unused").plan("j")  # the example switches to emit="updates"
