@@ -71,6 +71,7 @@ class ChannelReader:
         self._inputs = {i.tp: i for i in inputs}
         self._codecs = {i.tp: RecordCodec(i.schema) for i in inputs}
         self._positions: dict[TopicPartition, Offset] = {}
+        self._pending: list[Any] = []  # consumed, not yet returned (after a barrier)
         self.state = ReaderState()
 
     @property
@@ -93,12 +94,23 @@ class ChannelReader:
             )
         self._positions = {tp: positions.get(tp, Offset(0)) for tp in self._inputs}
         self.state = state or ReaderState()
+        self._pending = []
         self._consumer.assign(self._positions)
 
-    def poll(self, max_messages: int = 500, timeout_s: float = 0.1) -> list[Delivery]:
-        """Up to ``max_messages`` committed messages, decoded; positions advance past them."""
+    def poll(
+        self, max_messages: int = 500, timeout_s: float = 0.1, *, stop_after_barrier: bool = False
+    ) -> list[Delivery]:
+        """Up to ``max_messages`` committed messages, decoded; positions advance past them.
+
+        With ``stop_after_barrier`` the result ends at the first checkpoint barrier, so the
+        caller can checkpoint exactly there; the messages after it come with the next poll.
+        """
+        if self._pending:
+            msgs, self._pending = self._pending, []
+        else:
+            msgs = self._consumer.consume(max_messages, timeout_s)
         out: list[Delivery] = []
-        for m in self._consumer.consume(max_messages, timeout_s):
+        for i, m in enumerate(msgs):
             tp = TopicPartition(m.topic() or "", m.partition() or 0)
             off = m.offset() or 0
             try:
@@ -111,6 +123,9 @@ class ChannelReader:
                 d = Delivery(tp, off, -1, Kind.DATA, [], error=str(e), raw=m.value())
             out.append(d)
             self._positions[tp] = Offset(off + 1)
+            if stop_after_barrier and d.kind is Kind.BARRIER:
+                self._pending = msgs[i + 1 :]
+                break
         return out
 
     def _decode(

@@ -16,6 +16,8 @@ Contract:
 * ``finished``: the final checkpoint of a subtask whose inputs all ended (FLIP-147); a
   restarted job does not run it again.
 * ``topology``: fingerprint of the job graph; restoring into another graph is an error.
+* ``global_id``: the numbered global checkpoint this record belongs to (unaligned mode);
+  ``None`` for checkpoints a subtask takes on its own clock.
 
 The record is JSON so that ``kafka-console-consumer`` shows it. A reader accepts its own
 version and rejects newer ones with a clear message; older versions will be upgraded here.
@@ -53,6 +55,7 @@ class Checkpoint:
     finished: bool = False
     wall_time: float = 0.0
     attempt: int = 0
+    global_id: int | None = None  # the global checkpoint this belongs to, if any
 
     def to_bytes(self) -> bytes:
         """Serialize (versioned JSON)."""
@@ -76,6 +79,7 @@ class Checkpoint:
             "finished": self.finished,
             "wall_time": self.wall_time,
             "attempt": self.attempt,
+            "global": self.global_id,
         }
         return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
 
@@ -110,6 +114,7 @@ class Checkpoint:
                 finished=doc["finished"],
                 wall_time=doc["wall_time"],
                 attempt=doc["attempt"],
+                global_id=doc.get("global"),  # absent in records of interval-only jobs
             )
         except (KeyError, TypeError, ValueError) as e:
             raise CheckpointFormatError(f"corrupt checkpoint record {where}: {e!r}") from e

@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import time
 from typing import Any
 
 from channels.config import KafkaSettings
 from channels.errors import ConfigError
 from channels.ids import job_id
 from recovery.events import last_submission
+from recovery.globalckpt import read_completed
 from recovery.loader import load_plan
 from recovery.replay import replay_subtask
 from recovery.status import as_json, job_status, render
@@ -41,6 +43,13 @@ def add_parser(subparsers: Any) -> None:
     add_bootstrap(rp)
     rp.set_defaults(run=_replay)
 
+    ck = subparsers.add_parser("checkpoints", help="completed global checkpoints of a job")
+    ck.add_argument("--job", required=True)
+    ck.add_argument("--last", type=int, default=10, help="how many (newest), default %(default)s")
+    ck.add_argument("--json", action="store_true", help="machine-readable output")
+    add_bootstrap(ck)
+    ck.set_defaults(run=_checkpoints)
+
     st = subparsers.add_parser("status", help="state of every subtask and channel of a job")
     st.add_argument("--job", required=True)
     st.add_argument("--pipeline", default=None, help="MODULE:PIPELINE (default: as submitted)")
@@ -61,6 +70,23 @@ def _replay(args: argparse.Namespace) -> int:
     )
     print(json.dumps(result.__dict__, indent=2))
     return 0 if result.status in ("finished", "skipped", "stopped") else 1
+
+
+def _checkpoints(args: argparse.Namespace) -> int:
+    rows = read_completed(KafkaSettings(args.bootstrap), job_id(args.job))[-args.last :]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(f"{'id':>5} {'completed (UTC)':20} {'duration s':>10}  subtasks")
+    for r in rows:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(r["end"]))
+        fin = f" ({len(r['finished'])} finished)" if r["finished"] else ""
+        print(f"{r['id']:>5} {when:20} {r['duration_s']:>10.3f}  {len(r['subtasks'])}{fin}")
+    if not rows:
+        print(
+            "no completed global checkpoints (is the job running with --checkpoint-mode unaligned?)"
+        )
+    return 0
 
 
 def _status(args: argparse.Namespace) -> int:

@@ -35,9 +35,12 @@ def events_topic_spec(job: JobId) -> TopicSpec:
 class EventLog:
     """Appends JSON events for one subtask."""
 
-    def __init__(self, settings: KafkaSettings, subtask: SubtaskId, attempt: int) -> None:
+    def __init__(
+        self, settings: KafkaSettings, subtask: SubtaskId, attempt: int, run_id: str | None = None
+    ) -> None:
         self.subtask = subtask
         self.attempt = attempt
+        self.run_id = run_id
         self._topic = events_topic(subtask.job)
         self._producer = Producer({**settings.base(), "enable.idempotence": True, "linger.ms": 0})
 
@@ -48,6 +51,7 @@ class EventLog:
             "operator": self.subtask.operator,
             "index": self.subtask.index,
             "attempt": self.attempt,
+            "run": self.run_id,
             "pid": os.getpid(),
             "host": socket.gethostname(),
             "time": time.time(),
@@ -96,28 +100,49 @@ def last_submission(settings: KafkaSettings, job: JobId) -> dict[str, Any] | Non
     return found
 
 
-class StopRequests:
-    """Watches the event log for a ``stop-requested`` event of one run of the job.
+class JobSignals:
+    """Watches the event log for what the driver asks of one run: stop, or checkpoint n.
 
-    The driver appends that event when it receives SIGTERM; every subtask checks after
-    each checkpoint, so it stops with a fresh checkpoint and nothing half-done.
+    The driver appends ``stop-requested`` when it receives SIGTERM and the checkpoint
+    coordinator appends ``checkpoint-trigger`` events; subtasks poll this between steps
+    (one non-blocking poll, at most every ``every_s`` seconds).
     """
 
-    def __init__(self, settings: KafkaSettings, job: JobId, run_id: str) -> None:
+    def __init__(
+        self, settings: KafkaSettings, job: JobId, run_id: str, every_s: float = 0.05
+    ) -> None:
         self.run_id = run_id
         self._tp = TopicPartition(events_topic(job), 0)
-        self._consumer = AssignedConsumer(settings, f"spillway.{job}.stop-watch")
+        self._consumer = AssignedConsumer(settings, f"spillway.{job}.signals")
         self._consumer.assign({self._tp: Offset(0)})
         self._stop = False
+        self._trigger = -1
+        self._every_s = every_s
+        self._last = 0.0
+
+    def _poll(self) -> None:
+        now = time.monotonic()
+        if now - self._last < self._every_s:
+            return
+        self._last = now
+        for m in self._consumer.consume(500, 0):
+            e = json.loads(m.value() or b"{}")
+            if e.get("run") != self.run_id:
+                continue
+            if e.get("event") == "stop-requested":
+                self._stop = True
+            elif e.get("event") == "checkpoint-trigger":
+                self._trigger = max(self._trigger, int(e["n"]))
 
     def requested(self) -> bool:
-        """True once the driver asked this run to stop (cheap: one non-blocking poll)."""
-        if not self._stop:
-            for m in self._consumer.consume(500, 0):
-                e = json.loads(m.value() or b"{}")
-                if e.get("event") == "stop-requested" and e.get("run") == self.run_id:
-                    self._stop = True
+        """True once the driver asked this run to stop."""
+        self._poll()
         return self._stop
+
+    def trigger(self) -> int:
+        """The highest global checkpoint id triggered for this run so far (-1: none)."""
+        self._poll()
+        return self._trigger
 
     def close(self) -> None:
         """Release the consumer."""

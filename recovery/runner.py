@@ -29,7 +29,7 @@ from offsets.checkpoint import Checkpoint
 from offsets.store import CheckpointStore, check_retention, commit_checkpoint
 from offsets.tracker import CheckpointSequence
 from recovery.deadletter import DeadLetters
-from recovery.events import EventLog, StopRequests
+from recovery.events import EventLog, JobSignals
 from recovery.faults import Faults
 from recovery.lifecycle import Lifecycle, Phase
 from recovery.plan import JobPlan, Logic, Record, Sink, Source
@@ -52,6 +52,7 @@ class RunOptions:
     allow_rewind: bool = False  # from_checkpoint older than the latest: outputs repeat downstream
     run_id: str | None = None  # honour stop requests of this run (SIGTERM to the driver)
     dead_letter: bool = False  # bad records go to the job's dead-letter channel, not fail
+    checkpoint_mode: str = "interval"  # or "unaligned": also take numbered global checkpoints
     watermark_interval_s: float = 0.2
 
 
@@ -118,10 +119,10 @@ class SubtaskRunner:
         self.options = options
         self.attempt = attempt
         self.lifecycle = Lifecycle()
-        self._stop_requests = (
-            StopRequests(settings, plan.job, options.run_id) if options.run_id else None
-        )
-        self._should_stop = self._stop_requests.requested if self._stop_requests else should_stop
+        self._signals = JobSignals(settings, plan.job, options.run_id) if options.run_id else None
+        self._should_stop = self._signals.requested if self._signals else should_stop
+        self._global = options.checkpoint_mode == "unaligned" and self._signals is not None
+        self._global_last = -1
         op = plan.operator(subtask.operator)
         self.op = op
         self.store = CheckpointStore(settings, plan.job, op.name, op.parallelism)
@@ -130,7 +131,7 @@ class SubtaskRunner:
             subtask.transactional_id,
             transaction_timeout_ms=options.transaction_timeout_ms,
         )
-        self.events = EventLog(settings, subtask, attempt)
+        self.events = EventLog(settings, subtask, attempt, options.run_id)
         self.faults = Faults(subtask, attempt)
         self.result = SubtaskResult(str(subtask), attempt, "created")
         self.state = (
@@ -177,6 +178,11 @@ class SubtaskRunner:
                 ended = self._step()
                 for w in self.writers:
                     w.tick()
+                if self._global and not ended:
+                    assert self._signals is not None
+                    n = self._signals.trigger()
+                    if n > self._global_last:
+                        self._global_checkpoint(n)
                 if ended:
                     self._finish()
                     return self.result
@@ -265,6 +271,9 @@ class SubtaskRunner:
                 w.restore_counts(ckpt.outputs[topic])
             self.writers.append(w)
         self.ctx.restored_watermark = ckpt.watermark if ckpt else None
+        if ckpt is not None:
+            latest_global = [c.global_id for c in self.store.history(self.subtask.index, 5)]
+            self._global_last = max((g for g in latest_global if g is not None), default=-1)
         position = dict(ckpt.source) if ckpt else {}
         if self.source is not None:
             self.source.open(self.ctx, position)
@@ -339,7 +348,12 @@ class SubtaskRunner:
             self._maybe_forward_watermark(self.source.watermark())
             return False
         assert self.reader is not None
-        for d in self.reader.poll(self.options.poll_messages, 0.05):
+        barrier: int | None = None
+        for d in self.reader.poll(
+            self.options.poll_messages, 0.05, stop_after_barrier=self._global
+        ):
+            if d.kind is Kind.BARRIER and d.value is not None and d.value > self._global_last:
+                barrier = d.value  # the reader stopped here: checkpoint exactly at it
             if d.error is not None and self.dead_letters is not None:
                 self.dead_letters.send(
                     stage="decode", error=d.error, tp=d.tp, offset=d.offset, raw=d.raw
@@ -359,6 +373,8 @@ class SubtaskRunner:
                 and self.result.catchup_s is None
             ):
                 self.result.catchup_s = time.monotonic() - self._started
+        if barrier is not None and self._global:
+            self._global_checkpoint(barrier)
         self._maybe_forward_watermark(self.reader.watermark())
         return self.reader.finished()
 
@@ -437,7 +453,9 @@ class SubtaskRunner:
 
     # -- checkpoints ---------------------------------------------------------------------
 
-    def _checkpoint(self, finished: bool, stopping: bool = False) -> None:
+    def _checkpoint(
+        self, finished: bool, stopping: bool = False, global_id: int | None = None
+    ) -> None:
         self.lifecycle.to(Phase.CHECKPOINTING)
         cid = self._seq.next()
         for w in self.writers:
@@ -471,6 +489,7 @@ class SubtaskRunner:
             finished=finished,
             wall_time=time.time(),
             attempt=self.attempt,
+            global_id=global_id,
         )
         metadata = self.consumer.group_metadata() if self.consumer else None
         before_commit = self._crash_before_commit if self.faults.armed else None
@@ -491,6 +510,14 @@ class SubtaskRunner:
         if not finished:
             self.producer.begin()
         self.lifecycle.after_checkpoint()
+
+    def _global_checkpoint(self, n: int) -> None:
+        """Checkpoint ``n`` of the job, with barrier n forwarded in the same transaction."""
+        for w in self.writers:
+            w.barrier(n)
+        self._checkpoint(finished=False, global_id=n)
+        self._global_last = n
+        self.events.emit("checkpointed", **{"global": n, "checkpoint": self._seq.last})
 
     def _crash_before_commit(self) -> None:
         # Make the planned crash land with everything on the broker, still uncommitted.
@@ -519,8 +546,8 @@ class SubtaskRunner:
 
     def _close(self) -> None:
         closers = [self.producer.close, self.store.close]
-        if self._stop_requests is not None:
-            closers.append(self._stop_requests.close)
+        if self._signals is not None:
+            closers.append(self._signals.close)
         for closer in closers:
             try:
                 closer()

@@ -24,6 +24,7 @@ from channels.errors import ConfigError, ProducerFencedError
 from channels.kafka.admin import Admin
 from recovery.deadletter import dead_letter_spec
 from recovery.events import events_topic_spec, record_job_event
+from recovery.globalckpt import Coordinator, checkpoints_topic_spec
 from recovery.loader import load_plan
 from recovery.plan import JobPlan
 from recovery.runner import RunOptions, SubtaskResult, SubtaskRunner
@@ -55,6 +56,8 @@ class JobConfig:
     # environment it was started with, and cluster executors never had it.
     env_prefixes: tuple[str, ...] = ("SPILLWAY_", "CLICKS_")
     dead_letter: bool = False
+    checkpoint_mode: str = "interval"  # "unaligned": numbered global checkpoints as well
+    global_interval_s: float = 2.0
 
     def settings(self) -> KafkaSettings:
         """Kafka settings of this run."""
@@ -67,6 +70,10 @@ class JobConfig:
 
     def options(self, from_checkpoint: int | None = None, run_id: str | None = None) -> RunOptions:
         """Per-subtask runtime options of this run."""
+        if self.checkpoint_mode not in ("interval", "unaligned"):
+            raise ConfigError(
+                f"--checkpoint-mode must be 'interval' or 'unaligned', got {self.checkpoint_mode!r}"
+            )
         if self.checkpoint_interval_s <= 0:
             raise ConfigError(
                 f"--checkpoint-interval must be > 0, got {self.checkpoint_interval_s}"
@@ -78,6 +85,7 @@ class JobConfig:
             from_checkpoint=from_checkpoint,
             run_id=run_id,
             dead_letter=self.dead_letter,
+            checkpoint_mode=self.checkpoint_mode,
         )
 
 
@@ -92,6 +100,7 @@ def prepare_topics(plan: JobPlan, settings: KafkaSettings, dead_letter: bool = F
     admin.check_reachable()
     if dead_letter:
         admin.ensure_topics([dead_letter_spec(plan.job)])
+    admin.ensure_topics([checkpoints_topic_spec(plan.job)])
     admin.ensure_topics(
         [*plan.topics(CHANGELOG_TOPIC_CONFIG, CHANNEL_TOPIC_CONFIG), events_topic_spec(plan.job)]
     )
@@ -151,12 +160,26 @@ def run_on_spark(config: JobConfig, from_checkpoint: int | None = None) -> list[
             log.info("%d subtasks on %d slots: bounded job, upstream operators run first", n, slots)
         env = {k: v for k, v in os.environ.items() if k.startswith(config.env_prefixes)}
         payload = (config, from_checkpoint, env, run_id)
-        with _stop_on_sigterm(settings, plan, run_id):
-            rows = (
-                sc.parallelize(range(n), n)
-                .mapPartitionsWithIndex(lambda i, _it: _task(payload, i))
-                .collect()
+        coordinator = None
+        if config.checkpoint_mode == "unaligned":
+            coordinator = Coordinator(
+                settings,
+                plan.job,
+                run_id,
+                [f"{s.operator}[{s.index}]" for s in subtasks],
+                config.global_interval_s,
             )
+            coordinator.start()
+        try:
+            with _stop_on_sigterm(settings, plan, run_id):
+                rows = (
+                    sc.parallelize(range(n), n)
+                    .mapPartitionsWithIndex(lambda i, _it: _task(payload, i))
+                    .collect()
+                )
+        finally:
+            if coordinator is not None:
+                coordinator.stop()
     finally:
         spark.stop()
     results = [SubtaskResult(**r) for r in rows]

@@ -31,6 +31,15 @@ def add_parser(subparsers: Any) -> None:
         action="store_true",
         help="divert bad records to spillway.<job>.dlq instead of stopping the job",
     )
+    p.add_argument(
+        "--checkpoint-mode",
+        choices=("interval", "unaligned"),
+        default="interval",
+        help="unaligned: also take numbered global checkpoints (barriers, no data copied)",
+    )
+    p.add_argument(
+        "--global-interval", type=float, default=2.0, help="seconds between global checkpoints"
+    )
     p.add_argument("--replication-factor", type=int, default=1)
     p.add_argument("--min-insync-replicas", type=int, default=1)
     p.add_argument(
@@ -77,6 +86,8 @@ def _run(args: argparse.Namespace) -> int:
         min_insync_replicas=args.min_insync_replicas,
         client=client,
         dead_letter=args.dead_letter,
+        checkpoint_mode=args.checkpoint_mode,
+        global_interval_s=args.global_interval,
     )
     results = run_on_spark(config)
     for r in results:

@@ -1,0 +1,207 @@
+"""Global checkpoints: numbered, consistent cuts over every subtask (unaligned mode).
+
+A coordinator appends ``checkpoint-trigger n`` to the job's event log. Each subtask takes
+checkpoint n at the first of (seeing the trigger, reading barrier n on any input), writes
+barrier n to all its outputs inside that checkpoint's transaction, and reports
+``checkpointed n``. In-flight data is not copied: it stays in the channels.
+
+Why the cut is consistent: a subtask reads its inputs in offset order and checkpoints
+*at* the first barrier n it reads (the reader stops there), so it has consumed nothing
+that an upstream subtask wrote after that upstream's checkpoint n (such records follow
+barrier n in the same partition). If the trigger comes first, everything it consumed was
+committed by upstream transactions before upstream's checkpoint n, which therefore
+includes it. Either way: no subtask's checkpoint n has consumed an output its upstream
+had not produced at its own checkpoint n.
+
+A global checkpoint completes when every subtask has committed it; subtasks that already
+finished count with their final checkpoint (FLIP-147). Completed checkpoints are
+recorded in ``spillway.<job>.checkpoints``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import Producer
+
+from channels.config import KafkaSettings
+from channels.ids import JobId, Offset, TopicPartition
+from channels.kafka.admin import TopicSpec
+from channels.kafka.consumer import AssignedConsumer
+from channels.naming import PREFIX
+from recovery.events import events_topic, record_job_event
+
+log = logging.getLogger("recovery.globalckpt")
+
+
+def checkpoints_topic(job: JobId) -> str:
+    """Where completed global checkpoints of ``job`` are recorded."""
+    return f"{PREFIX}.{job}.checkpoints"
+
+
+def checkpoints_topic_spec(job: JobId) -> TopicSpec:
+    """One partition, in completion order."""
+    return TopicSpec(checkpoints_topic(job), 1, {"retention.ms": "-1"})
+
+
+@dataclass
+class GlobalProgress:
+    """Pure bookkeeping of which subtasks have committed which global checkpoint."""
+
+    subtasks: frozenset[str]
+    finished: dict[str, int] = field(default_factory=dict)  # subtask -> final checkpoint id
+    done: dict[int, dict[str, tuple[int, float]]] = field(default_factory=dict)
+
+    def observe(self, event: dict[str, Any]) -> None:
+        """Feed one event of the job's log."""
+        if "operator" not in event:
+            return
+        sub = f"{event['operator']}[{event['index']}]"
+        if event.get("event") == "checkpointed" and event.get("global") is not None:
+            self.done.setdefault(int(event["global"]), {})[sub] = (
+                int(event["checkpoint"]),
+                float(event["time"]),
+            )
+        elif event.get("event") in ("finished", "skipped"):
+            self.finished[sub] = int(event.get("checkpoint") or 0)
+
+    def complete(self, n: int) -> bool:
+        """True when every subtask has committed n or has finished."""
+        got = self.done.get(n, {})
+        return all(s in got or s in self.finished for s in self.subtasks)
+
+    def summary(self, n: int, started: float) -> dict[str, Any]:
+        """The record of completed checkpoint ``n``."""
+        got = self.done.get(n, {})
+        per = {s: got[s][0] for s in got}
+        per.update({s: c for s, c in self.finished.items() if s not in got})
+        end = max((t for _, t in got.values()), default=started)
+        return {
+            "id": n,
+            "subtasks": dict(sorted(per.items())),
+            "finished": sorted(s for s in self.finished if s not in got),
+            "start": started,
+            "end": end,
+            "duration_s": round(end - started, 4),
+            "subtask_durations_s": {s: round(t - started, 4) for s, (_, t) in sorted(got.items())},
+        }
+
+
+def read_completed(
+    settings: KafkaSettings, job: JobId, timeout_s: float = 5.0
+) -> list[dict[str, Any]]:
+    """Every completed global checkpoint of ``job``, oldest first."""
+    tp = TopicPartition(checkpoints_topic(job), 0)
+    consumer = AssignedConsumer(settings, f"spillway.{job}.checkpoints-reader")
+    out: list[dict[str, Any]] = []
+    try:
+        try:
+            _, high = consumer.watermarks(tp)
+        except Exception:  # the job never ran in a global mode
+            return out
+        if high == 0:
+            return out
+        consumer.assign({tp: Offset(0)})
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            out.extend(json.loads(m.value() or b"{}") for m in consumer.consume(500, 0.2))
+            pos = consumer.position(tp)
+            if pos is not None and pos >= high:
+                break
+    finally:
+        consumer.close()
+    return out
+
+
+class Coordinator:
+    """Triggers global checkpoints every ``interval_s`` and records completed ones.
+
+    Runs in a thread of the driver. If it dies, subtasks keep checkpointing on their own
+    clocks; a new coordinator continues the numbering after the highest id it finds.
+    """
+
+    def __init__(
+        self,
+        settings: KafkaSettings,
+        job: JobId,
+        run_id: str,
+        subtasks: Iterable[str],
+        interval_s: float = 2.0,
+        timeout_s: float = 60.0,
+    ) -> None:
+        self.settings, self.job, self.run_id = settings, job, run_id
+        self.progress = GlobalProgress(frozenset(subtasks))
+        self.interval_s, self.timeout_s = interval_s, timeout_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, name="checkpoint-coordinator", daemon=True
+        )
+        self.completed: list[int] = []
+        self._producer = Producer({**settings.base(), "enable.idempotence": True})
+
+    def start(self) -> None:
+        """Start triggering."""
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop triggering (what is in flight is abandoned, not recorded)."""
+        self._stop.set()
+        self._thread.join(10)
+
+    def next_id(self) -> int:
+        """One more than any id triggered or completed for this job, in any run."""
+        ids = [int(c["id"]) for c in read_completed(self.settings, self.job)]
+        return max(ids, default=-1) + 1
+
+    def _run(self) -> None:
+        try:
+            self._loop()
+        except Exception:  # the job goes on without global checkpoints
+            log.exception("checkpoint coordinator of %s died", self.job)
+
+    def _loop(self) -> None:
+        n = self.next_id()
+        events = AssignedConsumer(self.settings, f"spillway.{self.job}.coordinator")
+        events.assign({TopicPartition(events_topic(self.job), 0): Offset(0)})
+        try:
+            while not self._stop.wait(self.interval_s):
+                started = time.time()
+                record_job_event(
+                    self.settings, self.job, "checkpoint-trigger", run=self.run_id, n=n
+                )
+                deadline = time.monotonic() + self.timeout_s
+                while not self._stop.is_set() and time.monotonic() < deadline:
+                    for m in events.consume(500, 0.1):
+                        e = json.loads(m.value() or b"{}")
+                        if e.get("run") == self.run_id:
+                            self.progress.observe(e)
+                    if self.progress.complete(n):
+                        self._record(self.progress.summary(n, started))
+                        break
+                else:
+                    if not self._stop.is_set():
+                        log.warning("global checkpoint %d of %s did not complete", n, self.job)
+                if self.progress.subtasks <= set(self.progress.finished):
+                    return  # every subtask finished: nothing left to checkpoint
+                n += 1
+        finally:
+            events.close()
+
+    def _record(self, summary: dict[str, Any]) -> None:
+        self._producer.produce(
+            checkpoints_topic(self.job), json.dumps(summary).encode(), str(summary["id"]).encode()
+        )
+        self._producer.flush(10)
+        self.completed.append(int(summary["id"]))
+        log.info(
+            "global checkpoint %d of %s complete in %.3fs",
+            summary["id"],
+            self.job,
+            summary["duration_s"],
+        )
