@@ -12,7 +12,7 @@ from channels.config import KafkaSettings
 from channels.errors import ConfigError
 from channels.ids import job_id
 from recovery.events import last_submission
-from recovery.globalckpt import read_completed
+from recovery.globalckpt import read_completed, savepoint
 from recovery.loader import load_plan
 from recovery.replay import replay_subtask
 from recovery.status import as_json, job_status, render
@@ -50,6 +50,12 @@ def add_parser(subparsers: Any) -> None:
     add_bootstrap(ck)
     ck.set_defaults(run=_checkpoints)
 
+    sp = subparsers.add_parser("savepoint", help="take a global checkpoint of a running job now")
+    sp.add_argument("--job", required=True)
+    sp.add_argument("--timeout", type=float, default=120.0)
+    add_bootstrap(sp)
+    sp.set_defaults(run=_savepoint)
+
     st = subparsers.add_parser("status", help="state of every subtask and channel of a job")
     st.add_argument("--job", required=True)
     st.add_argument("--pipeline", default=None, help="MODULE:PIPELINE (default: as submitted)")
@@ -86,6 +92,22 @@ def _checkpoints(args: argparse.Namespace) -> int:
         print(
             "no completed global checkpoints (is the job running with --checkpoint-mode unaligned?)"
         )
+    return 0
+
+
+def _savepoint(args: argparse.Namespace) -> int:
+    settings = KafkaSettings(args.bootstrap)
+    sub = last_submission(settings, job_id(args.job))
+    if sub is None or "run" not in sub:
+        raise ConfigError(f"job {args.job!r} was never submitted to {args.bootstrap}")
+    if sub.get("checkpoint_mode") != "unaligned":
+        raise ConfigError(
+            f"job {args.job!r} runs in {sub.get('checkpoint_mode', 'interval')!r} mode; "
+            "savepoints need --checkpoint-mode unaligned"
+        )
+    subtasks = [s.split("/", 1)[1] for s in sub["subtasks"]]
+    done = savepoint(settings, job_id(args.job), str(sub["run"]), subtasks, args.timeout)
+    print(f"savepoint {done['id']} complete: {len(done['subtasks'])} subtasks")
     return 0
 
 

@@ -56,10 +56,13 @@ class GlobalProgress:
 
     subtasks: frozenset[str]
     finished: dict[str, int] = field(default_factory=dict)  # subtask -> final checkpoint id
+    max_trigger: int = -1  # highest id any coordinator or savepoint triggered in this run
     done: dict[int, dict[str, tuple[int, float]]] = field(default_factory=dict)
 
     def observe(self, event: dict[str, Any]) -> None:
         """Feed one event of the job's log."""
+        if event.get("event") == "checkpoint-trigger":
+            self.max_trigger = max(self.max_trigger, int(event["n"]))
         if "operator" not in event:
             return
         sub = f"{event['operator']}[{event['index']}]"
@@ -171,27 +174,22 @@ class Coordinator:
         events.assign({TopicPartition(events_topic(self.job), 0): Offset(0)})
         try:
             while not self._stop.wait(self.interval_s):
-                started = time.time()
-                record_job_event(
-                    self.settings, self.job, "checkpoint-trigger", run=self.run_id, n=n
-                )
-                deadline = time.monotonic() + self.timeout_s
-                while not self._stop.is_set() and time.monotonic() < deadline:
-                    for m in events.consume(500, 0.1):
-                        e = json.loads(m.value() or b"{}")
-                        if e.get("run") == self.run_id:
-                            self.progress.observe(e)
-                    if self.progress.complete(n):
-                        self._record(self.progress.summary(n, started))
-                        break
-                else:
-                    if not self._stop.is_set():
-                        log.warning("global checkpoint %d of %s did not complete", n, self.job)
+                self._drain(events)
+                # Never reuse an id: a savepoint or an earlier coordinator may have taken it.
+                n = max(n, self.progress.max_trigger + 1)
+                if trigger_and_wait(self, events, n, self._stop):
+                    n += 1
                 if self.progress.subtasks <= set(self.progress.finished):
                     return  # every subtask finished: nothing left to checkpoint
-                n += 1
+                n = max(n, self.progress.max_trigger + 1)
         finally:
             events.close()
+
+    def _drain(self, events: AssignedConsumer) -> None:
+        for m in events.consume(500, 0):
+            e = json.loads(m.value() or b"{}")
+            if e.get("run") == self.run_id:
+                self.progress.observe(e)
 
     def _record(self, summary: dict[str, Any]) -> None:
         self._producer.produce(
@@ -205,3 +203,65 @@ class Coordinator:
             self.job,
             summary["duration_s"],
         )
+
+
+def trigger_and_wait(
+    coordinator: Coordinator,
+    events: AssignedConsumer,
+    n: int,
+    stop: threading.Event | None = None,
+    *,
+    savepoint: bool = False,
+) -> bool:
+    """Trigger global checkpoint ``n``, wait for it, record it. False if it timed out."""
+    started = time.time()
+    record_job_event(
+        coordinator.settings, coordinator.job, "checkpoint-trigger", run=coordinator.run_id, n=n
+    )
+    deadline = time.monotonic() + coordinator.timeout_s
+    while not (stop is not None and stop.is_set()) and time.monotonic() < deadline:
+        for m in events.consume(500, 0.1):
+            e = json.loads(m.value() or b"{}")
+            if e.get("run") == coordinator.run_id:
+                coordinator.progress.observe(e)
+        if coordinator.progress.complete(n):
+            summary = coordinator.progress.summary(n, started)
+            summary["savepoint"] = savepoint
+            coordinator._record(summary)
+            return True
+    if not (stop is not None and stop.is_set()):
+        log.warning("global checkpoint %d of %s did not complete in time", n, coordinator.job)
+    return False
+
+
+def savepoint(
+    settings: KafkaSettings,
+    job: JobId,
+    run_id: str,
+    subtasks: Iterable[str],
+    timeout_s: float = 120.0,
+) -> dict[str, Any]:
+    """Trigger a global checkpoint of the running job now and wait until it completes."""
+    from channels.errors import SpillwayError
+
+    c = Coordinator(settings, job, run_id, subtasks, timeout_s=timeout_s)
+    events = AssignedConsumer(settings, f"spillway.{job}.savepoint")
+    events.assign({TopicPartition(events_topic(job), 0): Offset(0)})
+    try:
+        # Read what happened so far (finished subtasks, ids already taken).
+        deadline = time.monotonic() + 10
+        tp = TopicPartition(events_topic(job), 0)
+        _, high = events.watermarks(tp)
+        while (events.position(tp) or 0) < high and time.monotonic() < deadline:
+            for m in events.consume(500, 0.2):
+                e = json.loads(m.value() or b"{}")
+                if e.get("run") == run_id:
+                    c.progress.observe(e)
+        if c.progress.subtasks <= set(c.progress.finished):
+            raise SpillwayError(f"job {job} has finished: its final checkpoints are its savepoint")
+        n = max(c.next_id(), c.progress.max_trigger + 1)
+        if not trigger_and_wait(c, events, n, savepoint=True):
+            raise SpillwayError(f"savepoint {n} of {job} did not complete within {timeout_s:.0f}s")
+        return c.progress.summary(n, time.time()) | {"id": n}
+    finally:
+        events.close()

@@ -124,6 +124,7 @@ def run_on_spark(config: JobConfig, from_checkpoint: int | None = None) -> list[
         subtasks=[str(s) for s in plan.subtasks()],
         from_checkpoint=from_checkpoint,
         dead_letter=config.dead_letter,
+        checkpoint_mode=config.checkpoint_mode,
     )
     subtasks = plan.subtasks()
     n = len(subtasks)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -108,3 +109,65 @@ def test_unaligned_global_checkpoints_are_consistent_and_exact_with_a_kill(
     assert main(["checkpoints", "--job", unique, "--bootstrap", kafka_bootstrap]) == 0
     listing = capsys.readouterr().out
     assert str(completed[-1]["id"]) in listing
+
+
+def test_coordinator_death_does_not_stop_processing_and_numbering_resumes(
+    kafka_bootstrap: str, unique: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from recovery.events import last_submission
+    from recovery.globalckpt import Coordinator, savepoint
+
+    monkeypatch.setenv("CLICKS_RECORDS", str(RECORDS))
+    monkeypatch.setenv("CLICKS_OUT", str(tmp_path))
+    monkeypatch.setenv("CLICKS_PARALLELISM", "2")
+    monkeypatch.setenv("CLICKS_RATE", str(RECORDS / 2 / 25))  # ~25 s of input
+    monkeypatch.delenv("SPILLWAY_CRASH_AT", raising=False)
+    # The driver's own coordinator stays idle; this test plays the coordinators.
+    config = JobConfig(
+        REF,
+        unique,
+        kafka_bootstrap,
+        master="local[8,2]",
+        checkpoint_mode="unaligned",
+        global_interval_s=3600,
+    )
+    results: list[object] = []
+    driver = threading.Thread(target=lambda: results.extend(run_on_spark(config)), daemon=True)
+    driver.start()
+    settings = KafkaSettings(kafka_bootstrap)
+    deadline = time.monotonic() + 90
+    sub = None
+    while sub is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.5)
+        sub = last_submission(settings, JobId(unique))
+    names = [s.split("/", 1)[1] for s in sub["subtasks"]]
+    run_id = str(sub["run"])
+
+    first = Coordinator(settings, JobId(unique), run_id, names, interval_s=0.5)
+    first.start()
+    while len(first.completed) < 2:
+        assert time.monotonic() < deadline, "the first coordinator completed fewer than 2"
+        time.sleep(0.2)
+    first.stop()  # the coordinator dies
+    store = CheckpointStore(settings, JobId(unique), OperatorName("count"), 2)
+    before = store.latest(0)
+    time.sleep(3)
+    after = store.latest(0)
+    assert before is not None
+    assert after is not None
+    assert after.checkpoint_id > before.checkpoint_id  # subtasks keep committing on their own
+    store.close()
+
+    sp = savepoint(settings, JobId(unique), run_id, names)
+    second = Coordinator(settings, JobId(unique), run_id, names, interval_s=0.5)
+    second.start()
+    while not second.completed and driver.is_alive():
+        time.sleep(0.2)
+    second.stop()
+    driver.join(180)
+    assert read_output(tmp_path) == clicks.reference(RECORDS)
+    ids = [c["id"] for c in read_completed(settings, JobId(unique))]
+    assert ids == sorted(set(ids))  # numbering resumed, never reused
+    assert second.completed
+    assert min(second.completed) > sp["id"] > max(first.completed)
