@@ -52,6 +52,9 @@ class ReaderState:
 
     ended: dict[TopicPartition, set[int]] = field(default_factory=dict)
     watermarks: dict[TopicPartition, dict[int, int]] = field(default_factory=dict)
+    # Aligned checkpoints: messages of writer w in tp below skip[tp][w] were processed
+    # although the checkpointed position of tp is lower (other channels were held back).
+    skip: dict[TopicPartition, dict[int, int]] = field(default_factory=dict)
 
 
 class ChannelReader:
@@ -63,9 +66,19 @@ class ChannelReader:
         inputs: Sequence[InputChannel],
         *,
         tolerate_bad: bool = False,
+        align: bool = False,
     ) -> None:
         """``tolerate_bad``: return undecodable messages as deliveries with ``error`` set
-        (for a dead-letter channel) instead of raising :class:`RecordError`."""
+        (for a dead-letter channel) instead of raising :class:`RecordError`.
+
+        ``align``: aligned checkpoints. A channel (partition, writer) that delivers barrier
+        n is held back — its later messages stay unprocessed — until barrier n has come
+        on every channel; then :meth:`aligned` returns n."""
+        self._align = align
+        self._barriers: dict[tuple[TopicPartition, int], tuple[int, int]] = {}  # -> (n, offset)
+        self._consumed: set[int] = set()  # barrier ids already checkpointed, channels still held
+        self._held: dict[tuple[TopicPartition, int], list[Any]] = {}
+        self._last: dict[TopicPartition, dict[int, int]] = {}  # last offset processed per writer
         self._consumer = consumer
         self._tolerate_bad = tolerate_bad
         self._inputs = {i.tp: i for i in inputs}
@@ -95,6 +108,7 @@ class ChannelReader:
         self._positions = {tp: positions.get(tp, Offset(0)) for tp in self._inputs}
         self.state = state or ReaderState()
         self._pending = []
+        self._barriers, self._held, self._consumed, self._last = {}, {}, set(), {}
         self._consumer.assign(self._positions)
 
     def poll(
@@ -113,6 +127,15 @@ class ChannelReader:
         for i, m in enumerate(msgs):
             tp = TopicPartition(m.topic() or "", m.partition() or 0)
             off = m.offset() or 0
+            if self._align or self.state.skip:
+                key = m.key()
+                w = int(key) if key and key.isdigit() else -1
+                if (tp, w) in self._barriers:  # held back until the alignment completes
+                    self._held.setdefault((tp, w), []).append(m)
+                    continue
+                if off < self.state.skip.get(tp, {}).get(w, -1):
+                    self._positions[tp] = Offset(off + 1)  # processed before the restart
+                    continue
             try:
                 d = self._decode(tp, off, m.key(), m.value(), m.headers())
             except RecordError as e:
@@ -121,12 +144,47 @@ class ChannelReader:
                     # bounded job would wait forever for a lost end-of-stream.
                     raise type(e)(f"{tp} offset {off}: {e}") from e
                 d = Delivery(tp, off, -1, Kind.DATA, [], error=str(e), raw=m.value())
-            out.append(d)
             self._positions[tp] = Offset(off + 1)
+            if self._align:
+                if d.kind is Kind.BARRIER and d.value is not None:
+                    self._barriers[(tp, d.writer)] = (d.value, off)
+                    continue  # the runner learns of it through aligned()
+                self._last.setdefault(tp, {})[d.writer] = off
+            out.append(d)
             if stop_after_barrier and d.kind is Kind.BARRIER:
                 self._pending = msgs[i + 1 :]
                 break
         return out
+
+    def aligned(self) -> int | None:
+        """Barrier id n once every live channel has delivered barrier n (aligned mode)."""
+        if not self._barriers:
+            return None
+        n = min(v for v, _ in self._barriers.values())
+        for tp, ch in self._inputs.items():
+            ended = self.state.ended.get(tp, set())
+            for w in range(ch.upstream_parallelism):
+                if w not in ended and self._barriers.get((tp, w), (None, 0))[0] != n:
+                    return None
+        return n
+
+    def release(self, n: int) -> None:
+        """Barrier n is checkpointed: let the held channels flow again, in offset order."""
+        done = [c for c, (v, _) in self._barriers.items() if v == n]
+        held: list[Any] = []
+        for c in done:
+            del self._barriers[c]
+            held.extend(self._held.pop(c, []))
+        self._consumed.discard(n)
+        held.sort(key=lambda m: (m.topic(), m.partition(), m.offset()))
+        self._pending = held + self._pending
+
+    def consume_barrier(self, n: int) -> None:
+        """Count barrier n as processed (just before checkpoint n); channels stay held."""
+        self._consumed.add(n)
+        for (tp, w), (v, off) in self._barriers.items():
+            if v == n:
+                self._last.setdefault(tp, {})[w] = off
 
     def _decode(
         self,
@@ -150,8 +208,35 @@ class ChannelReader:
         return Delivery(tp, off, writer, kind, [], v)
 
     def positions(self) -> dict[TopicPartition, Offset]:
-        """Next offset to read per input partition."""
-        return dict(self._positions)
+        """Next offset to read per input partition.
+
+        While channels are held back (aligned mode) that is the lowest offset not yet
+        processed: a held barrier not yet checkpointed, or the first held message.
+        """
+        pos = dict(self._positions)
+        for (tp, w), (n, off) in self._barriers.items():
+            if n in self._consumed:
+                held = self._held.get((tp, w))
+                if not held:
+                    continue
+                low = held[0].offset() or 0
+            else:
+                low = off
+            pos[tp] = Offset(min(pos[tp], low))
+        return pos
+
+    def skip_state(self) -> dict[TopicPartition, dict[int, int]]:
+        """Per partition and writer, the offset below which messages at or past the
+        checkpointed position were already processed (to be skipped after a restore)."""
+        pos = self.positions()
+        out: dict[TopicPartition, dict[int, int]] = {}
+        for tp, last in self._last.items():
+            ahead = {w: o + 1 for w, o in last.items() if o >= pos[tp]}
+            old = self.state.skip.get(tp, {})
+            ahead.update({w: o for w, o in old.items() if o > pos[tp] and w not in ahead})
+            if ahead:
+                out[tp] = ahead
+        return out
 
     def ended_writers(self, tp: TopicPartition) -> frozenset[int]:
         """Upstream subtasks that have sent end-of-stream on ``tp``."""

@@ -16,8 +16,11 @@ Contract:
 * ``finished``: the final checkpoint of a subtask whose inputs all ended (FLIP-147); a
   restarted job does not run it again.
 * ``topology``: fingerprint of the job graph; restoring into another graph is an error.
-* ``global_id``: the numbered global checkpoint this record belongs to (unaligned mode);
-  ``None`` for checkpoints a subtask takes on its own clock.
+* ``global_id``: the numbered global checkpoint this record belongs to; ``None`` for
+  checkpoints a subtask takes on its own clock.
+* ``skip``: aligned mode only — per input partition and writer, messages below this
+  offset were processed although they lie at or past ``inputs[tp]`` (other channels of
+  the partition were held back at the checkpoint); a restored reader skips them.
 
 The record is JSON so that ``kafka-console-consumer`` shows it. A reader accepts its own
 version and rejects newer ones with a clear message; older versions will be upgraded here.
@@ -56,6 +59,7 @@ class Checkpoint:
     wall_time: float = 0.0
     attempt: int = 0
     global_id: int | None = None  # the global checkpoint this belongs to, if any
+    skip: Mapping[TopicPartition, Mapping[int, int]] = field(default_factory=dict)
 
     def to_bytes(self) -> bytes:
         """Serialize (versioned JSON)."""
@@ -80,6 +84,10 @@ class Checkpoint:
             "wall_time": self.wall_time,
             "attempt": self.attempt,
             "global": self.global_id,
+            "skip": [
+                [tp.topic, tp.partition, {str(w): o for w, o in sorted(m.items())}]
+                for tp, m in sorted(self.skip.items())
+            ],
         }
         return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
 
@@ -115,6 +123,10 @@ class Checkpoint:
                 wall_time=doc["wall_time"],
                 attempt=doc["attempt"],
                 global_id=doc.get("global"),  # absent in records of interval-only jobs
+                skip={
+                    TopicPartition(t, p): {int(w): o for w, o in m.items()}
+                    for t, p, m in doc.get("skip", [])
+                },
             )
         except (KeyError, TypeError, ValueError) as e:
             raise CheckpointFormatError(f"corrupt checkpoint record {where}: {e!r}") from e
@@ -124,6 +136,7 @@ class Checkpoint:
         return ReaderState(
             ended={tp: set(w) for tp, w in self.ended.items()},
             watermarks={tp: dict(m) for tp, m in self.channel_watermarks.items()},
+            skip={tp: dict(m) for tp, m in self.skip.items()},
         )
 
     def check_topology(self, fingerprint: str) -> None:

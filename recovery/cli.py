@@ -100,10 +100,10 @@ def _savepoint(args: argparse.Namespace) -> int:
     sub = last_submission(settings, job_id(args.job))
     if sub is None or "run" not in sub:
         raise ConfigError(f"job {args.job!r} was never submitted to {args.bootstrap}")
-    if sub.get("checkpoint_mode") != "unaligned":
+    if sub.get("checkpoint_mode") not in ("unaligned", "aligned"):
         raise ConfigError(
             f"job {args.job!r} runs in {sub.get('checkpoint_mode', 'interval')!r} mode; "
-            "savepoints need --checkpoint-mode unaligned"
+            "savepoints need --checkpoint-mode unaligned or aligned"
         )
     subtasks = [s.split("/", 1)[1] for s in sub["subtasks"]]
     done = savepoint(settings, job_id(args.job), str(sub["run"]), subtasks, args.timeout)

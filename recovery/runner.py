@@ -52,7 +52,7 @@ class RunOptions:
     allow_rewind: bool = False  # from_checkpoint older than the latest: outputs repeat downstream
     run_id: str | None = None  # honour stop requests of this run (SIGTERM to the driver)
     dead_letter: bool = False  # bad records go to the job's dead-letter channel, not fail
-    checkpoint_mode: str = "interval"  # or "unaligned": also take numbered global checkpoints
+    checkpoint_mode: str = "interval"  # "unaligned" / "aligned": numbered global checkpoints too
     watermark_interval_s: float = 0.2
 
 
@@ -121,7 +121,8 @@ class SubtaskRunner:
         self.lifecycle = Lifecycle()
         self._signals = JobSignals(settings, plan.job, options.run_id) if options.run_id else None
         self._should_stop = self._signals.requested if self._signals else should_stop
-        self._global = options.checkpoint_mode == "unaligned" and self._signals is not None
+        self._global = options.checkpoint_mode in ("unaligned", "aligned") and bool(self._signals)
+        self._aligned = self._global and options.checkpoint_mode == "aligned"
         self._global_last = -1
         op = plan.operator(subtask.operator)
         self.op = op
@@ -178,7 +179,8 @@ class SubtaskRunner:
                 ended = self._step()
                 for w in self.writers:
                     w.tick()
-                if self._global and not ended:
+                # Aligned mode: only sources act on the trigger; the others on barriers.
+                if self._global and not ended and not (self._aligned and self.reader):
                     assert self._signals is not None
                     n = self._signals.trigger()
                     if n > self._global_last:
@@ -243,7 +245,10 @@ class SubtaskRunner:
         if self.inputs:
             self.consumer = AssignedConsumer(self.settings, self.subtask.group_id)
             self.reader = ChannelReader(
-                self.consumer, self.inputs, tolerate_bad=self.dead_letters is not None
+                self.consumer,
+                self.inputs,
+                tolerate_bad=self.dead_letters is not None,
+                align=self._aligned,
             )
             start = {
                 ch.tp: (ckpt.inputs.get(ch.tp, Offset(0)) if ckpt else Offset(0))
@@ -350,7 +355,7 @@ class SubtaskRunner:
         assert self.reader is not None
         barrier: int | None = None
         for d in self.reader.poll(
-            self.options.poll_messages, 0.05, stop_after_barrier=self._global
+            self.options.poll_messages, 0.05, stop_after_barrier=self._global and not self._aligned
         ):
             if d.kind is Kind.BARRIER and d.value is not None and d.value > self._global_last:
                 barrier = d.value  # the reader stopped here: checkpoint exactly at it
@@ -375,6 +380,13 @@ class SubtaskRunner:
                 self.result.catchup_s = time.monotonic() - self._started
         if barrier is not None and self._global:
             self._global_checkpoint(barrier)
+        if self._aligned:
+            n = self.reader.aligned()
+            if n is not None:
+                self.reader.consume_barrier(n)
+                if n > self._global_last:
+                    self._global_checkpoint(n)
+                self.reader.release(n)
         self._maybe_forward_watermark(self.reader.watermark())
         return self.reader.finished()
 
@@ -490,6 +502,7 @@ class SubtaskRunner:
             wall_time=time.time(),
             attempt=self.attempt,
             global_id=global_id,
+            skip=self.reader.skip_state() if self.reader else {},
         )
         metadata = self.consumer.group_metadata() if self.consumer else None
         before_commit = self._crash_before_commit if self.faults.armed else None

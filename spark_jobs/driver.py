@@ -56,7 +56,7 @@ class JobConfig:
     # environment it was started with, and cluster executors never had it.
     env_prefixes: tuple[str, ...] = ("SPILLWAY_", "CLICKS_")
     dead_letter: bool = False
-    checkpoint_mode: str = "interval"  # "unaligned": numbered global checkpoints as well
+    checkpoint_mode: str = "interval"  # "unaligned"/"aligned": numbered global checkpoints too
     global_interval_s: float = 2.0
 
     def settings(self) -> KafkaSettings:
@@ -70,9 +70,10 @@ class JobConfig:
 
     def options(self, from_checkpoint: int | None = None, run_id: str | None = None) -> RunOptions:
         """Per-subtask runtime options of this run."""
-        if self.checkpoint_mode not in ("interval", "unaligned"):
+        if self.checkpoint_mode not in ("interval", "unaligned", "aligned"):
             raise ConfigError(
-                f"--checkpoint-mode must be 'interval' or 'unaligned', got {self.checkpoint_mode!r}"
+                "--checkpoint-mode must be 'interval', 'unaligned' or 'aligned', "
+                f"got {self.checkpoint_mode!r}"
             )
         if self.checkpoint_interval_s <= 0:
             raise ConfigError(
@@ -162,7 +163,7 @@ def run_on_spark(config: JobConfig, from_checkpoint: int | None = None) -> list[
         env = {k: v for k, v in os.environ.items() if k.startswith(config.env_prefixes)}
         payload = (config, from_checkpoint, env, run_id)
         coordinator = None
-        if config.checkpoint_mode == "unaligned":
+        if config.checkpoint_mode != "interval":
             coordinator = Coordinator(
                 settings,
                 plan.job,

@@ -33,9 +33,9 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument(
         "--checkpoint-mode",
-        choices=("interval", "unaligned"),
+        choices=("interval", "unaligned", "aligned"),
         default="interval",
-        help="unaligned: also take numbered global checkpoints (barriers, no data copied)",
+        help="unaligned / aligned: also take numbered global checkpoints (barriers in-band)",
     )
     p.add_argument(
         "--global-interval", type=float, default=2.0, help="seconds between global checkpoints"

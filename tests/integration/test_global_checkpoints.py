@@ -46,7 +46,9 @@ def records_per_writer(
     return counts
 
 
-def test_unaligned_global_checkpoints_are_consistent_and_exact_with_a_kill(
+@pytest.mark.parametrize("mode", ["unaligned", "aligned"])
+def test_global_checkpoints_are_consistent_and_exact_with_a_kill(
+    mode: str,
     kafka_bootstrap: str,
     unique: str,
     tmp_path: Path,
@@ -63,7 +65,7 @@ def test_unaligned_global_checkpoints_are_consistent_and_exact_with_a_kill(
         unique,
         kafka_bootstrap,
         master="local[8,4]",
-        checkpoint_mode="unaligned",
+        checkpoint_mode=mode,
         global_interval_s=1.0,
     )
     results = run_on_spark(config)
@@ -82,15 +84,19 @@ def test_unaligned_global_checkpoints_are_consistent_and_exact_with_a_kill(
         for op in plan.operators
     }
 
-    def checkpoint_of(sub: str, ckpt_id: int) -> Checkpoint:
+    def checkpoint_of(sub: str, ckpt_id: int) -> Checkpoint | None:
         op, index = sub[:-1].split("[")
-        found = stores[OperatorName(op)].get(int(index), ckpt_id, search=200)
-        assert found is not None, (sub, ckpt_id)
-        return found
+        return stores[OperatorName(op)].get(int(index), ckpt_id, search=200)
 
+    checked = 0
     for c in completed:
         assert set(c["subtasks"]) == names  # every subtask, finished ones with their final
-        cut = {sub: checkpoint_of(sub, cid) for sub, cid in c["subtasks"].items()}
+        found = {sub: checkpoint_of(sub, cid) for sub, cid in c["subtasks"].items()}
+        if any(f is None for f in found.values()):
+            continue  # older than the last few checkpoints each subtask retains
+        cut = {sub: f for sub, f in found.items() if f is not None}
+        assert all(f.global_id in (c["id"], None) or f.finished for f in cut.values())
+        checked += 1
         for edge in plan.edges:
             topic = plan.topic_of(edge)
             for j in range(plan.operator(edge.downstream).parallelism):
@@ -103,6 +109,7 @@ def test_unaligned_global_checkpoints_are_consistent_and_exact_with_a_kill(
                         f"checkpoint {c['id']}: {edge.downstream}[{j}] consumed {consumed[i]} "
                         f"records of {edge.upstream}[{i}], which had produced {produced} then"
                     )
+    assert checked >= 1, "no retained global checkpoint to check"
     for store in stores.values():
         store.close()
 
