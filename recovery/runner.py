@@ -276,9 +276,16 @@ class SubtaskRunner:
                 w.restore_counts(ckpt.outputs[topic])
             self.writers.append(w)
         self.ctx.restored_watermark = ckpt.watermark if ckpt else None
+        restored_global: tuple[int, int] | None = None
         if ckpt is not None:
-            latest_global = [c.global_id for c in self.store.history(self.subtask.index, 5)]
-            self._global_last = max((g for g in latest_global if g is not None), default=-1)
+            taken = [
+                (c.global_id, int(c.checkpoint_id))
+                for c in self.store.history(self.subtask.index, 5)
+                if c.global_id is not None
+            ]
+            if taken:
+                restored_global = max(taken)
+                self._global_last = restored_global[0]
         position = dict(ckpt.source) if ckpt else {}
         if self.source is not None:
             self.source.open(self.ctx, position)
@@ -297,6 +304,11 @@ class SubtaskRunner:
             replay=self.result.replay,
             restore_s=round(self.result.restore_s, 3),
         )
+        if restored_global is not None:
+            # The previous incarnation may have died between committing global checkpoint
+            # n and announcing it; announce it again (coordinators count it once).
+            g, cid = restored_global
+            self.events.emit("checkpointed", **{"global": g, "checkpoint": cid})
         log.info(
             "%s attempt %d restored from checkpoint %s in %.2fs; replaying %s",
             self.subtask,

@@ -68,7 +68,7 @@ def test_kafka_source_and_sink_are_exactly_once_across_a_kill(
         unique,
         kafka_bootstrap,
         master="local[6,3]",
-        checkpoint_interval_s=0.3,
+        checkpoint_interval_s=0.05,  # several commits while the source reads its partition
     )
     results = run_on_spark(config)
     assert {r.status for r in results} == {"finished"}
