@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit bench-channels broker-start broker-stop clean
+.PHONY: demo test lint typecheck unit bench-channels bench-checkpoints broker-start broker-stop clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required")'
@@ -33,6 +33,9 @@ unit: $(STAMP)
 
 bench-channels: $(STAMP)
 	$(BIN)/python -m bench.channels
+
+bench-checkpoints: $(STAMP)
+	$(BIN)/python -m bench.checkpoints
 
 broker-start: $(STAMP)
 	$(BIN)/spillway broker start
