@@ -58,6 +58,9 @@ class JobConfig:
     dead_letter: bool = False
     checkpoint_mode: str = "interval"  # "unaligned"/"aligned": numbered global checkpoints too
     global_interval_s: float = 2.0
+    # How long a global checkpoint may take before the coordinator gives up on it. Aligned
+    # checkpoints wait for barriers behind the backlog, so this is generous.
+    global_timeout_s: float = 600.0
 
     def settings(self) -> KafkaSettings:
         """Kafka settings of this run."""
@@ -170,6 +173,7 @@ def run_on_spark(config: JobConfig, from_checkpoint: int | None = None) -> list[
                 run_id,
                 [f"{s.operator}[{s.index}]" for s in subtasks],
                 config.global_interval_s,
+                config.global_timeout_s,
             )
             coordinator.start()
         try:
