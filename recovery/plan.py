@@ -14,9 +14,10 @@ from typing import Any, Protocol
 from channels.config import KafkaSettings
 from channels.ids import JobId, OperatorName, SubtaskId
 from channels.kafka.admin import TopicSpec
-from channels.naming import changelog_topic, channel_topic
+from channels.naming import changelog_topic, channel_topic, checkpoint_topic
 from channels.partitioners import Partitioner
 from offsets.checkpoint import fingerprint
+from offsets.store import CHECKPOINT_TOPIC_CONFIG
 
 Record = Any
 
@@ -185,9 +186,6 @@ class JobPlan:
         self, changelog_config: Mapping[str, str], channel_config: Mapping[str, str]
     ) -> list[TopicSpec]:
         """Every channel, changelog and checkpoint topic the job needs."""
-        from channels.naming import checkpoint_topic
-        from offsets.store import CHECKPOINT_TOPIC_CONFIG
-
         specs = [
             TopicSpec(self.topic_of(e), self.operator(e.downstream).parallelism, channel_config)
             for e in self.edges

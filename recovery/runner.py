@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -210,7 +210,10 @@ class SubtaskRunner:
     def _restore(self) -> bool:
         t0 = time.monotonic()
         self.producer.start()  # fences the previous incarnation, aborts its open transaction
-        ckpt = self._load_checkpoint()
+        # One read of the checkpoint tail serves both the latest checkpoint and the last
+        # global checkpoint this subtask took.
+        recent = self.store.history(self.subtask.index, 5)
+        ckpt = self._load_checkpoint(recent)
         if ckpt is not None:
             ckpt.check_topology(self.plan.fingerprint)
             self.result.restored_from = int(ckpt.checkpoint_id)
@@ -278,11 +281,7 @@ class SubtaskRunner:
         self.ctx.restored_watermark = ckpt.watermark if ckpt else None
         restored_global: tuple[int, int] | None = None
         if ckpt is not None:
-            taken = [
-                (c.global_id, int(c.checkpoint_id))
-                for c in self.store.history(self.subtask.index, 5)
-                if c.global_id is not None
-            ]
+            taken = [(c.global_id, int(c.checkpoint_id)) for c in recent if c.global_id is not None]
             if taken:
                 restored_global = max(taken)
                 self._global_last = restored_global[0]
@@ -319,12 +318,12 @@ class SubtaskRunner:
         )
         return True
 
-    def _load_checkpoint(self) -> Checkpoint | None:
+    def _load_checkpoint(self, recent: list[Checkpoint]) -> Checkpoint | None:
+        latest = recent[-1] if recent else None
         n = self.options.from_checkpoint
         if n is None:
-            return self.store.latest(self.subtask.index)
+            return latest
         found = self.store.get(self.subtask.index, n)
-        latest = self.store.latest(self.subtask.index)
         if found is not None and latest is not None and latest.checkpoint_id > n:
             if self.op.stateful:
                 raise ConfigError(
@@ -583,19 +582,3 @@ class SubtaskRunner:
                 self.reader.close()
             except Exception:
                 log.warning("closing reader of %s failed", self.subtask, exc_info=True)
-
-
-def run_subtask(
-    plan: JobPlan,
-    subtask: SubtaskId,
-    settings: KafkaSettings,
-    options: RunOptions,
-    attempt: int = 0,
-) -> SubtaskResult:
-    """Run one incarnation of ``subtask`` to completion and return what it did."""
-    return SubtaskRunner(plan, subtask, settings, options, attempt).run()
-
-
-def restore_order(plan: JobPlan) -> Sequence[SubtaskId]:
-    """Subtasks in launch order (sources first)."""
-    return plan.subtasks()

@@ -13,9 +13,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from channels.config import KafkaSettings
-from channels.ids import JobId, Offset, TopicPartition
+from channels.ids import JobId, TopicPartition
 from channels.kafka.consumer import AssignedConsumer
 from offsets.store import CheckpointStore
+from offsets.tracker import PositionTracker
 from recovery.events import read_events
 from recovery.plan import JobPlan
 
@@ -59,11 +60,15 @@ def job_status(settings: KafkaSettings, plan: JobPlan) -> list[SubtaskStatus]:
                     if ckpt is not None and ckpt.finished:
                         state = "finished"
                     debt: dict[str, int] = {}
-                    for edge in [] if state == "finished" else plan.inputs_of(op.name):
-                        tp = TopicPartition(plan.topic_of(edge), i)
-                        _, high = probe.watermarks(tp)
-                        start = ckpt.inputs.get(tp, Offset(0)) if ckpt else 0
-                        debt[str(tp)] = max(0, high - start)
+                    if state != "finished":
+                        tps = [
+                            TopicPartition(plan.topic_of(edge), i)
+                            for edge in plan.inputs_of(op.name)
+                        ]
+                        start = dict(ckpt.inputs) if ckpt else {}
+                        ends = {tp: probe.watermarks(tp)[1] for tp in tps}
+                        owed = PositionTracker(tps, start).replay_debt(ends)
+                        debt = {str(tp): n for tp, n in owed.items()}
                     rows.append(
                         SubtaskStatus(
                             subtask=key,
