@@ -211,9 +211,13 @@ class ChannelReader:
         """Next offset to read per input partition.
 
         While channels are held back (aligned mode) that is the lowest offset not yet
-        processed: a held barrier not yet checkpointed, or the first held message.
+        processed: a held barrier not yet checkpointed, the first held message, or a
+        released one not yet returned.
         """
         pos = dict(self._positions)
+        for m in self._pending:  # consumed, not yet returned: released held messages sit
+            tp = TopicPartition(m.topic() or "", m.partition() or 0)  # below the position
+            pos[tp] = Offset(min(pos[tp], m.offset() or 0))
         for (tp, w), (n, off) in self._barriers.items():
             if n in self._consumed:
                 held = self._held.get((tp, w))

@@ -125,3 +125,17 @@ def test_restore_mid_alignment_neither_loses_nor_repeats() -> None:
             again.consume_barrier(n)
             again.release(n)
     assert sorted(first + rest) == [1, 2, 3, 101, 102, 103]  # each record exactly once
+
+
+def test_released_messages_not_yet_processed_keep_the_position_back() -> None:
+    r = reader_on(LOG)
+    r.start({TP: Offset(0)})
+    r.poll(5, 0)
+    r.poll(5, 0)
+    n = r.aligned()
+    assert n == 7
+    r.consume_barrier(n)
+    r.release(n)
+    # A checkpoint taken now, before the released messages are polled, must re-read them.
+    assert r.positions() == {TP: 3}
+    assert r.skip_state() == {TP: {1: 7}}
