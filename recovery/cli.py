@@ -83,11 +83,17 @@ def _checkpoints(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    print(f"{'id':>5} {'completed (UTC)':20} {'duration s':>10}  subtasks")
+    print(
+        f"{'id':>5} {'completed (UTC)':20} {'duration s':>10} {'bytes':>10} {'spilled':>12}"
+        "  subtasks"
+    )
     for r in rows:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(r["end"]))
         fin = f" ({len(r['finished'])} finished)" if r["finished"] else ""
-        print(f"{r['id']:>5} {when:20} {r['duration_s']:>10.3f}  {len(r['subtasks'])}{fin}")
+        print(
+            f"{r['id']:>5} {when:20} {r['duration_s']:>10.3f} {r.get('bytes', 0):>10} "
+            f"{r.get('spilled_bytes', 0):>12}  {len(r['subtasks'])}{fin}"
+        )
     if not rows:
         print(
             "no completed global checkpoints (is the job running with --checkpoint-mode unaligned?)"

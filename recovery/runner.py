@@ -44,6 +44,7 @@ class RunOptions:
 
     checkpoint_interval_s: float = 1.0
     keep_checkpoints: int = 5
+    keep_global: int = 10  # global checkpoints a job can still be rewound to
     poll_records: int = 2000  # records a source emits per step
     poll_messages: int = 8  # channel messages (batches of records) a reader takes per step
     transaction_timeout_ms: int = 60_000
@@ -164,6 +165,9 @@ class SubtaskRunner:
         self._replay_ends: dict[TopicPartition, int] = {}
         self._replayed: dict[TopicPartition, int] = {}
         self._started = 0.0
+        # Bytes of the last checkpoint: its own (state changes, record) and the channel data
+        # its transaction had spilled since the previous one.
+        self._ckpt_bytes = (0, 0)
 
     # -- life ----------------------------------------------------------------------------
 
@@ -238,7 +242,11 @@ class SubtaskRunner:
         if self.state is not None:
             restore_consumer = AssignedConsumer(self.settings, self.subtask.group_id + ".restore")
             try:
-                n = self.state.restore(restore_consumer, self._changelog_next)
+                n = self.state.restore(
+                    restore_consumer,
+                    self._changelog_next,
+                    rewrite=ckpt is not None and ckpt.rewrite_state,
+                )
             finally:
                 restore_consumer.close()
             log.info(
@@ -277,11 +285,18 @@ class SubtaskRunner:
             )
             if ckpt is not None and topic in ckpt.outputs:
                 w.restore_counts(ckpt.outputs[topic])
+            if ckpt is not None and topic in ckpt.output_marks:
+                w.restore_marks(ckpt.output_marks[topic])
             self.writers.append(w)
         self.ctx.restored_watermark = ckpt.watermark if ckpt else None
         restored_global: tuple[int, int] | None = None
         if ckpt is not None:
-            taken = [(c.global_id, int(c.checkpoint_id)) for c in recent if c.global_id is not None]
+            taken: list[tuple[int, int]] = []
+            for c in recent:
+                if c.rewound_from is not None:
+                    taken = []  # global checkpoints of an abandoned run are not announced
+                elif c.global_id is not None:
+                    taken.append((c.global_id, int(c.checkpoint_id)))
             if taken:
                 restored_global = max(taken)
                 self._global_last = restored_global[0]
@@ -483,6 +498,10 @@ class SubtaskRunner:
         cid = self._seq.next()
         for w in self.writers:
             w.flush_batches()
+        if self.writers:
+            # Acknowledged offsets give the output high-water marks a rewind needs.
+            self.producer.flush()
+        spilled = self.producer.txn_bytes  # channel data written since the last checkpoint
         position: dict[str, Any] = {}
         if self.source is not None:
             position = self.source.position()
@@ -501,6 +520,8 @@ class SubtaskRunner:
             inputs=self.reader.positions() if self.reader else {},
             changelog=self._changelog_next,
             outputs={w.channel.topic: tuple(w.counts) for w in self.writers},
+            output_marks={w.channel.topic: w.marks() for w in self.writers},
+            discard=self.reader.discard_state() if self.reader else {},
             ended={tp: frozenset(v) for tp, v in reader_state.ended.items()}
             if reader_state
             else {},
@@ -518,6 +539,7 @@ class SubtaskRunner:
         metadata = self.consumer.group_metadata() if self.consumer else None
         before_commit = self._crash_before_commit if self.faults.armed else None
         commit_checkpoint(self.producer, self.store, ckpt, metadata, before_commit)
+        self._ckpt_bytes = (self.producer.txn_bytes - spilled, spilled)
         self.faults.reached("after-final-commit" if finished else "after-commit")
         if self.sink is not None:
             self.sink.committed(position)
@@ -525,7 +547,11 @@ class SubtaskRunner:
         self._last_ckpt = time.monotonic()
         if cid % 10 == 0:
             try:
-                self.store.prune(self.subtask.index, self.options.keep_checkpoints)
+                self.store.prune(
+                    self.subtask.index,
+                    self.options.keep_checkpoints,
+                    self.options.keep_global if self._global else 0,
+                )
             except Exception:  # pruning is housekeeping: retry at the next tenth checkpoint
                 log.warning("%s could not prune old checkpoints", self.subtask, exc_info=True)
         if stopping:
@@ -541,7 +567,12 @@ class SubtaskRunner:
             w.barrier(n)
         self._checkpoint(finished=False, global_id=n)
         self._global_last = n
-        self.events.emit("checkpointed", **{"global": n, "checkpoint": self._seq.last})
+        self.events.emit(
+            "checkpointed",
+            bytes=self._ckpt_bytes[0],
+            spilled_bytes=self._ckpt_bytes[1],
+            **{"global": n, "checkpoint": self._seq.last},
+        )
 
     def _crash_before_commit(self) -> None:
         # Make the planned crash land with everything on the broker, still uncommitted.

@@ -27,6 +27,7 @@ from recovery.events import events_topic_spec, record_job_event
 from recovery.globalckpt import Coordinator, checkpoints_topic_spec
 from recovery.loader import load_plan
 from recovery.plan import JobPlan
+from recovery.rewind import rewind_job
 from recovery.runner import RunOptions, SubtaskResult, SubtaskRunner
 from recovery.state import CHANGELOG_TOPIC_CONFIG
 
@@ -61,6 +62,7 @@ class JobConfig:
     # How long a global checkpoint may take before the coordinator gives up on it. Aligned
     # checkpoints wait for barriers behind the backlog, so this is generous.
     global_timeout_s: float = 600.0
+    keep_global: int = 10  # completed global checkpoints kept, i.e. rewindable to
 
     def settings(self) -> KafkaSettings:
         """Kafka settings of this run."""
@@ -90,6 +92,7 @@ class JobConfig:
             run_id=run_id,
             dead_letter=self.dead_letter,
             checkpoint_mode=self.checkpoint_mode,
+            keep_global=self.keep_global,
         )
 
 
@@ -110,12 +113,20 @@ def prepare_topics(plan: JobPlan, settings: KafkaSettings, dead_letter: bool = F
     )
 
 
-def run_on_spark(config: JobConfig, from_checkpoint: int | None = None) -> list[SubtaskResult]:
-    """Validate, create topics, run every subtask as a Spark task; return their final results."""
+def run_on_spark(
+    config: JobConfig, from_checkpoint: int | None = None, rewind_to: int | None = None
+) -> list[SubtaskResult]:
+    """Validate, create topics, run every subtask as a Spark task; return their final results.
+
+    ``rewind_to``: first rewind the whole job to that completed global checkpoint
+    (:mod:`recovery.rewind`); the job must not be running.
+    """
     plan = load_plan(config.pipeline, config.job_id)
     settings = config.settings()
     options = config.options(from_checkpoint)
     prepare_topics(plan, settings, config.dead_letter)
+    if rewind_to is not None:
+        rewind_job(settings, plan, rewind_to)
     run_id = uuid.uuid4().hex
     record_job_event(
         settings,
@@ -127,6 +138,7 @@ def run_on_spark(config: JobConfig, from_checkpoint: int | None = None) -> list[
         master=config.master,
         subtasks=[str(s) for s in plan.subtasks()],
         from_checkpoint=from_checkpoint,
+        rewound_to=rewind_to,
         dead_letter=config.dead_letter,
         checkpoint_mode=config.checkpoint_mode,
     )
@@ -174,6 +186,7 @@ def run_on_spark(config: JobConfig, from_checkpoint: int | None = None) -> list[
                 [f"{s.operator}[{s.index}]" for s in subtasks],
                 config.global_interval_s,
                 config.global_timeout_s,
+                config.keep_global,
             )
             coordinator.start()
         try:

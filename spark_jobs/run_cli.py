@@ -24,7 +24,12 @@ def add_parser(subparsers: Any) -> None:
         "--checkpoint-interval", type=float, default=1.0, help="seconds between checkpoints"
     )
     p.add_argument(
-        "--from-checkpoint", type=int, default=None, help="(reserved for global checkpoints)"
+        "--from-checkpoint",
+        type=int,
+        default=None,
+        metavar="N",
+        help="rewind the whole (stopped) job to completed global checkpoint N first; "
+        "what the previous run did after N is ignored (see spillway checkpoints)",
     )
     p.add_argument(
         "--dead-letter",
@@ -58,10 +63,6 @@ def _run(args: argparse.Namespace) -> int:
 
     if args.task_attempts < 1:
         raise ConfigError(f"--task-attempts must be >= 1, got {args.task_attempts}")
-    if args.from_checkpoint is not None:
-        raise ConfigError(
-            "--from-checkpoint needs global checkpoints, which this version does not have yet"
-        )
     client: dict[str, str] = {}
     for item in args.kafka_config:
         key, sep, value = item.partition("=")
@@ -89,7 +90,7 @@ def _run(args: argparse.Namespace) -> int:
         checkpoint_mode=args.checkpoint_mode,
         global_interval_s=args.global_interval,
     )
-    results = run_on_spark(config)
+    results = run_on_spark(config, rewind_to=args.from_checkpoint)
     for r in results:
         print(json.dumps(r.__dict__))
     failed = [r for r in results if r.status not in ("finished", "skipped", "stopped", "fenced")]

@@ -11,6 +11,7 @@ from confluent_kafka import IsolationLevel, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as CkTopicPartition
 from confluent_kafka.admin import (  # type: ignore[attr-defined]  # not re-exported in stubs
     AdminClient,
+    ConfigResource,
     NewTopic,
     OffsetSpec,
 )
@@ -154,6 +155,13 @@ class Admin:
         low = fetch(OffsetSpec.earliest())  # type: ignore[no-untyped-call]
         high = fetch(OffsetSpec.latest())  # type: ignore[no-untyped-call]
         return {tp: (low[tp], high[tp]) for tp in parts}
+
+    @retrying()
+    def topic_config(self, topic: str) -> dict[str, str]:
+        """The effective configuration of ``topic`` (name -> value)."""
+        res = ConfigResource("topic", topic)
+        fut = self._client.describe_configs([res], request_timeout=30)[res]
+        return {name: str(entry.value) for name, entry in fut.result().items()}
 
     def delete_records_before(self, before: Mapping[TopicPartition, int]) -> None:
         """Delete records below the given offsets (used to keep only the last N checkpoints)."""

@@ -61,6 +61,7 @@ class TransactionalProducer:
         self._in_txn = False
         self._delivery_error: KafkaError | None = None
         self._last_offsets: dict[TopicPartition, int] = {}
+        self.txn_bytes = 0  # key + value bytes produced in the open transaction
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -121,6 +122,7 @@ class TransactionalProducer:
             raise self._translate(e) from e
         self._in_txn = True
         self._delivery_error = None
+        self.txn_bytes = 0
 
     def produce(
         self,
@@ -131,6 +133,7 @@ class TransactionalProducer:
         headers: Sequence[tuple[str, bytes]] | None = None,
     ) -> None:
         """Queue one message inside the open transaction; blocks briefly when the queue is full."""
+        self.txn_bytes += len(value or b"") + len(key or b"")
         for _ in range(1000):
             try:
                 self._p.produce(
