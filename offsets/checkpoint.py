@@ -21,6 +21,9 @@ Contract:
 * ``skip``: aligned mode only — per input partition and writer, messages below this
   offset were processed although they lie at or past ``inputs[tp]`` (other channels of
   the partition were held back at the checkpoint); a restored reader skips them.
+* ``partial[tp] = (offset, done)``: unaligned mode, a checkpoint taken inside a channel
+  message — ``inputs[tp]`` is that message's offset and its first ``done`` records were
+  already processed; a restore skips them.
 * ``output_marks[topic][j]``: the offset after the last message this subtask had written to
   partition j of an output channel (its high-water mark there). A whole-job rewind to
   this checkpoint discards this subtask's messages at or past it.
@@ -74,6 +77,7 @@ class Checkpoint:
     discard: Mapping[TopicPartition, Mapping[int, Spans]] = field(default_factory=dict)
     rewound_from: int | None = None
     rewrite_state: bool = False
+    partial: Mapping[TopicPartition, tuple[int, int]] = field(default_factory=dict)
 
     def to_bytes(self) -> bytes:
         """Serialize (versioned JSON)."""
@@ -112,6 +116,9 @@ class Checkpoint:
                 for tp, m in sorted(self.discard.items())
             ],
             "rewound_from": self.rewound_from,
+            "partial": [
+                [tp.topic, tp.partition, o, d] for tp, (o, d) in sorted(self.partial.items())
+            ],
             "rewrite_state": self.rewrite_state,
         }
         return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
@@ -161,6 +168,7 @@ class Checkpoint:
                     for t, p, m in doc.get("discard", [])
                 },
                 rewound_from=doc.get("rewound_from"),
+                partial={TopicPartition(t, p): (o, d) for t, p, o, d in doc.get("partial", [])},
                 rewrite_state=bool(doc.get("rewrite_state", False)),
             )
         except (KeyError, TypeError, ValueError) as e:

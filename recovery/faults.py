@@ -5,8 +5,9 @@ death, not an exception — as comma-separated ``OPERATOR:INDEX:POINT:ATTEMPT[:N
 die at the N-th (default 1st) time attempt ATTEMPT of ``OPERATOR[INDEX]`` reaches POINT.
 Points: ``restore`` (state restored, inputs not yet assigned), ``before-commit`` (outputs
 and checkpoint record produced, not committed), ``after-commit``, ``after-final-commit``
-(the finished checkpoint committed, its sink files not yet published). Unset: no cost beyond
-one dictionary lookup per checkpoint.
+(the finished checkpoint committed, its sink files not yet published),
+``after-partial-commit`` (an unaligned checkpoint taken inside a channel message).
+Unset: no cost beyond one dictionary lookup per checkpoint.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from channels.errors import ConfigError
 from channels.ids import SubtaskId
 
 ENV = "SPILLWAY_CRASH_AT"
-POINTS = ("restore", "before-commit", "after-commit", "after-final-commit")
+POINTS = ("restore", "before-commit", "after-commit", "after-final-commit", "after-partial-commit")
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,9 @@ class RunOptions:
     dead_letter: bool = False  # bad records go to the job's dead-letter channel, not fail
     checkpoint_mode: str = "interval"  # "unaligned" / "aligned": numbered global checkpoints too
     watermark_interval_s: float = 0.2
+    # Unaligned mode: records a subtask processes between looks for a checkpoint trigger,
+    # so a checkpoint need not wait for a whole channel message (~1000 records).
+    trigger_chunk: int = 256
 
 
 @dataclass
@@ -124,6 +127,7 @@ class SubtaskRunner:
         self._should_stop = self._signals.requested if self._signals else should_stop
         self._global = options.checkpoint_mode in ("unaligned", "aligned") and bool(self._signals)
         self._aligned = self._global and options.checkpoint_mode == "aligned"
+        self._unaligned = self._global and not self._aligned
         self._global_last = -1
         op = plan.operator(subtask.operator)
         self.op = op
@@ -168,6 +172,10 @@ class SubtaskRunner:
         # Bytes of the last checkpoint: its own (state changes, record) and the channel data
         # its transaction had spilled since the previous one.
         self._ckpt_bytes = (0, 0)
+        # (tp, offset, records done) while a checkpoint is taken inside a message, and the
+        # restored counterpart: records of message (tp, offset) to skip after a restore.
+        self._partial: tuple[TopicPartition, int, int] | None = None
+        self._resume: dict[tuple[TopicPartition, int], int] = {}
 
     # -- life ----------------------------------------------------------------------------
 
@@ -268,6 +276,8 @@ class SubtaskRunner:
             marks = {ch.tp: self.consumer.watermarks(ch.tp) for ch in self.inputs}
             check_retention(self.subtask, start, marks)
             self.reader.start(start, ckpt.reader_state() if ckpt else None)
+            if ckpt is not None:
+                self._resume = {(tp, off): done for tp, (off, done) in ckpt.partial.items()}
             if ckpt is not None:
                 self._replay_ends = {tp: marks[tp][1] for tp in start if marks[tp][1] > start[tp]}
                 self._replayed = dict.fromkeys(self._replay_ends, 0)
@@ -380,9 +390,9 @@ class SubtaskRunner:
             return False
         assert self.reader is not None
         barrier: int | None = None
-        for d in self.reader.poll(
-            self.options.poll_messages, 0.05, stop_after_barrier=self._global and not self._aligned
-        ):
+        # Unaligned: one message per poll, so a checkpoint can fall between any two.
+        batch = 1 if self._unaligned else self.options.poll_messages
+        for d in self.reader.poll(batch, 0.05, stop_after_barrier=self._unaligned):
             if d.kind is Kind.BARRIER and d.value is not None and d.value > self._global_last:
                 barrier = d.value  # the reader stopped here: checkpoint exactly at it
             if d.error is not None and self.dead_letters is not None:
@@ -390,13 +400,16 @@ class SubtaskRunner:
                     stage="decode", error=d.error, tp=d.tp, offset=d.offset, raw=d.raw
                 )
             elif d.kind is Kind.DATA:
-                self.result.records_in += len(d.records)
+                # Records of this message processed before a restore (mid-message checkpoint).
+                done = self._resume.pop((d.tp, d.offset), 0)
+                records = d.records[done:] if done else d.records
+                self.result.records_in += len(records)
                 if d.tp in self._replay_ends:
-                    self._count_replay(d.tp, d.offset, len(d.records))
-                if self.logic is not None:
-                    self._emit(self._process(d.records, d.tp, d.offset), d.tp, d.offset)
-                elif self.sink is not None:
-                    self.sink.write(d.records)
+                    self._count_replay(d.tp, d.offset, len(records))
+                if self._unaligned:
+                    self._deliver_in_chunks(records, d.tp, d.offset, done)
+                else:
+                    self._deliver(records, d.tp, d.offset)
         if self._replay_ends and self.reader is not None:
             pos = self.reader.positions()
             if (
@@ -415,6 +428,35 @@ class SubtaskRunner:
                 self.reader.release(n)
         self._maybe_forward_watermark(self.reader.watermark())
         return self.reader.finished()
+
+    def _deliver(self, records: list[Record], tp: TopicPartition, offset: int) -> None:
+        if self.logic is not None:
+            self._emit(self._process(records, tp, offset), tp, offset)
+        elif self.sink is not None:
+            self.sink.write(records)
+
+    def _deliver_in_chunks(
+        self, records: list[Record], tp: TopicPartition, offset: int, done: int
+    ) -> None:
+        """Unaligned mode: take a triggered checkpoint between chunks of one message.
+
+        The checkpoint then records ``offset`` as the input position and how many of the
+        message's records are done (``partial``); a restore skips exactly those. The cut
+        stays consistent: the message was committed upstream before the trigger.
+        """
+        assert self._signals is not None
+        step = self.options.trigger_chunk
+        for start in range(0, len(records), step):
+            if start:
+                n = self._signals.trigger()
+                if n > self._global_last:
+                    self._partial = (tp, offset, done + start)
+                    try:
+                        self._global_checkpoint(n)
+                    finally:
+                        self._partial = None
+                    self.faults.reached("after-partial-commit")
+            self._deliver(records[start : start + step], tp, offset)
 
     def _count_replay(self, tp: TopicPartition, offset: int, n: int) -> None:
         end = self._replay_ends[tp]
@@ -513,11 +555,18 @@ class SubtaskRunner:
             if last is not None:
                 self._changelog_next = Offset(last + 1)
         reader_state = self.reader.state if self.reader else None
+        inputs = self.reader.positions() if self.reader else {}
+        partial: dict[TopicPartition, tuple[int, int]] = {}
+        if self._partial is not None:
+            tp, off, done = self._partial
+            inputs[tp] = Offset(off)  # the message is re-read; its first `done` records skipped
+            partial[tp] = (off, done)
         ckpt = Checkpoint(
             subtask=self.subtask,
             checkpoint_id=CheckpointId(cid),
             topology=self.plan.fingerprint,
-            inputs=self.reader.positions() if self.reader else {},
+            inputs=inputs,
+            partial=partial,
             changelog=self._changelog_next,
             outputs={w.channel.topic: tuple(w.counts) for w in self.writers},
             output_marks={w.channel.topic: w.marks() for w in self.writers},

@@ -7,6 +7,7 @@ to every task.
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 from spark_jobs.pipeline import Pipeline
@@ -85,6 +86,33 @@ def fragile() -> Pipeline:
     )
     scored = events.rebalance().map("parse", parse, schema=SCORED, parallelism=2)
     scored.key_by(lambda r: r["key"]).aggregate(
+        "count",
+        init=lambda: 0,
+        add=count_add,
+        result=lambda k, n: {"key": k, "n": n},
+        schema=COUNT,
+        parallelism=2,
+    ).write_jsonl("out", os.environ["SPILLWAY_TEST_OUT"])
+    return p
+
+
+def slow_step(e: dict[str, Any]) -> dict[str, Any]:
+    """Pass ``e`` on, sleeping 2 ms every 40 records: ~20k records/s, so processing one
+    channel message (a few thousand records) takes long enough for a checkpoint trigger
+    to arrive in the middle of it."""
+    if e["seq"] % 40 == 0:
+        time.sleep(0.002)
+    return e
+
+
+def slow_count() -> Pipeline:
+    """generate → slow (p=1) → count per key (p=2) → files: unaligned checkpoints mid-message."""
+    p = Pipeline("slow-count")
+    events = p.generate(
+        "events", make=make_event, schema=EVENT, count=int(os.environ["SPILLWAY_TEST_RECORDS"])
+    )
+    slow = events.map("slow", slow_step, schema=EVENT)
+    slow.key_by(lambda r: r["key"]).aggregate(
         "count",
         init=lambda: 0,
         add=count_add,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections import Counter
@@ -15,6 +16,7 @@ from channels.ids import JobId, Offset, OperatorName, TopicPartition
 from channels.kafka.consumer import AssignedConsumer
 from offsets.checkpoint import Checkpoint
 from offsets.store import CheckpointStore
+from recovery.events import read_events
 from recovery.globalckpt import read_completed
 from recovery.loader import load_plan
 from spark_jobs.cli import main
@@ -183,3 +185,49 @@ def test_coordinator_death_does_not_stop_processing_and_numbering_resumes(
     assert ids == sorted(set(ids))  # numbering resumed, never reused
     assert second.completed
     assert min(second.completed) > sp["id"] > max(first.completed)
+
+
+def test_unaligned_checkpoints_inside_a_message_restore_exactly(
+    kafka_bootstrap: str, unique: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    records = 120_000
+    monkeypatch.setenv("SPILLWAY_TEST_RECORDS", str(records))
+    monkeypatch.setenv("SPILLWAY_TEST_OUT", str(tmp_path))
+    # slow[0] dies right after the first checkpoint it takes inside a channel message, in
+    # each of its first three attempts (the local interval is longer than the job: only
+    # global checkpoints commit).
+    monkeypatch.setenv(
+        "SPILLWAY_CRASH_AT", ",".join(f"slow:0:after-partial-commit:{a}" for a in range(3))
+    )
+    config = JobConfig(
+        "tests.integration.pipelines:slow_count",
+        unique,
+        kafka_bootstrap,
+        master="local[6,5]",
+        task_attempts=5,
+        checkpoint_interval_s=600,
+        checkpoint_mode="unaligned",
+        global_interval_s=0.3,
+    )
+    results = {r.subtask.split("/")[1]: r for r in run_on_spark(config)}
+    assert results["slow[0]"].attempt == 3
+
+    counts: Counter[str] = Counter()
+    for f in tmp_path.glob("out/*.jsonl"):
+        for line in f.read_text().splitlines():
+            row = json.loads(line)
+            assert row["key"] not in counts, f"duplicate output row for {row['key']}"
+            counts[row["key"]] = row["n"]
+    assert counts == Counter(f"k{i % 13}" for i in range(records))
+
+    settings = KafkaSettings(kafka_bootstrap)
+    store = CheckpointStore(settings, JobId(unique), OperatorName("slow"), 1)
+    restored = [
+        e["restored_from"]
+        for e in read_events(settings, JobId(unique))
+        if e.get("event") == "started" and e.get("operator") == "slow" and e["attempt"] > 0
+    ]
+    assert len(restored) == 3
+    partial = [store.get(0, cid) for cid in restored]
+    assert all(c is not None and c.partial for c in partial), partial
+    store.close()

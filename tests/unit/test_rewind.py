@@ -174,11 +174,12 @@ def test_checkpoint_with_rewind_fields_round_trips() -> None:
         discard={TP: {0: ((1, 2), (5, 9))}},
         rewound_from=3,
         rewrite_state=True,
+        partial={TP: (17, 256)},
     )
     assert Checkpoint.from_bytes(c.to_bytes()) == c
     assert c.reader_state().discard == {TP: {0: ((1, 2), (5, 9))}}
     doc = json.loads(c.to_bytes())
-    for key in ("output_marks", "discard", "rewound_from", "rewrite_state"):
+    for key in ("output_marks", "discard", "rewound_from", "rewrite_state", "partial"):
         del doc[key]  # written before rewinds existed
     old = Checkpoint.from_bytes(json.dumps(doc).encode())
     assert old.output_marks == {}
