@@ -10,7 +10,7 @@ import os
 import time
 from typing import Any
 
-from spark_jobs.pipeline import Pipeline
+from spark_jobs.pipeline import Pipeline, Stream
 
 ORDER = {
     "type": "record",
@@ -74,6 +74,18 @@ def count_add(n: int, _r: dict[str, Any]) -> int:
     return n + 1
 
 
+def count_to_files(stream: Stream) -> None:
+    """Count records per key (p=2) and write the counts as files to $SPILLWAY_TEST_OUT."""
+    stream.key_by(lambda r: r["key"]).aggregate(
+        "count",
+        init=lambda: 0,
+        add=count_add,
+        result=lambda k, n: {"key": k, "n": n},
+        schema=COUNT,
+        parallelism=2,
+    ).write_jsonl("out", os.environ["SPILLWAY_TEST_OUT"])
+
+
 def fragile() -> Pipeline:
     """generate → parse (raises on some, emits bad records on others) → count per key → files."""
     p = Pipeline("fragile")
@@ -85,14 +97,7 @@ def fragile() -> Pipeline:
         parallelism=2,
     )
     scored = events.rebalance().map("parse", parse, schema=SCORED, parallelism=2)
-    scored.key_by(lambda r: r["key"]).aggregate(
-        "count",
-        init=lambda: 0,
-        add=count_add,
-        result=lambda k, n: {"key": k, "n": n},
-        schema=COUNT,
-        parallelism=2,
-    ).write_jsonl("out", os.environ["SPILLWAY_TEST_OUT"])
+    count_to_files(scored)
     return p
 
 
@@ -112,12 +117,5 @@ def slow_count() -> Pipeline:
         "events", make=make_event, schema=EVENT, count=int(os.environ["SPILLWAY_TEST_RECORDS"])
     )
     slow = events.map("slow", slow_step, schema=EVENT)
-    slow.key_by(lambda r: r["key"]).aggregate(
-        "count",
-        init=lambda: 0,
-        add=count_add,
-        result=lambda k, n: {"key": k, "n": n},
-        schema=COUNT,
-        parallelism=2,
-    ).write_jsonl("out", os.environ["SPILLWAY_TEST_OUT"])
+    count_to_files(slow)
     return p
