@@ -21,7 +21,7 @@ from channels.envelope import Kind
 from channels.errors import ConfigError, RecordError
 from channels.ids import CheckpointId, Offset, SubtaskId, TopicPartition
 from channels.kafka.consumer import AssignedConsumer
-from channels.kafka.producer import TransactionalProducer
+from channels.kafka.producer import IdempotentProducer, TransactionalProducer
 from channels.naming import changelog_topic
 from channels.reader import ChannelReader, InputChannel
 from channels.writer import ChannelWriter, OutputChannel
@@ -36,6 +36,8 @@ from recovery.plan import JobPlan, Logic, Record, Sink, Source
 from recovery.state import ChangelogState
 
 log = logging.getLogger("spillway.subtask")
+
+GUARANTEES = ("exactly-once", "at-least-once")
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,10 @@ class RunOptions:
     dead_letter: bool = False  # bad records go to the job's dead-letter channel, not fail
     checkpoint_mode: str = "interval"  # "unaligned" / "aligned": numbered global checkpoints too
     watermark_interval_s: float = 0.2
+    # "exactly-once": outputs are written in the checkpoint's transaction. "at-least-once":
+    # outputs go out without a transaction and are flushed before the checkpoint commits,
+    # so a restart re-sends (duplicates) what followed the last checkpoint, loses nothing.
+    guarantee: str = "exactly-once"
 
 
 @dataclass
@@ -118,6 +124,10 @@ class SubtaskRunner:
         self.settings = settings
         self.options = options
         self.attempt = attempt
+        if options.guarantee not in GUARANTEES:
+            raise ConfigError(
+                f"guarantee must be one of {', '.join(GUARANTEES)}, got {options.guarantee!r}"
+            )
         self.lifecycle = Lifecycle()
         self._signals = JobSignals(settings, plan.job, options.run_id) if options.run_id else None
         self._should_stop = self._signals.requested if self._signals else should_stop
@@ -131,6 +141,13 @@ class SubtaskRunner:
             settings,
             subtask.transactional_id,
             transaction_timeout_ms=options.transaction_timeout_ms,
+        )
+        # Channel and sink outputs go through ``out``: the transactional producer itself,
+        # or (at-least-once) a plain idempotent one. State and checkpoints stay transactional.
+        self.out: TransactionalProducer = (
+            IdempotentProducer(settings, f"{subtask.transactional_id}.out")
+            if options.guarantee == GUARANTEES[1]
+            else self.producer
         )
         self.events = EventLog(settings, subtask, attempt, options.run_id)
         self.faults = Faults(subtask, attempt)
@@ -210,6 +227,8 @@ class SubtaskRunner:
     def _restore(self) -> bool:
         t0 = time.monotonic()
         self.producer.start()  # fences the previous incarnation, aborts its open transaction
+        if self.out is not self.producer:
+            self.out.start()
         # One read of the checkpoint tail serves both the latest checkpoint and the last
         # global checkpoint this subtask took.
         recent = self.store.history(self.subtask.index, 5)
@@ -224,7 +243,7 @@ class SubtaskRunner:
                 if self.sink is not None:
                     # The final commit may have happened without its files being
                     # published (crash between commit and rename): publish them now.
-                    self.sink.open(self.ctx, ckpt.source, self.producer)
+                    self.sink.open(self.ctx, ckpt.source, self.out)
                 self.lifecycle.to(Phase.FINISHED)
                 self.result.status = "skipped"
                 log.info(
@@ -270,7 +289,7 @@ class SubtaskRunner:
             p = self.plan.operator(e.downstream).parallelism
             topic = self.plan.topic_of(e)
             w = ChannelWriter(
-                self.producer,
+                self.out,
                 OutputChannel(topic, e.schema, e.make_partitioner(self.subtask.index, p), p),
                 self.subtask.index,
                 self.options.channel,
@@ -289,7 +308,7 @@ class SubtaskRunner:
         if self.source is not None:
             self.source.open(self.ctx, position)
         if self.sink is not None:
-            self.sink.open(self.ctx, position, self.producer)
+            self.sink.open(self.ctx, position, self.out)
         if self.logic is not None:
             self.logic.open(self.ctx)
         self._wm_out = ckpt.watermark if ckpt else None
@@ -483,6 +502,8 @@ class SubtaskRunner:
         cid = self._seq.next()
         for w in self.writers:
             w.flush_batches()
+        if self.out is not self.producer:
+            self.out.flush()  # at-least-once: outputs durable before the checkpoint says so
         position: dict[str, Any] = {}
         if self.source is not None:
             position = self.source.position()
@@ -570,6 +591,8 @@ class SubtaskRunner:
 
     def _close(self) -> None:
         closers = [self.producer.close, self.store.close]
+        if self.out is not self.producer:
+            closers.append(self.out.close)
         if self._signals is not None:
             closers.append(self._signals.close)
         for closer in closers:

@@ -27,7 +27,7 @@ from recovery.events import events_topic_spec, record_job_event
 from recovery.globalckpt import Coordinator, checkpoints_topic_spec
 from recovery.loader import load_plan
 from recovery.plan import JobPlan
-from recovery.runner import RunOptions, SubtaskResult, SubtaskRunner
+from recovery.runner import GUARANTEES, RunOptions, SubtaskResult, SubtaskRunner
 from recovery.state import CHANGELOG_TOPIC_CONFIG
 
 log = logging.getLogger("spark_jobs.driver")
@@ -61,6 +61,9 @@ class JobConfig:
     # How long a global checkpoint may take before the coordinator gives up on it. Aligned
     # checkpoints wait for barriers behind the backlog, so this is generous.
     global_timeout_s: float = 600.0
+    # "at-least-once" writes outputs without transactions (see RunOptions.guarantee):
+    # cheaper, but a restarted subtask repeats downstream what it sent after its checkpoint.
+    guarantee: str = "exactly-once"
 
     def settings(self) -> KafkaSettings:
         """Kafka settings of this run."""
@@ -78,6 +81,10 @@ class JobConfig:
                 "--checkpoint-mode must be 'interval', 'unaligned' or 'aligned', "
                 f"got {self.checkpoint_mode!r}"
             )
+        if self.guarantee not in GUARANTEES:
+            raise ConfigError(
+                f"--guarantee must be one of {', '.join(GUARANTEES)}, got {self.guarantee!r}"
+            )
         if self.checkpoint_interval_s <= 0:
             raise ConfigError(
                 f"--checkpoint-interval must be > 0, got {self.checkpoint_interval_s}"
@@ -90,6 +97,7 @@ class JobConfig:
             run_id=run_id,
             dead_letter=self.dead_letter,
             checkpoint_mode=self.checkpoint_mode,
+            guarantee=self.guarantee,
         )
 
 
@@ -129,6 +137,7 @@ def run_on_spark(config: JobConfig, from_checkpoint: int | None = None) -> list[
         from_checkpoint=from_checkpoint,
         dead_letter=config.dead_letter,
         checkpoint_mode=config.checkpoint_mode,
+        guarantee=config.guarantee,
     )
     subtasks = plan.subtasks()
     n = len(subtasks)

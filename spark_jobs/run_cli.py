@@ -38,6 +38,13 @@ def add_parser(subparsers: Any) -> None:
         help="unaligned / aligned: also take numbered global checkpoints (barriers in-band)",
     )
     p.add_argument(
+        "--guarantee",
+        choices=("exactly-once", "at-least-once"),
+        default="exactly-once",
+        help="at-least-once: outputs without transactions (faster; a restart repeats outputs "
+        "sent after the last checkpoint downstream, nothing is lost)",
+    )
+    p.add_argument(
         "--global-interval", type=float, default=2.0, help="seconds between global checkpoints"
     )
     p.add_argument("--replication-factor", type=int, default=1)
@@ -88,6 +95,7 @@ def _run(args: argparse.Namespace) -> int:
         dead_letter=args.dead_letter,
         checkpoint_mode=args.checkpoint_mode,
         global_interval_s=args.global_interval,
+        guarantee=args.guarantee,
     )
     results = run_on_spark(config)
     for r in results:

@@ -289,3 +289,38 @@ class TransactionalProducer:
                 f"transaction of {self.transactional_id} aborted after {err.name()}: {err.str()}"
             )
         return SpillwayError(f"producer {self.transactional_id}: {err.name()}: {err.str()}")
+
+
+class IdempotentProducer(TransactionalProducer):
+    """A producer without transactions, for the at-least-once guarantee.
+
+    Same interface as :class:`TransactionalProducer` so channel writers and sinks take
+    either, but every message is visible as soon as the broker has it: ``begin``,
+    ``send_offsets`` and ``abort`` do nothing and ``commit`` only flushes. Idempotence
+    still keeps broker-side retries from writing a message twice; what repeats under this
+    guarantee is what a restarted subtask re-sends after its last checkpoint.
+    """
+
+    def __init__(self, settings: KafkaSettings, client_id: str) -> None:
+        super().__init__(settings, client_id)
+        del self._config["transactional.id"]
+        del self._config["transaction.timeout.ms"]
+        self._config["client.id"] = client_id
+
+    def start(self) -> None:
+        """Create the producer (no fencing: there is no transactional id)."""
+        self._producer = Producer(self._config)
+
+    def begin(self) -> None:
+        """Nothing to open; writes are visible when delivered."""
+        self._delivery_error = None
+
+    def send_offsets(self, positions: Mapping[TopicPartition, Offset], group_metadata: Any) -> None:
+        """Nothing to add: there is no transaction."""
+
+    def commit(self, timeout_s: float = 30.0) -> None:
+        """Wait until everything produced so far is acknowledged (raise if any failed)."""
+        self.flush(timeout_s)
+
+    def abort(self, timeout_s: float = 30.0) -> None:
+        """Cannot take anything back: what was delivered stays visible."""
