@@ -181,6 +181,7 @@ class SubtaskRunner:
         self._replay_ends: dict[TopicPartition, int] = {}
         self._replayed: dict[TopicPartition, int] = {}
         self._started = 0.0
+        self._produced = False  # anything written in the open transaction (crash points)
 
     # -- life ----------------------------------------------------------------------------
 
@@ -227,6 +228,7 @@ class SubtaskRunner:
     def _restore(self) -> bool:
         t0 = time.monotonic()
         self.producer.start()  # fences the previous incarnation, aborts its open transaction
+        self.events.emit("fencing")  # tells a fenced older copy it was replaced (driver._task)
         if self.out is not self.producer:
             self.out.start()
         # One read of the checkpoint tail serves both the latest checkpoint and the last
@@ -400,6 +402,8 @@ class SubtaskRunner:
                 if self.logic is not None:
                     self._emit(self._process(d.records, d.tp, d.offset), d.tp, d.offset)
                 elif self.sink is not None:
+                    if self.faults.armed and d.records:
+                        self._before_output()
                     self.sink.write(d.records)
         if self._replay_ends and self.reader is not None:
             pos = self.reader.positions()
@@ -456,6 +460,8 @@ class SubtaskRunner:
         recs = records if isinstance(records, list) else list(records)
         if not recs:
             return
+        if self.faults.armed:
+            self._before_output()
         try:
             for w in self.writers:
                 w.write_many(recs)  # all-or-nothing per call
@@ -537,8 +543,10 @@ class SubtaskRunner:
             skip=self.reader.skip_state() if self.reader else {},
         )
         metadata = self.consumer.group_metadata() if self.consumer else None
-        before_commit = self._crash_before_commit if self.faults.armed else None
-        commit_checkpoint(self.producer, self.store, ckpt, metadata, before_commit)
+        if self.faults.armed:
+            self._flush_and_reach("after-produce")
+        reached = self._crash_point if self.faults.armed else None
+        commit_checkpoint(self.producer, self.store, ckpt, metadata, reached)
         self.faults.reached("after-final-commit" if finished else "after-commit")
         if self.sink is not None:
             self.sink.committed(position)
@@ -554,6 +562,7 @@ class SubtaskRunner:
             return
         if not finished:
             self.producer.begin()
+            self._produced = False
         self.lifecycle.after_checkpoint()
 
     def _global_checkpoint(self, n: int) -> None:
@@ -564,10 +573,22 @@ class SubtaskRunner:
         self._global_last = n
         self.events.emit("checkpointed", **{"global": n, "checkpoint": self._seq.last})
 
-    def _crash_before_commit(self) -> None:
+    def _crash_point(self, point: str) -> None:
+        if point == "during-commit":
+            self.faults.reached_soon(point)  # dies while the commit call runs
+        else:
+            self._flush_and_reach(point)
+
+    def _flush_and_reach(self, point: str) -> None:
         # Make the planned crash land with everything on the broker, still uncommitted.
+        self.out.flush()
         self.producer.flush()
-        self.faults.reached("before-commit")
+        self.faults.reached(point)
+
+    def _before_output(self) -> None:
+        if not self._produced:
+            self._produced = True
+            self.faults.reached("before-produce")
 
     def _finish(self) -> None:
         self.lifecycle.to(Phase.FINISHING)
