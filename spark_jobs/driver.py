@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
@@ -23,7 +24,7 @@ from channels.config import ChannelSettings, KafkaSettings
 from channels.errors import ConfigError, ProducerFencedError
 from channels.kafka.admin import Admin
 from recovery.deadletter import dead_letter_spec
-from recovery.events import events_topic_spec, record_job_event
+from recovery.events import events_topic_spec, newer_incarnation, record_job_event
 from recovery.globalckpt import Coordinator, checkpoints_topic_spec
 from recovery.loader import load_plan
 from recovery.plan import JobPlan
@@ -246,11 +247,20 @@ def _task(
     runner = SubtaskRunner(
         plan, subtask, config.settings(), config.options(from_checkpoint, run_id), attempt
     )
+    started = time.time()
     try:
         result = runner.run()
     except ProducerFencedError as e:
-        # A newer incarnation (a Spark retry elsewhere, or `spillway replay`) owns this
-        # subtask now. Retrying here would only fence it back: end this attempt quietly.
+        # Fenced by a newer incarnation (a Spark retry elsewhere, or `spillway replay`):
+        # it owns the subtask now, and retrying would only fence it back, so end quietly.
+        # Fenced with no newer incarnation: the broker aborted a transaction that outlived
+        # transaction.timeout.ms (e.g. the process was stopped); only a retry continues it.
+        if not newer_incarnation(config.settings(), subtask, os.getpid(), started):
+            raise ProducerFencedError(
+                f"{subtask}: {e}; no newer incarnation exists, so the broker aborted a "
+                "transaction that outlived transaction.timeout.ms: retrying the subtask",
+                subtasks=[subtask],
+            ) from e
         logging.getLogger("spark_jobs.driver").warning("%s: %s", subtask, e)
         result = runner.result
         result.status = "fenced"

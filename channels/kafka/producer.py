@@ -258,6 +258,18 @@ class TransactionalProducer:
             except KafkaException as e:
                 log.warning("abort of %s failed: %s", self.transactional_id, e)
 
+    def _original_fatal(self, err: KafkaError) -> KafkaError:
+        # After a fatal error (e.g. fencing found by a background produce request) librdkafka
+        # fails later calls with a bare _FATAL; abort_transaction raises the original error,
+        # which tells a fenced zombie (stop quietly) from other fatal causes.
+        try:
+            self._p.abort_transaction(1)
+        except KafkaException as e:
+            inner = kafka_error(e)
+            if inner is not None and inner.fatal():
+                return inner
+        return err
+
     def _recreate(self) -> None:
         if self._producer is not None:
             self._producer.flush(0)  # serve pending callbacks; nothing is committed here
@@ -270,6 +282,8 @@ class TransactionalProducer:
         err = kafka_error(e)
         if err is None:
             return SpillwayError(str(e))
+        if err.code() == KafkaError._FATAL:
+            err = self._original_fatal(err)
         if is_fenced(err):
             self._in_txn = False
             return ProducerFencedError(
