@@ -195,15 +195,20 @@ def commit_checkpoint(
     store: CheckpointStore,
     checkpoint: Checkpoint,
     group_metadata: object,
-    before_commit: Callable[[], None] | None = None,
+    reached: Callable[[str], None] | None = None,
 ) -> None:
     """Commit ``checkpoint`` atomically with everything already produced in the transaction.
 
     The record, the consumer positions (to the subtask's own group, so Kafka's lag tools
-    show them) and the outputs commit together, or none of them does.
+    show them) and the outputs commit together, or none of them does. ``reached`` is the
+    failure-injection hook (``recovery.faults``): called with ``"before-commit"``,
+    ``"after-send-offsets"`` and ``"during-commit"`` (just before the commit call).
     """
     store.write(producer, checkpoint)
+    if reached is not None:
+        reached("before-commit")
     producer.send_offsets(checkpoint.inputs, group_metadata)
-    if before_commit is not None:
-        before_commit()  # failure-injection hook (recovery.faults)
+    if reached is not None:
+        reached("after-send-offsets")
+        reached("during-commit")
     producer.commit()

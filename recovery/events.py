@@ -83,6 +83,35 @@ def read_events(
         consumer.close()
 
 
+def newer_incarnation(
+    settings: KafkaSettings,
+    subtask: SubtaskId,
+    pid: int,
+    since: float,
+    wait_s: float = 5.0,
+) -> bool:
+    """True if another process announced itself as ``subtask`` after ``since`` (wall time).
+
+    A fenced producer cannot tell a newer incarnation (which fenced it on purpose) from
+    the broker aborting its timed-out transaction (which bumps the epoch the same way).
+    A newer incarnation emits ``fencing`` right after taking over; this waits up to
+    ``wait_s`` for it.
+    """
+    deadline = time.monotonic() + wait_s
+    while True:
+        for e in read_events(settings, subtask.job):
+            if (
+                e.get("operator") == subtask.operator
+                and e.get("index") == subtask.index
+                and e.get("pid") != pid
+                and float(e.get("time", 0)) > since
+            ):
+                return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.5)
+
+
 def record_job_event(settings: KafkaSettings, job: JobId, kind: str, **fields: Any) -> None:
     """Append a job-level event (e.g. ``submitted``, with the pipeline reference)."""
     producer = Producer({**settings.base(), "enable.idempotence": True})

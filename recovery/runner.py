@@ -21,7 +21,7 @@ from channels.envelope import Kind
 from channels.errors import ConfigError, RecordError
 from channels.ids import CheckpointId, Offset, SubtaskId, TopicPartition
 from channels.kafka.consumer import AssignedConsumer
-from channels.kafka.producer import TransactionalProducer
+from channels.kafka.producer import IdempotentProducer, TransactionalProducer
 from channels.naming import changelog_topic
 from channels.reader import ChannelReader, InputChannel
 from channels.writer import ChannelWriter, OutputChannel
@@ -36,6 +36,8 @@ from recovery.plan import JobPlan, Logic, Record, Sink, Source
 from recovery.state import ChangelogState
 
 log = logging.getLogger("spillway.subtask")
+
+GUARANTEES = ("exactly-once", "at-least-once")
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,10 @@ class RunOptions:
     # Unaligned mode: records a subtask processes between looks for a checkpoint trigger,
     # so a checkpoint need not wait for a whole channel message (~1000 records).
     trigger_chunk: int = 256
+    # "exactly-once": outputs are written in the checkpoint's transaction. "at-least-once":
+    # outputs go out without a transaction and are flushed before the checkpoint commits,
+    # so a restart re-sends (duplicates) what followed the last checkpoint, loses nothing.
+    guarantee: str = "exactly-once"
 
 
 @dataclass
@@ -122,6 +128,10 @@ class SubtaskRunner:
         self.settings = settings
         self.options = options
         self.attempt = attempt
+        if options.guarantee not in GUARANTEES:
+            raise ConfigError(
+                f"guarantee must be one of {', '.join(GUARANTEES)}, got {options.guarantee!r}"
+            )
         self.lifecycle = Lifecycle()
         self._signals = JobSignals(settings, plan.job, options.run_id) if options.run_id else None
         self._should_stop = self._signals.requested if self._signals else should_stop
@@ -136,6 +146,13 @@ class SubtaskRunner:
             settings,
             subtask.transactional_id,
             transaction_timeout_ms=options.transaction_timeout_ms,
+        )
+        # Channel and sink outputs go through ``out``: the transactional producer itself,
+        # or (at-least-once) a plain idempotent one. State and checkpoints stay transactional.
+        self.out: TransactionalProducer = (
+            IdempotentProducer(settings, f"{subtask.transactional_id}.out")
+            if options.guarantee == GUARANTEES[1]
+            else self.producer
         )
         self.events = EventLog(settings, subtask, attempt, options.run_id)
         self.faults = Faults(subtask, attempt)
@@ -176,6 +193,7 @@ class SubtaskRunner:
         # restored counterpart: records of message (tp, offset) to skip after a restore.
         self._partial: tuple[TopicPartition, int, int] | None = None
         self._resume: dict[tuple[TopicPartition, int], int] = {}
+        self._produced = False  # anything written in the open transaction (crash points)
 
     # -- life ----------------------------------------------------------------------------
 
@@ -222,6 +240,9 @@ class SubtaskRunner:
     def _restore(self) -> bool:
         t0 = time.monotonic()
         self.producer.start()  # fences the previous incarnation, aborts its open transaction
+        self.events.emit("fencing")  # tells a fenced older copy it was replaced (driver._task)
+        if self.out is not self.producer:
+            self.out.start()
         # One read of the checkpoint tail serves both the latest checkpoint and the last
         # global checkpoint this subtask took.
         recent = self.store.history(self.subtask.index, 5)
@@ -236,7 +257,7 @@ class SubtaskRunner:
                 if self.sink is not None:
                     # The final commit may have happened without its files being
                     # published (crash between commit and rename): publish them now.
-                    self.sink.open(self.ctx, ckpt.source, self.producer)
+                    self.sink.open(self.ctx, ckpt.source, self.out)
                 self.lifecycle.to(Phase.FINISHED)
                 self.result.status = "skipped"
                 log.info(
@@ -288,7 +309,7 @@ class SubtaskRunner:
             p = self.plan.operator(e.downstream).parallelism
             topic = self.plan.topic_of(e)
             w = ChannelWriter(
-                self.producer,
+                self.out,
                 OutputChannel(topic, e.schema, e.make_partitioner(self.subtask.index, p), p),
                 self.subtask.index,
                 self.options.channel,
@@ -314,7 +335,7 @@ class SubtaskRunner:
         if self.source is not None:
             self.source.open(self.ctx, position)
         if self.sink is not None:
-            self.sink.open(self.ctx, position, self.producer)
+            self.sink.open(self.ctx, position, self.out)
         if self.logic is not None:
             self.logic.open(self.ctx)
         self._wm_out = ckpt.watermark if ckpt else None
@@ -433,6 +454,8 @@ class SubtaskRunner:
         if self.logic is not None:
             self._emit(self._process(records, tp, offset), tp, offset)
         elif self.sink is not None:
+            if self.faults.armed and records:
+                self._before_output()
             self.sink.write(records)
 
     def _deliver_in_chunks(
@@ -494,6 +517,8 @@ class SubtaskRunner:
         recs = records if isinstance(records, list) else list(records)
         if not recs:
             return
+        if self.faults.armed:
+            self._before_output()
         try:
             for w in self.writers:
                 w.write_many(recs)  # all-or-nothing per call
@@ -540,9 +565,10 @@ class SubtaskRunner:
         cid = self._seq.next()
         for w in self.writers:
             w.flush_batches()
-        if self.writers:
-            # Acknowledged offsets give the output high-water marks a rewind needs.
-            self.producer.flush()
+        if self.writers or self.out is not self.producer:
+            # Acknowledged offsets give the output high-water marks a rewind needs; and
+            # at-least-once: outputs are durable before the checkpoint says so.
+            self.out.flush()
         spilled = self.producer.txn_bytes  # channel data written since the last checkpoint
         position: dict[str, Any] = {}
         if self.source is not None:
@@ -586,8 +612,10 @@ class SubtaskRunner:
             skip=self.reader.skip_state() if self.reader else {},
         )
         metadata = self.consumer.group_metadata() if self.consumer else None
-        before_commit = self._crash_before_commit if self.faults.armed else None
-        commit_checkpoint(self.producer, self.store, ckpt, metadata, before_commit)
+        if self.faults.armed:
+            self._flush_and_reach("after-produce")
+        reached = self._crash_point if self.faults.armed else None
+        commit_checkpoint(self.producer, self.store, ckpt, metadata, reached)
         self._ckpt_bytes = (self.producer.txn_bytes - spilled, spilled)
         self.faults.reached("after-final-commit" if finished else "after-commit")
         if self.sink is not None:
@@ -608,6 +636,7 @@ class SubtaskRunner:
             return
         if not finished:
             self.producer.begin()
+            self._produced = False
         self.lifecycle.after_checkpoint()
 
     def _global_checkpoint(self, n: int) -> None:
@@ -623,10 +652,22 @@ class SubtaskRunner:
             **{"global": n, "checkpoint": self._seq.last},
         )
 
-    def _crash_before_commit(self) -> None:
+    def _crash_point(self, point: str) -> None:
+        if point == "during-commit":
+            self.faults.reached_soon(point)  # dies while the commit call runs
+        else:
+            self._flush_and_reach(point)
+
+    def _flush_and_reach(self, point: str) -> None:
         # Make the planned crash land with everything on the broker, still uncommitted.
+        self.out.flush()
         self.producer.flush()
-        self.faults.reached("before-commit")
+        self.faults.reached(point)
+
+    def _before_output(self) -> None:
+        if not self._produced:
+            self._produced = True
+            self.faults.reached("before-produce")
 
     def _finish(self) -> None:
         self.lifecycle.to(Phase.FINISHING)
@@ -650,6 +691,8 @@ class SubtaskRunner:
 
     def _close(self) -> None:
         closers = [self.producer.close, self.store.close]
+        if self.out is not self.producer:
+            closers.append(self.out.close)
         if self._signals is not None:
             closers.append(self._signals.close)
         for closer in closers:

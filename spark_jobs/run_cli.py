@@ -43,6 +43,20 @@ def add_parser(subparsers: Any) -> None:
         help="unaligned / aligned: also take numbered global checkpoints (barriers in-band)",
     )
     p.add_argument(
+        "--guarantee",
+        choices=("exactly-once", "at-least-once"),
+        default="exactly-once",
+        help="at-least-once: outputs without transactions (faster; a restart repeats outputs "
+        "sent after the last checkpoint downstream, nothing is lost)",
+    )
+    p.add_argument(
+        "--transaction-timeout-ms",
+        type=int,
+        default=60_000,
+        help="transaction.timeout.ms of every subtask's producer (<= the broker's "
+        "transaction.max.timeout.ms); a subtask stalled longer is aborted by the broker",
+    )
+    p.add_argument(
         "--global-interval", type=float, default=2.0, help="seconds between global checkpoints"
     )
     p.add_argument("--replication-factor", type=int, default=1)
@@ -89,6 +103,8 @@ def _run(args: argparse.Namespace) -> int:
         dead_letter=args.dead_letter,
         checkpoint_mode=args.checkpoint_mode,
         global_interval_s=args.global_interval,
+        guarantee=args.guarantee,
+        transaction_timeout_ms=args.transaction_timeout_ms,
     )
     results = run_on_spark(config, rewind_to=args.from_checkpoint)
     for r in results:
