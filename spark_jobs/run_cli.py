@@ -8,7 +8,7 @@ import os
 from typing import Any
 
 from channels.errors import ConfigError
-from recovery.cli import add_bootstrap
+from recovery.cli import add_bootstrap, client_settings
 
 
 def add_parser(subparsers: Any) -> None:
@@ -42,13 +42,6 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument("--replication-factor", type=int, default=1)
     p.add_argument("--min-insync-replicas", type=int, default=1)
-    p.add_argument(
-        "--kafka-config",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="librdkafka setting",
-    )
     add_bootstrap(p)
     p.set_defaults(run=_run)
 
@@ -62,12 +55,7 @@ def _run(args: argparse.Namespace) -> int:
         raise ConfigError(
             "--from-checkpoint needs global checkpoints, which this version does not have yet"
         )
-    client: dict[str, str] = {}
-    for item in args.kafka_config:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise ConfigError(f"--kafka-config {item!r} must look like KEY=VALUE")
-        client[key] = value
+    client = client_settings(args)
     master = args.master
     if (
         master is None

@@ -250,10 +250,10 @@ class LocalBroker:
             )
 
     def _check_ports_free(self) -> None:
-        for option, port in (
-            ("--port", self.config.port),
-            ("--controller-port", self.config.controller_port),
-        ):
+        ports = [("--port", self.config.port), ("--controller-port", self.config.controller_port)]
+        if self.config.sasl is not None:
+            ports.append(("--sasl-port", self.config.sasl.port))
+        for option, port in ports:
             if not process.port_is_free(HOST, port):
                 raise ConfigError(
                     f"port {port} on {HOST} is already in use (another Kafka broker or "
