@@ -8,6 +8,8 @@ values of secret settings wherever they might end up in text (errors, events).
 from __future__ import annotations
 
 import json
+import logging
+import traceback
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +38,27 @@ def scrub_secrets(text: str) -> str:
         for form in {secret, json.dumps(secret)[1:-1]}:
             text = text.replace(form, _MASK)
     return text
+
+
+class SecretFilter(logging.Filter):
+    """A handler filter that masks known secret values in the message and its traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Always lets the record through, scrubbed."""
+        if not _known_secrets:
+            return True
+        record.msg, record.args = scrub_secrets(record.getMessage()), None
+        if record.exc_info and not record.exc_text:
+            # The formatter uses exc_text when it is set; set it scrubbed.
+            record.exc_text = scrub_secrets("".join(traceback.format_exception(*record.exc_info)))
+        return True
+
+
+def scrub_logging() -> None:
+    """Add :class:`SecretFilter` to every handler of the root logger (once)."""
+    for handler in logging.getLogger().handlers:
+        if not any(isinstance(f, SecretFilter) for f in handler.filters):
+            handler.addFilter(SecretFilter())
 
 
 def parse_client_settings(items: Iterable[str], origin: str = "--kafka-config") -> dict[str, str]:

@@ -176,12 +176,13 @@ def main(argv: list[str] | None = None) -> int:
     import logging
     import sys
 
-    from channels.config import scrub_secrets
+    from channels.config import scrub_logging, scrub_secrets
     from channels.errors import SpillwayError
 
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    scrub_logging()
     parser = argparse.ArgumentParser(prog="python -m recovery")
     sub = parser.add_subparsers(dest="command", required=True)
     add_parser(sub)

@@ -20,7 +20,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Protocol, TypeAlias
 
-from channels.config import scrub_secrets
+from channels.config import scrub_logging, scrub_secrets
 from channels.errors import SpillwayError
 from channels.localbroker import cli as broker_cli
 from recovery import cli as recovery_cli
@@ -90,6 +90,7 @@ def _configure_logging(*, verbose: bool) -> None:
     )
     for name in _OWN_LOGGERS:
         logging.getLogger(name).setLevel(logging.DEBUG if verbose else logging.INFO)
+    scrub_logging()
 
 
 if __name__ == "__main__":

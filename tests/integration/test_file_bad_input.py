@@ -111,6 +111,10 @@ def test_dead_letter_channel_takes_every_bad_line_once_across_crashes(
     results = {r.subtask.split("/")[1]: r for r in run_on_spark(config)}
     assert {r.status for r in results.values()} == {"finished"}
     assert (results["rows[0]"].attempt, results["rows[1]"].attempt) == (1, 1)
+    # No crash loop: only the two planned deaths, nothing else restarted.
+    assert {k: r.attempt for k, r in results.items() if not k.startswith("rows")} == {
+        f"{op}[{i}]": 0 for op in ("sum", "out") for i in range(2)
+    }
 
     assert read_sums(tmp_path) == reference  # no good line lost, repeated or diverted
 

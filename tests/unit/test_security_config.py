@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+import logging
 from pathlib import Path
 
 import pytest
@@ -9,6 +11,7 @@ import pytest
 from channels.acls import job_acls, kafka_acls_commands
 from channels.config import (
     KafkaSettings,
+    SecretFilter,
     parse_client_settings,
     read_client_settings,
     scrub_secrets,
@@ -59,6 +62,26 @@ def test_secrets_pass_through_but_are_masked_in_repr_and_text() -> None:
 def test_secret_is_scrubbed_in_its_json_escaped_form_too() -> None:
     KafkaSettings("h:1", client={"sasl.password": 'q"uote-pw'})
     assert scrub_secrets('{"error": "q\\"uote-pw"}') == '{"error": "***"}'
+
+
+def test_log_records_are_scrubbed() -> None:
+    KafkaSettings("h:1", client={"sasl.password": SECRET})
+    log = logging.getLogger("test.scrub")
+    handler = logging.StreamHandler(io.StringIO())
+    handler.addFilter(SecretFilter())
+    log.addHandler(handler)
+    try:
+        log.warning("login with %s failed", SECRET)
+        try:
+            raise ValueError(f"bad {SECRET}")
+        except ValueError:
+            log.exception("oops")
+    finally:
+        log.removeHandler(handler)
+    text = handler.stream.getvalue()
+    assert SECRET not in text
+    assert "login with *** failed" in text
+    assert "ValueError: bad ***" in text
 
 
 def test_job_acls_cover_every_name_the_job_uses() -> None:
