@@ -15,7 +15,7 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from channels.config import KafkaSettings
+from channels.config import KafkaSettings, scrub_secrets
 from channels.ids import JobId, Offset, SubtaskId, TopicPartition
 from channels.kafka.admin import TopicSpec
 from channels.kafka.consumer import AssignedConsumer
@@ -57,7 +57,9 @@ class EventLog:
             "time": time.time(),
             **fields,
         }
-        self._producer.produce(self._topic, json.dumps(doc).encode(), str(self.subtask).encode())
+        # Scrubbed: an error message recorded here must not carry a secret to every reader.
+        text = scrub_secrets(json.dumps(doc))
+        self._producer.produce(self._topic, text.encode(), str(self.subtask).encode())
         self._producer.flush(10)
 
 
@@ -116,7 +118,7 @@ def record_job_event(settings: KafkaSettings, job: JobId, kind: str, **fields: A
     """Append a job-level event (e.g. ``submitted``, with the pipeline reference)."""
     producer = Producer({**settings.base(), "enable.idempotence": True})
     doc = {"event": kind, "time": time.time(), "pid": os.getpid(), **fields}
-    producer.produce(events_topic(job), json.dumps(doc).encode(), b"job")
+    producer.produce(events_topic(job), scrub_secrets(json.dumps(doc)).encode(), b"job")
     producer.flush(10)
 
 

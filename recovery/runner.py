@@ -403,6 +403,17 @@ class SubtaskRunner:
         """Process one batch of input; True when every input has ended."""
         if self.source is not None:
             recs = self.source.read(self.options.poll_records)
+            for bad in self.source.rejected():  # read past: fail, or divert in this transaction
+                if self.dead_letters is None:
+                    raise RecordError(
+                        f"{self.subtask}: source {self.op.name!r} cannot read {bad.file} line "
+                        f"{bad.line}: {bad.error}. Nothing from that line on is committed; fix "
+                        "the input, or run with --dead-letter to divert bad records",
+                        subtasks=[self.subtask],
+                    )
+                self.dead_letters.send(
+                    stage="source", error=bad.error, raw=bad.raw, file=bad.file, line=bad.line
+                )
             if recs is None:
                 return True
             self.result.records_in += len(recs)

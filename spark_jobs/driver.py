@@ -51,7 +51,7 @@ class JobConfig:
     checkpoint_interval_s: float = 1.0
     replication_factor: int = 1
     min_insync_replicas: int = 1
-    client: Mapping[str, Any] = field(default_factory=dict)
+    client: Mapping[str, Any] = field(default_factory=dict, repr=False)  # may hold secrets
     transaction_timeout_ms: int = 60_000
     # Environment variables with these prefixes are captured when the job is submitted and
     # set in every task before the pipeline is built there: one Spark JVM may outlive the

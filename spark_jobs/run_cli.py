@@ -8,7 +8,7 @@ import os
 from typing import Any
 
 from channels.errors import ConfigError
-from recovery.cli import add_bootstrap
+from recovery.cli import add_bootstrap, client_settings
 
 
 def add_parser(subparsers: Any) -> None:
@@ -61,13 +61,6 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument("--replication-factor", type=int, default=1)
     p.add_argument("--min-insync-replicas", type=int, default=1)
-    p.add_argument(
-        "--kafka-config",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="librdkafka setting",
-    )
     add_bootstrap(p)
     p.set_defaults(run=_run)
 
@@ -77,12 +70,7 @@ def _run(args: argparse.Namespace) -> int:
 
     if args.task_attempts < 1:
         raise ConfigError(f"--task-attempts must be >= 1, got {args.task_attempts}")
-    client: dict[str, str] = {}
-    for item in args.kafka_config:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise ConfigError(f"--kafka-config {item!r} must look like KEY=VALUE")
-        client[key] = value
+    client = client_settings(args)
     master = args.master
     if (
         master is None

@@ -119,3 +119,49 @@ def slow_count() -> Pipeline:
     slow = events.map("slow", slow_step, schema=EVENT)
     count_to_files(slow)
     return p
+
+
+READING = {
+    "type": "record",
+    "name": "Reading",
+    "fields": [
+        {"name": "key", "type": "string"},
+        {"name": "n", "type": "long"},
+        {"name": "x", "type": "double"},
+    ],
+}
+KEY_SUM = {
+    "type": "record",
+    "name": "KeySum",
+    "fields": [
+        {"name": "key", "type": "string"},
+        {"name": "count", "type": "long"},
+        {"name": "total", "type": "long"},
+    ],
+}
+
+
+def add_reading(acc: list[int], r: dict[str, Any]) -> list[int]:
+    """Count and sum ``n``."""
+    return [acc[0] + 1, acc[1] + r["n"]]
+
+
+def file_sums() -> Pipeline:
+    """files (``SPILLWAY_TEST_FORMAT``) → count and sum per key → files."""
+    p = Pipeline("file-sums")
+    rows = p.read_files(
+        "rows",
+        os.environ["SPILLWAY_TEST_IN"],
+        format=os.environ["SPILLWAY_TEST_FORMAT"],
+        schema=READING,
+        parallelism=2,
+    )
+    rows.key_by(lambda r: r["key"]).aggregate(
+        "sum",
+        init=lambda: [0, 0],
+        add=add_reading,
+        result=lambda k, acc: {"key": k, "count": acc[0], "total": acc[1]},
+        schema=KEY_SUM,
+        parallelism=2,
+    ).write_jsonl("out", os.environ["SPILLWAY_TEST_OUT"])
+    return p
