@@ -348,6 +348,8 @@ class SubtaskRunner:
             restored_from=self.result.restored_from,
             replay=self.result.replay,
             restore_s=round(self.result.restore_s, 3),
+            # A checkpoint taken inside a message: how many of its records were done.
+            resumed_mid_message={str(tp): [o, d] for (tp, o), d in self._resume.items()},
         )
         if restored_global is not None:
             # The previous incarnation may have died between committing global checkpoint
