@@ -119,12 +119,12 @@ def read_completed(
     out: list[dict[str, Any]] = []
     try:
         try:
-            _, high = consumer.watermarks(tp)
+            low, high = consumer.watermarks(tp)
         except Exception:  # the job never ran in a global mode
             return out
-        if high == 0:
+        if high <= low:
             return out
-        consumer.assign({tp: Offset(0)})
+        consumer.assign({tp: Offset(low)})  # older records are pruned (keep the last K)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             out.extend(json.loads(m.value() or b"{}") for m in consumer.consume(500, 0.2))
