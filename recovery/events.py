@@ -114,9 +114,21 @@ def newer_incarnation(
         time.sleep(0.5)
 
 
-def record_job_event(settings: KafkaSettings, job: JobId, kind: str, **fields: Any) -> None:
-    """Append a job-level event (e.g. ``submitted``, with the pipeline reference)."""
-    producer = Producer({**settings.base(), "enable.idempotence": True})
+def record_job_event(
+    settings: KafkaSettings,
+    job: JobId,
+    kind: str,
+    *,
+    producer: Producer | None = None,
+    **fields: Any,
+) -> None:
+    """Append a job-level event (e.g. ``submitted``, with the pipeline reference).
+
+    ``producer``: reuse one (a coordinator's triggers should not wait for a new client
+    to connect and get a producer id); by default a short-lived one is made.
+    """
+    if producer is None:
+        producer = Producer({**settings.base(), "enable.idempotence": True})
     doc = {"event": kind, "time": time.time(), "pid": os.getpid(), **fields}
     producer.produce(events_topic(job), scrub_secrets(json.dumps(doc)).encode(), b"job")
     producer.flush(10)

@@ -162,7 +162,8 @@ class Coordinator:
             target=self._run, name="checkpoint-coordinator", daemon=True
         )
         self.completed: list[int] = []
-        self._producer = Producer({**settings.base(), "enable.idempotence": True})
+        # Kept for the coordinator's life: triggers go out without a client set-up first.
+        self.producer = Producer({**settings.base(), "enable.idempotence": True, "linger.ms": 0})
 
     def start(self) -> None:
         """Start triggering."""
@@ -208,10 +209,10 @@ class Coordinator:
                 self.progress.observe(e)
 
     def _record(self, summary: dict[str, Any]) -> None:
-        self._producer.produce(
+        self.producer.produce(
             checkpoints_topic(self.job), json.dumps(summary).encode(), str(summary["id"]).encode()
         )
-        self._producer.flush(10)
+        self.producer.flush(10)
         self.completed.append(int(summary["id"]))
         try:
             # One plain (non-transactional) record per checkpoint: offsets are dense, so the
@@ -242,7 +243,12 @@ def trigger_and_wait(
     """Trigger global checkpoint ``n``, wait for it, record it. False if it timed out."""
     started = time.time()
     record_job_event(
-        coordinator.settings, coordinator.job, "checkpoint-trigger", run=coordinator.run_id, n=n
+        coordinator.settings,
+        coordinator.job,
+        "checkpoint-trigger",
+        producer=coordinator.producer,
+        run=coordinator.run_id,
+        n=n,
     )
     deadline = time.monotonic() + coordinator.timeout_s
     while not (stop is not None and stop.is_set()) and time.monotonic() < deadline:
