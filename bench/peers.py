@@ -35,6 +35,8 @@ from typing import Any
 from bench import workload
 
 ENGINES = ("spillway", "handwritten", "quix", "sss")
+# Set to a directory: each Spillway subtask writes its cProfile stats there (profiling).
+PROFILE_ENV = "SPILLWAY_BENCH_PROFILE"
 CHANGELOG_SUFFIX = "-changelog"
 
 
@@ -51,6 +53,7 @@ class Job:
     name: str  # unique per run: consumer group, transactional id, job id
     guarantee: str = "exactly-once"
     connector: str = ""  # spark-sql-kafka-0-10 version; "" = the pyspark version
+    traced: bool = False  # spillway only: the B2 variant (see spillway_pipeline)
 
 
 def _say(word: str) -> None:
@@ -106,38 +109,90 @@ def _init() -> list[Any]:
     return ["", 0]
 
 
-def spillway_pipeline(input_topic: str, output_topic: str) -> Any:
-    """source → parse → count per page (updates) → Kafka, parallelism 1, bounded input."""
+# B2 (bench.latency) follows each record through every hop: seq and ts ride along.
+_TRACE_FIELDS = [{"name": "seq", "type": "long"}, {"name": "ts", "type": "long"}]
+TRACED_VIEW_SCHEMA = {**VIEW_SCHEMA, "fields": VIEW_SCHEMA["fields"] + _TRACE_FIELDS}
+TRACED_COUNT_SCHEMA = {**COUNT_SCHEMA, "fields": COUNT_SCHEMA["fields"] + _TRACE_FIELDS}
+
+
+def _traced_parse(event: dict[str, Any]) -> dict[str, Any]:
+    return {**workload.parse(event), "seq": event["seq"], "ts": event["ts"]}
+
+
+def _traced_add(acc: list[Any], view: dict[str, Any]) -> list[Any]:
+    return [view["section"], acc[1] + 1, view["seq"], view["ts"]]
+
+
+def _traced_result(page: str, acc: list[Any]) -> dict[str, Any]:
+    return {"page": page, "section": acc[0], "views": acc[1], "seq": acc[2], "ts": acc[3]}
+
+
+def _traced_init() -> list[Any]:
+    return ["", 0, 0, 0]
+
+
+def spillway_pipeline(input_topic: str, output_topic: str, traced: bool = False) -> Any:
+    """source → parse → count per page (updates) → Kafka, parallelism 1.
+
+    Bounded input for B1; ``traced`` (B2): unbounded, and every hop carries seq and ts.
+    """
     from spark_jobs.pipeline import Pipeline
 
     p = Pipeline("bench-throughput")
-    events = p.read_kafka("source", input_topic, schema=EVENT_SCHEMA, bounded=True)
-    views = events.map("parse", workload.parse, schema=VIEW_SCHEMA)
-    counts = views.key_by(_page).aggregate(
-        "count", init=_init, add=_add, result=_result, schema=COUNT_SCHEMA, emit="updates"
-    )
+    events = p.read_kafka("source", input_topic, schema=EVENT_SCHEMA, bounded=not traced)
+    if traced:
+        views = events.map("parse", _traced_parse, schema=TRACED_VIEW_SCHEMA)
+        counts = views.key_by(_page).aggregate(
+            "count",
+            init=_traced_init,
+            add=_traced_add,
+            result=_traced_result,
+            schema=TRACED_COUNT_SCHEMA,
+            emit="updates",
+        )
+    else:
+        views = events.map("parse", workload.parse, schema=VIEW_SCHEMA)
+        counts = views.key_by(_page).aggregate(
+            "count", init=_init, add=_add, result=_result, schema=COUNT_SCHEMA, emit="updates"
+        )
     counts.write_kafka("sink", output_topic, key=_page)
     return p
+
+
+def run_options(job: Job) -> Any:
+    """RunOptions of the job; ``guarantee`` only where the runner has it (branch chaos)."""
+    from dataclasses import fields
+
+    from recovery.runner import RunOptions
+
+    extra: dict[str, Any] = {}
+    if "guarantee" in {f.name for f in fields(RunOptions)}:
+        extra["guarantee"] = job.guarantee
+    elif job.guarantee != "exactly-once":
+        raise SystemExit("this Spillway's RunOptions has no 'guarantee': exactly-once only")
+    return RunOptions(checkpoint_interval_s=job.commit_interval_s, **extra)
 
 
 def _spillway_subtask(
     job: Job, index: int, ready: Any, go: multiprocessing.synchronize.Event
 ) -> None:
     from channels.config import KafkaSettings
-    from recovery.runner import RunOptions, SubtaskRunner
+    from recovery.runner import SubtaskRunner
 
-    plan = spillway_pipeline(job.input, job.output).plan(job.name)
+    plan = spillway_pipeline(job.input, job.output, job.traced).plan(job.name)
     subtask = plan.subtasks()[index]
-    runner = SubtaskRunner(
-        plan,
-        subtask,
-        KafkaSettings(job.bootstrap),
-        RunOptions(checkpoint_interval_s=job.commit_interval_s),
-        0,
-    )
+    runner = SubtaskRunner(plan, subtask, KafkaSettings(job.bootstrap), run_options(job), 0)
     ready.put(index)
     go.wait()
-    runner.run()
+    profile_dir = os.environ.get(PROFILE_ENV)
+    if not profile_dir:
+        runner.run()
+        return
+    import cProfile
+
+    with cProfile.Profile() as prof:
+        runner.run()
+    prof.dump_stats(os.path.join(profile_dir, f"{subtask.operator}-{subtask.index}.prof"))
 
 
 def run_spillway(job: Job) -> None:
@@ -145,7 +200,7 @@ def run_spillway(job: Job) -> None:
     from channels.config import KafkaSettings
     from spark_jobs.driver import prepare_topics
 
-    plan = spillway_pipeline(job.input, job.output).plan(job.name)
+    plan = spillway_pipeline(job.input, job.output, job.traced).plan(job.name)
     prepare_topics(plan, KafkaSettings(job.bootstrap))
     ctx = multiprocessing.get_context("spawn")
     go, ready = ctx.Event(), ctx.Queue()
@@ -159,6 +214,12 @@ def run_spillway(job: Job) -> None:
         ready.get(timeout=120)
     _say("READY")
     go.set()
+    if job.traced:  # unbounded: runs until the benchmark closes our stdin
+        _wait_for_release()
+        for proc in procs:
+            proc.kill()  # our own children, by PID; the topics are thrown away
+            proc.join()
+        return
     for proc in procs:
         proc.join()
     failed = [p.name for p in procs if p.exitcode != 0]
@@ -397,6 +458,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--guarantee", choices=("exactly-once", "at-least-once"), default="exactly-once"
     )
     ap.add_argument("--connector", default="", help="spark-sql-kafka-0-10 version (sss)")
+    ap.add_argument("--traced", action="store_true", help="spillway: the B2 variant")
     a = ap.parse_args(argv)
     job = Job(
         a.bootstrap,
@@ -408,6 +470,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         a.name,
         a.guarantee,
         a.connector,
+        a.traced,
     )
     RUNNERS[a.engine](job)
     return 0

@@ -39,7 +39,7 @@ def machine_lines(doc: dict[str, Any]) -> list[str]:
     m = doc["machine"]
     v = m.get("versions", {})
     loads = [r["load_before"][0] for part in ("b0", "b1", "b4") for r in doc.get(part, [])]
-    loads += [r["load_after"][0] for part in ("b0", "b1", "b4") for r in doc.get(part, [])]
+    loads += [r["load_after"][0] for part in ("b0", "b1", "b2", "b4") for r in doc.get(part, [])]
     load = f"{min(loads):.2f}–{max(loads):.2f}" if loads else "n/a"
     return [
         f"Run {doc['started_utc'][:19]} UTC, {doc['seconds'] / 60:.1f} min in all: "
@@ -146,6 +146,34 @@ def b4_lines(doc: dict[str, Any]) -> list[str]:
     ]
 
 
+def b2_lines(doc: dict[str, Any]) -> list[str]:
+    """The B2 table: p50 / p99 per hop and end to end, per guarantee and commit interval."""
+    runs = doc["b2"]
+    hops = ["source", "parse", "count", "sink", "end-to-end"]
+    st = doc["settings"]
+    out = [
+        f"**B2 latency per hop** (Spillway, traced pipeline): events at {st['b2_rate']:,.0f}/s "
+        f"for {st['b2_seconds']:.0f} s per setting, one run per setting (figures are "
+        "percentiles over its records; the first 3 s left out). A hop ends when the record "
+        "is visible to a read_committed consumer of the next topic. Cells: p50 / p99 in ms.",
+        "",
+        "| guarantee | commit interval | records | " + " | ".join(hops) + " |",
+        "|---|---:|---:|" + "---:|" * len(hops),
+    ]
+    for r in runs:
+        cells = [
+            f"{r['hops'][h]['p50_ms']:,.0f} / {r['hops'][h]['p99_ms']:,.0f}"
+            if h in r["hops"]
+            else "–"
+            for h in hops
+        ]
+        out.append(
+            f"| {r['guarantee']} | {r['commit_interval_s']:g} s | {r['measured']:,} of "
+            f"{r['sent']:,} | " + " | ".join(cells) + " |"
+        )
+    return out
+
+
 def tables(doc: dict[str, Any], json_path: str, plots: list[str]) -> str:
     """The generated Markdown between the markers."""
     lines = [START, "", *machine_lines(doc), "", f"Raw figures: `{json_path}`."]
@@ -156,6 +184,8 @@ def tables(doc: dict[str, Any], json_path: str, plots: list[str]) -> str:
     for key, fn in (("b0", b0_lines), ("b1", b1_lines), ("b4", b4_lines)):
         if key in summary:
             lines += ["", *fn(doc)]
+    if doc.get("b2"):
+        lines += ["", *b2_lines(doc)]
     return "\n".join([*lines, "", END])
 
 

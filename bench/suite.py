@@ -35,7 +35,17 @@ from typing import Any, TextIO
 
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-from bench import kafkatools, measure, peers, procstat, report, restore, sparkkafka, workload
+from bench import (
+    kafkatools,
+    latency,
+    measure,
+    peers,
+    procstat,
+    report,
+    restore,
+    sparkkafka,
+    workload,
+)
 from bench.channels import machine
 from bench.stats import ratios, spread
 
@@ -56,9 +66,12 @@ class Settings:
     b1_records: int = 250_000
     engines: tuple[str, ...] = peers.ENGINES
     commit_interval_s: float = 1.0
-    b4_records: int = 1_500_000
+    b4_records: int = 2_000_000
     engine_timeout_s: float = 300.0
-    parts: tuple[str, ...] = ("b0", "b1", "b4")
+    parts: tuple[str, ...] = ("b0", "b1", "b4", "b2")
+    b2_intervals: tuple[float, ...] = (0.1, 1.0, 5.0)
+    b2_rate: float = 2000.0
+    b2_seconds: float = 20.0
 
 
 def _create(admin: AdminClient, topic: str, partitions: int = PARTITIONS) -> None:
@@ -280,7 +293,34 @@ def start_broker(stack: contextlib.ExitStack) -> tuple[str, int]:
     return broker.bootstrap, pid
 
 
-PARTS: dict[str, str] = {"b0": "B0 ceiling", "b1": "B1 throughput", "b4": "B4 restore"}
+PARTS: dict[str, str] = {
+    "b0": "B0 ceiling",
+    "b1": "B1 throughput",
+    "b4": "B4 restore",
+    "b2": "B2 latency per hop",
+}
+
+
+def b2_guarantees() -> list[str]:
+    """exactly-once, and at-least-once where the runner offers it (``RunOptions.guarantee``)."""
+    from dataclasses import fields
+
+    from recovery.runner import RunOptions
+
+    has = "guarantee" in {f.name for f in fields(RunOptions)}
+    return ["exactly-once", "at-least-once"] if has else ["exactly-once"]
+
+
+def b2_all(bootstrap: str, admin: AdminClient, s: Settings, log: TextIO) -> list[dict[str, Any]]:
+    """One paced run per guarantee and commit interval (percentiles over its records)."""
+    out = []
+    for guarantee in b2_guarantees():
+        for interval in s.b2_intervals:
+            _say(f"B2: {guarantee}, commits every {interval} s ...")
+            r = latency.b2_run(bootstrap, admin, interval, guarantee, s.b2_rate, s.b2_seconds, log)
+            r["load_after"] = procstat.load_average()
+            out.append(r)
+    return out
 
 
 def run(s: Settings, command: str) -> Path:
@@ -300,23 +340,23 @@ def run(s: Settings, command: str) -> Path:
         admin = AdminClient({"bootstrap.servers": bootstrap})
         doc["machine"] = describe_machine(broker_pid)
         log = stack.enter_context(open(stem.with_suffix(".log"), "w"))
-        steps: list[tuple[str, Callable[[int], dict[str, Any]]]] = []
-        if "b0" in s.parts:
-            steps.append(("b0", lambda i: b0_round(bootstrap, broker_pid, admin, s)))
-        if "b1" in s.parts:
-            steps.append(("b1", lambda i: b1_round(bootstrap, broker_pid, admin, s, log, i)))
-        if "b4" in s.parts:
-            steps.append(
-                ("b4", lambda i: restore.b4_round(bootstrap, broker_pid, admin, s.b4_records))
-            )
-        for part, step in steps:
+        rounds: dict[str, Callable[[int], dict[str, Any]]] = {
+            "b0": lambda i: b0_round(bootstrap, broker_pid, admin, s),
+            "b1": lambda i: b1_round(bootstrap, broker_pid, admin, s, log, i),
+            "b4": lambda i: restore.b4_round(bootstrap, broker_pid, admin, s.b4_records),
+        }
+        for part in s.parts:
+            if part == "b2":  # one paced run per setting: its figures are percentiles
+                doc["b2_load_before"] = procstat.load_average()
+                doc["b2"] = b2_all(bootstrap, admin, s, log)
+                continue
             if part == "b4":
                 restore.preload_changelog_once(bootstrap, admin, s.b4_records)
             doc[part] = []
             for i in range(s.runs):
                 _say(f"{PARTS[part]}: round {i + 1} of {s.runs}")
                 load0 = procstat.load_average()
-                result = step(i)
+                result = rounds[part](i)
                 result["load_before"], result["load_after"] = load0, procstat.load_average()
                 doc[part].append(result)
         restore.drop_changelog(admin)

@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from bench import kafkatools, procstat, sparkkafka, workload
+from bench import kafkatools, latency, procstat, sparkkafka, workload
 
 # A real /proc/<pid>/stat line, with a command name that has a space and a ')' in it.
 STAT = (
@@ -116,3 +116,19 @@ def test_judge_accepts_a_complete_output_and_names_what_is_wrong() -> None:
     # Spark's update mode: one row per page and micro-batch, final counts still right.
     batches = workload.judge([("/a/1", 2), ("/b/2", 1)], expected)
     assert (batches.final_counts_ok, batches.every_update_once) == (True, False)
+
+
+def test_hop_latencies_follow_each_record_and_skip_warmup_and_stragglers() -> None:
+    sent = {0: 10.0, 1: 20.0, 2: 20.5, 3: 21.0}
+    seen = [
+        {0: 10.1, 1: 20.5, 2: 21.0, 3: 21.5},
+        {0: 10.2, 1: 20.6, 2: 21.2},  # 3 never got past parse: left out
+        {0: 10.3, 1: 21.6, 2: 21.7},
+        {0: 10.4, 1: 21.7, 2: 21.9},
+    ]
+    out = latency.hop_latencies(sent, seen, after=15.0)  # 0 is warm-up
+    assert out["source"] == pytest.approx([0.5, 0.5])
+    assert out["parse"] == pytest.approx([0.1, 0.2])
+    assert out["count"] == pytest.approx([1.0, 0.5])
+    assert out["sink"] == pytest.approx([0.1, 0.2])
+    assert out["end-to-end"] == pytest.approx([1.7, 1.4])
