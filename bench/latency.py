@@ -29,6 +29,7 @@ import threading
 import time
 import uuid
 from collections.abc import Sequence
+from dataclasses import asdict
 from typing import IO, Any
 
 from confluent_kafka import Consumer, Producer
@@ -205,3 +206,31 @@ def _produce_paced(bootstrap: str, topic: str, rate: float, seconds: float) -> d
         time.sleep(0.005)
     producer.flush(30)
     return sent
+
+
+def summarise(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (guarantee, interval): median (min–max) over runs of each hop's p50 and p99."""
+    keys = sorted({(r["guarantee"], r["commit_interval_s"]) for r in runs})
+    out = []
+    for guarantee, interval in keys:
+        mine = [
+            r for r in runs if (r["guarantee"], r["commit_interval_s"]) == (guarantee, interval)
+        ]
+        hops = [h for h in (*HOPS, "end-to-end") if all(h in r["hops"] for r in mine)]
+        out.append(
+            {
+                "guarantee": guarantee,
+                "commit_interval_s": interval,
+                "runs": len(mine),
+                "measured": sum(r["measured"] for r in mine),
+                "sent": sum(r["sent"] for r in mine),
+                "hops": {
+                    h: {
+                        q: asdict(spread([r["hops"][h][q] for r in mine]))
+                        for q in ("p50_ms", "p99_ms")
+                    }
+                    for h in hops
+                },
+            }
+        )
+    return out

@@ -71,7 +71,7 @@ class Settings:
     parts: tuple[str, ...] = ("b0", "b1", "b4", "b2")
     b2_intervals: tuple[float, ...] = (0.1, 1.0, 5.0)
     b2_rate: float = 2000.0
-    b2_seconds: float = 20.0
+    b2_seconds: float = 12.0
 
 
 def _create(admin: AdminClient, topic: str, partitions: int = PARTITIONS) -> None:
@@ -245,6 +245,8 @@ def summarise(doc: dict[str, Any]) -> dict[str, Any]:
             }
     if b4 := doc.get("b4"):
         out["b4"] = restore.summarise(b4)
+    if b2 := doc.get("b2"):
+        out["b2"] = latency.summarise(b2)
     return out
 
 
@@ -312,14 +314,18 @@ def b2_guarantees() -> list[str]:
 
 
 def b2_all(bootstrap: str, admin: AdminClient, s: Settings, log: TextIO) -> list[dict[str, Any]]:
-    """One paced run per guarantee and commit interval (percentiles over its records)."""
+    """``s.runs`` paced runs per guarantee and commit interval, settings interleaved."""
     out = []
-    for guarantee in b2_guarantees():
-        for interval in s.b2_intervals:
-            _say(f"B2: {guarantee}, commits every {interval} s ...")
-            r = latency.b2_run(bootstrap, admin, interval, guarantee, s.b2_rate, s.b2_seconds, log)
-            r["load_after"] = procstat.load_average()
-            out.append(r)
+    for i in range(s.runs):
+        for guarantee in b2_guarantees():
+            for interval in s.b2_intervals:
+                _say(f"B2: round {i + 1} of {s.runs}: {guarantee}, commits every {interval} s")
+                load0 = procstat.load_average()
+                r = latency.b2_run(
+                    bootstrap, admin, interval, guarantee, s.b2_rate, s.b2_seconds, log
+                )
+                r["load_before"], r["load_after"] = load0, procstat.load_average()
+                out.append(r)
     return out
 
 
