@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit bench bench-channels bench-checkpoints broker-start broker-stop clean
+.PHONY: demo test lint typecheck unit chaos chaos-long bench bench-channels bench-checkpoints broker-start broker-stop clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required")'
@@ -23,7 +23,7 @@ test: $(STAMP) lint typecheck
 	$(BIN)/python -m pytest tests
 
 lint: $(STAMP)
-	$(BIN)/ruff check channels offsets recovery spark_jobs bench tests
+	$(BIN)/ruff check channels offsets recovery spark_jobs bench chaos tests
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
@@ -44,9 +44,18 @@ $(BENCH_STAMP): pyproject.toml
 	$(BENCH_VENV)/bin/python -m pip install -q -e '.[bench]'
 	touch $(BENCH_STAMP)
 
-## bench: B0 ceiling, B1 throughput vs peers, B4 restore (about 20 min; see docs/benchmarks.md)
+## bench: B0 ceiling, B1 throughput vs peers, B4 restore, B2 latency (about 20 min; docs/benchmarks.md)
 bench: $(BENCH_STAMP)
 	$(BENCH_VENV)/bin/python -m bench.suite
+
+## chaos: seeded chaos run, short profile (200k records, 16 subtask kills at every crash
+## point, broker/driver/zombie/stop faults), output checked exactly; also part of `make test`
+chaos: $(STAMP)
+	$(BIN)/python -m chaos --profile short --seeds 1
+
+## chaos-long: the long profile over 5 seeds, 400k records each (2M in all); not in `make test`
+chaos-long: $(STAMP)
+	$(BIN)/python -m chaos --profile long --seeds 1,2,3,4,5
 
 bench-channels: $(STAMP)
 	$(BIN)/python -m bench.channels

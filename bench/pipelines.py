@@ -33,7 +33,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
 
-from recovery.plan import Context, JobPlan, Record, Source
+from recovery.plan import Context, JobPlan, Record, Rejected, Source
 from spark_jobs.pipeline import Pipeline
 
 ENV_PREFIX = "SPILLWAY_BENCH_"
@@ -182,6 +182,10 @@ class FillThenHoldSource:
     def watermark(self) -> int | None:
         """No event time."""
         return None
+
+    def rejected(self) -> list[Rejected]:
+        """Generated records are never unreadable."""
+        return []
 
 
 class Throttle:

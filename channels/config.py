@@ -1,18 +1,91 @@
 """Typed configuration for Kafka access and channels, validated in one place.
 
 Client settings the user passes through (security among them) reach librdkafka unchanged;
-:meth:`KafkaSettings.redacted` is what may be logged.
+:meth:`KafkaSettings.redacted` is what may be logged, and :func:`scrub_secrets` masks the
+values of secret settings wherever they might end up in text (errors, events).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+import logging
+import traceback
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from channels.errors import ConfigError
 
 _SECRET_HINTS = ("password", "secret", "key", "token", "jaas")
+_MASK = "***"
+
+# Values of secret settings seen in this process. Text that leaves the process (error
+# messages, event records) goes through scrub_secrets, so a secret that slipped into a
+# message — say, a password pasted into the wrong setting — is masked there too.
+_known_secrets: set[str] = set()
+
+
+def is_secret(key: str) -> bool:
+    """True for settings whose values must never be shown (passwords, keys, tokens, JAAS)."""
+    return any(h in key.lower() for h in _SECRET_HINTS)
+
+
+def scrub_secrets(text: str) -> str:
+    """``text`` with the value of every secret setting this process has seen masked."""
+    for secret in sorted(_known_secrets, key=len, reverse=True):
+        # Also its JSON-escaped form: event records are JSON text.
+        for form in {secret, json.dumps(secret)[1:-1]}:
+            text = text.replace(form, _MASK)
+    return text
+
+
+class SecretFilter(logging.Filter):
+    """A handler filter that masks known secret values in the message and its traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Always lets the record through, scrubbed."""
+        if not _known_secrets:
+            return True
+        record.msg, record.args = scrub_secrets(record.getMessage()), None
+        if record.exc_info and not record.exc_text:
+            # The formatter uses exc_text when it is set; set it scrubbed.
+            record.exc_text = scrub_secrets("".join(traceback.format_exception(*record.exc_info)))
+        return True
+
+
+def scrub_logging() -> None:
+    """Add :class:`SecretFilter` to every handler of the root logger (once)."""
+    for handler in logging.getLogger().handlers:
+        if not any(isinstance(f, SecretFilter) for f in handler.filters):
+            handler.addFilter(SecretFilter())
+
+
+def parse_client_settings(items: Iterable[str], origin: str = "--kafka-config") -> dict[str, str]:
+    """``KEY=VALUE`` items (``#`` comments and blank lines ignored) as a dict.
+
+    The format of a librdkafka / Java client properties file. :class:`ConfigError` names
+    a malformed item by ``origin`` and line, never by its value (it may hold a secret).
+    """
+    out: dict[str, str] = {}
+    for n, raw in enumerate(items, 1):
+        item = raw.strip()
+        if not item or item.startswith("#"):
+            continue
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"{origin} item {n} must look like KEY=VALUE")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def read_client_settings(path: Path | str) -> dict[str, str]:
+    """Client settings from a properties file (one ``KEY=VALUE`` per line)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"cannot read Kafka client settings file {path}: {e.strerror}") from e
+    return parse_client_settings(text.splitlines(), f"{path}: line")
 
 
 @dataclass(frozen=True)
@@ -24,7 +97,8 @@ class KafkaSettings:
     """
 
     bootstrap_servers: str
-    client: Mapping[str, Any] = field(default_factory=dict)
+    # repr=False: a dataclass repr would show passwords; __repr__ below masks them.
+    client: Mapping[str, Any] = field(default_factory=dict, repr=False)
     replication_factor: int = 1
     min_insync_replicas: int = 1
     request_timeout_s: float = 30.0
@@ -46,6 +120,14 @@ class KafkaSettings:
                 raise ConfigError(
                     f"client setting {reserved!r} is managed by Spillway per subtask; remove it"
                 )
+        _known_secrets.update(str(v) for k, v in self.client.items() if is_secret(k) and v)
+
+    def __repr__(self) -> str:
+        return (
+            f"KafkaSettings(bootstrap_servers={self.bootstrap_servers!r}, "
+            f"client={self.redacted_client()!r}, replication_factor={self.replication_factor}, "
+            f"min_insync_replicas={self.min_insync_replicas})"
+        )
 
     def base(self) -> dict[str, Any]:
         """The librdkafka settings shared by every client."""
@@ -55,10 +137,11 @@ class KafkaSettings:
 
     def redacted(self) -> dict[str, Any]:
         """:meth:`base` with secret-looking values masked, safe to log."""
-        return {
-            k: ("***" if any(h in k.lower() for h in _SECRET_HINTS) else v)
-            for k, v in self.base().items()
-        }
+        return {k: (_MASK if is_secret(k) else v) for k, v in self.base().items()}
+
+    def redacted_client(self) -> dict[str, Any]:
+        """The pass-through client settings with secret values masked."""
+        return {k: (_MASK if is_secret(k) else v) for k, v in self.client.items()}
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,8 @@
 
     SpillwayError                  root; ``scope`` says what must restart
     ├── ConfigError                bad configuration or option          JOB: fix, resubmit
+    │   ├── AuthenticationError    the broker rejected our credentials  JOB
+    │   └── AuthorizationError     an ACL is missing                    JOB
     ├── PipelineDefinitionError    bad pipeline graph                   JOB
     ├── TopologyMismatchError      topics/checkpoints of another graph  JOB
     ├── BrokerUnavailableError     no broker answers                    JOB
@@ -49,6 +51,14 @@ class SpillwayError(Exception):
 
 class ConfigError(SpillwayError):
     """A configuration value or command-line option is wrong; the message names it and the fix."""
+
+
+class AuthenticationError(ConfigError):
+    """The broker rejected the client's credentials (SASL or TLS); fix them and resubmit."""
+
+
+class AuthorizationError(ConfigError):
+    """The broker denied an operation: an ACL the job needs is missing (docs/security.md)."""
 
 
 class PipelineDefinitionError(SpillwayError):

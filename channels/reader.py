@@ -46,6 +46,9 @@ class Delivery:
     raw: bytes | None = None  # ... and then its raw value, for the dead-letter channel
 
 
+Spans = tuple[tuple[int, int], ...]  # [start, end) offset ranges, ascending
+
+
 @dataclass
 class ReaderState:
     """What a reader must carry across a restart besides its offsets (stored in checkpoints)."""
@@ -55,6 +58,9 @@ class ReaderState:
     # Aligned checkpoints: messages of writer w in tp below skip[tp][w] were processed
     # although the checkpointed position of tp is lower (other channels were held back).
     skip: dict[TopicPartition, dict[int, int]] = field(default_factory=dict)
+    # Whole-job rewinds: messages of writer w in tp with start <= offset < end, for each
+    # (start, end) span, were written by a run the job rewound away from; dropped unread.
+    discard: dict[TopicPartition, dict[int, Spans]] = field(default_factory=dict)
 
 
 class ChannelReader:
@@ -127,9 +133,11 @@ class ChannelReader:
         for i, m in enumerate(msgs):
             tp = TopicPartition(m.topic() or "", m.partition() or 0)
             off = m.offset() or 0
+            if self.state.discard and self._abandoned(tp, off, m.key()):
+                self._positions[tp] = Offset(off + 1)
+                continue
             if self._align or self.state.skip:
-                key = m.key()
-                w = int(key) if key and key.isdigit() else -1
+                w = _writer_or_unknown(m.key())
                 if (tp, w) in self._barriers:  # held back until the alignment completes
                     self._held.setdefault((tp, w), []).append(m)
                     continue
@@ -154,6 +162,27 @@ class ChannelReader:
             if stop_after_barrier and d.kind is Kind.BARRIER:
                 self._pending = msgs[i + 1 :]
                 break
+        return out
+
+    def _abandoned(self, tp: TopicPartition, off: int, key: bytes | None) -> bool:
+        per_writer = self.state.discard.get(tp)
+        if not per_writer:
+            return False
+        spans = per_writer.get(_writer_or_unknown(key), ())
+        return any(start <= off < end for start, end in spans)
+
+    def discard_state(self) -> dict[TopicPartition, dict[int, Spans]]:
+        """The discard ranges still ahead of the positions (to carry into a checkpoint)."""
+        pos = self.positions()
+        out: dict[TopicPartition, dict[int, Spans]] = {}
+        for tp, per_writer in self.state.discard.items():
+            ahead: dict[int, Spans] = {}
+            for w, spans in per_writer.items():
+                left = tuple(s for s in spans if s[1] > pos[tp])
+                if left:
+                    ahead[w] = left
+            if ahead:
+                out[tp] = ahead
         return out
 
     def aligned(self) -> int | None:
@@ -270,6 +299,11 @@ class ChannelReader:
     def close(self) -> None:
         """Close the consumer."""
         self._consumer.close()
+
+
+def _writer_or_unknown(key: bytes | None) -> int:
+    # Only a filter here: a bad key is reported by the decoder with its offset.
+    return int(key) if key and key.isdigit() else -1
 
 
 def _is_data(raw_headers: Any) -> bool:

@@ -17,6 +17,7 @@ from channels.batcher import Batcher
 from channels.config import ChannelSettings
 from channels.envelope import Kind, RecordCodec, encode_i64, headers, writer_key
 from channels.errors import RecordError
+from channels.ids import TopicPartition
 from channels.kafka.producer import TransactionalProducer
 from channels.partitioners import Partitioner
 
@@ -52,6 +53,7 @@ class ChannelWriter:
         self._batcher = Batcher(settings.max_batch_bytes, settings.linger_s, topic=channel.topic)
         self._clock = clock
         self._counts = [0] * channel.downstream_parallelism
+        self._marks = [0] * channel.downstream_parallelism
 
     @property
     def counts(self) -> list[int]:
@@ -61,6 +63,19 @@ class ChannelWriter:
     def restore_counts(self, counts: Iterable[int]) -> None:
         """Continue the output sequence numbers of a checkpoint."""
         self._counts = list(counts) or [0] * self.channel.downstream_parallelism
+
+    def marks(self) -> tuple[int, ...]:
+        """Per downstream partition, the offset after the last message this writer's
+        producer has had acknowledged there (its high-water mark; call after a flush)."""
+        for p in range(len(self._marks)):
+            last = self._producer.last_offset(TopicPartition(self.channel.topic, p))
+            if last is not None:
+                self._marks[p] = max(self._marks[p], int(last) + 1)
+        return tuple(self._marks)
+
+    def restore_marks(self, marks: Iterable[int]) -> None:
+        """Continue the high-water marks of a checkpoint (an incarnation may write nothing)."""
+        self._marks = list(marks) or [0] * self.channel.downstream_parallelism
 
     def write(self, record: Any) -> None:
         """Encode, route and buffer one record; write any batch it completes."""

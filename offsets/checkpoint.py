@@ -21,6 +21,19 @@ Contract:
 * ``skip``: aligned mode only — per input partition and writer, messages below this
   offset were processed although they lie at or past ``inputs[tp]`` (other channels of
   the partition were held back at the checkpoint); a restored reader skips them.
+* ``partial[tp] = (offset, done)``: unaligned mode, a checkpoint taken inside a channel
+  message — ``inputs[tp]`` is that message's offset and its first ``done`` records were
+  already processed; a restore skips them.
+* ``output_marks[topic][j]``: the offset after the last message this subtask had written to
+  partition j of an output channel (its high-water mark there). A whole-job rewind to
+  this checkpoint discards this subtask's messages at or past it.
+* ``discard[tp][w]``: ``(start, end)`` spans — messages of upstream writer w in ``tp`` with
+  ``start <= offset < end`` for a span belong to a run that a rewind abandoned; a reader drops them
+  (they were written after the checkpoint the job rewound to).
+* ``rewound_from``: set on the checkpoint a rewind writes for each subtask (a copy of its
+  part of global checkpoint ``rewound_from``); ``rewrite_state``: the changelog holds
+  records of the abandoned run past ``changelog``, so the restored subtask rewrites its
+  whole state at its next checkpoint.
 
 The record is JSON so that ``kafka-console-consumer`` shows it. A reader accepts its own
 version and rejects newer ones with a clear message; older versions will be upgraded here.
@@ -36,7 +49,7 @@ from typing import Any
 
 from channels.errors import CheckpointFormatError, TopologyMismatchError
 from channels.ids import CheckpointId, JobId, Offset, OperatorName, SubtaskId, TopicPartition
-from channels.reader import ReaderState
+from channels.reader import ReaderState, Spans
 
 VERSION = 1
 
@@ -60,6 +73,11 @@ class Checkpoint:
     attempt: int = 0
     global_id: int | None = None  # the global checkpoint this belongs to, if any
     skip: Mapping[TopicPartition, Mapping[int, int]] = field(default_factory=dict)
+    output_marks: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    discard: Mapping[TopicPartition, Mapping[int, Spans]] = field(default_factory=dict)
+    rewound_from: int | None = None
+    rewrite_state: bool = False
+    partial: Mapping[TopicPartition, tuple[int, int]] = field(default_factory=dict)
 
     def to_bytes(self) -> bytes:
         """Serialize (versioned JSON)."""
@@ -88,6 +106,20 @@ class Checkpoint:
                 [tp.topic, tp.partition, {str(w): o for w, o in sorted(m.items())}]
                 for tp, m in sorted(self.skip.items())
             ],
+            "output_marks": {t: list(m) for t, m in sorted(self.output_marks.items())},
+            "discard": [
+                [
+                    tp.topic,
+                    tp.partition,
+                    {str(w): [list(s) for s in v] for w, v in sorted(m.items())},
+                ]
+                for tp, m in sorted(self.discard.items())
+            ],
+            "rewound_from": self.rewound_from,
+            "partial": [
+                [tp.topic, tp.partition, o, d] for tp, (o, d) in sorted(self.partial.items())
+            ],
+            "rewrite_state": self.rewrite_state,
         }
         return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
 
@@ -127,6 +159,17 @@ class Checkpoint:
                     TopicPartition(t, p): {int(w): o for w, o in m.items()}
                     for t, p, m in doc.get("skip", [])
                 },
+                # Absent in records written before whole-job rewinds existed.
+                output_marks={t: tuple(m) for t, m in doc.get("output_marks", {}).items()},
+                discard={
+                    TopicPartition(t, p): {
+                        int(w): tuple((int(a), int(b)) for a, b in v) for w, v in m.items()
+                    }
+                    for t, p, m in doc.get("discard", [])
+                },
+                rewound_from=doc.get("rewound_from"),
+                partial={TopicPartition(t, p): (o, d) for t, p, o, d in doc.get("partial", [])},
+                rewrite_state=bool(doc.get("rewrite_state", False)),
             )
         except (KeyError, TypeError, ValueError) as e:
             raise CheckpointFormatError(f"corrupt checkpoint record {where}: {e!r}") from e
@@ -137,6 +180,7 @@ class Checkpoint:
             ended={tp: set(w) for tp, w in self.ended.items()},
             watermarks={tp: dict(m) for tp, m in self.channel_watermarks.items()},
             skip={tp: dict(m) for tp, m in self.skip.items()},
+            discard={tp: dict(m) for tp, m in self.discard.items()},
         )
 
     def check_topology(self, fingerprint: str) -> None:

@@ -80,14 +80,28 @@ class CheckpointStore:
                 return c
         return None
 
-    def prune(self, index: int, keep: int) -> None:
-        """Delete all but the newest ``keep`` checkpoints of subtask ``index``."""
+    def prune(self, index: int, keep: int, keep_global: int = 0) -> None:
+        """Delete all but the newest ``keep`` checkpoints of subtask ``index``.
+
+        ``keep_global > 0``: also keep everything from this subtask's part of its newest
+        ``keep_global`` global checkpoints on, so a job can be rewound to any of them
+        (``DeleteRecords`` cuts a prefix, so what lies between is kept too).
+        """
         tp = TopicPartition(self.topic, index)
         consumer = self._reader()
         low, high = consumer.watermarks(tp)
-        offsets = self._read_offsets(consumer, tp, max(low, high - 2 * keep - 8), high)
-        if len(offsets) > keep:
-            Admin(self.settings).delete_records_before({tp: offsets[-keep]})
+        if not keep_global:
+            offsets = self._read_offsets(consumer, tp, max(low, high - 2 * keep - 8), high)
+            if len(offsets) > keep:
+                Admin(self.settings).delete_records_before({tp: offsets[-keep]})
+            return
+        found = [
+            (m.offset() or 0, Checkpoint.from_bytes(m.value() or b"", where=f"at {tp}"))
+            for m in self._scan(consumer, tp, low, high)
+        ]
+        cut = prune_point([(off, c.global_id is not None) for off, c in found], keep, keep_global)
+        if cut is not None and cut > low:
+            Admin(self.settings).delete_records_before({tp: cut})
 
     def _read_range(
         self, consumer: AssignedConsumer, tp: TopicPartition, start: int, end: int
@@ -130,6 +144,27 @@ class CheckpointStore:
             self._consumer = None
 
 
+def prune_point(
+    records: list[tuple[int, bool]], keep: int, keep_global: int, limit: int = 500
+) -> int | None:
+    """First offset to keep, given ``(offset, is_global)`` per checkpoint record, oldest first.
+
+    Keeps the newest ``keep`` records and everything from the ``keep_global``-th newest
+    global one on (from the oldest global one if there are fewer) — but never more than
+    ``limit`` records, so a job whose coordinator stopped does not grow without bound.
+    ``None``: nothing to delete.
+    """
+    if len(records) <= keep:
+        return None
+    cut = records[-keep][0]
+    globals_ = [off for off, is_global in records if is_global and keep_global > 0]
+    if globals_:
+        cut = min(cut, globals_[-keep_global] if len(globals_) >= keep_global else globals_[0])
+    if len(records) > limit:
+        cut = max(cut, records[-limit][0])
+    return cut if cut > records[0][0] else None
+
+
 def check_retention(
     subtask: SubtaskId,
     needed: Mapping[TopicPartition, Offset],
@@ -160,15 +195,20 @@ def commit_checkpoint(
     store: CheckpointStore,
     checkpoint: Checkpoint,
     group_metadata: object,
-    before_commit: Callable[[], None] | None = None,
+    reached: Callable[[str], None] | None = None,
 ) -> None:
     """Commit ``checkpoint`` atomically with everything already produced in the transaction.
 
     The record, the consumer positions (to the subtask's own group, so Kafka's lag tools
-    show them) and the outputs commit together, or none of them does.
+    show them) and the outputs commit together, or none of them does. ``reached`` is the
+    failure-injection hook (``recovery.faults``): called with ``"before-commit"``,
+    ``"after-send-offsets"`` and ``"during-commit"`` (just before the commit call).
     """
     store.write(producer, checkpoint)
+    if reached is not None:
+        reached("before-commit")
     producer.send_offsets(checkpoint.inputs, group_metadata)
-    if before_commit is not None:
-        before_commit()  # failure-injection hook (recovery.faults)
+    if reached is not None:
+        reached("after-send-offsets")
+        reached("during-commit")
     producer.commit()

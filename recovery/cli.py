@@ -8,9 +8,11 @@ import os
 import time
 from typing import Any
 
-from channels.config import KafkaSettings
+from channels.acls import job_acls, kafka_acls_commands
+from channels.config import KafkaSettings, parse_client_settings, read_client_settings
 from channels.errors import ConfigError
 from channels.ids import job_id
+from channels.kafka.admin import Admin
 from recovery.events import last_submission
 from recovery.globalckpt import read_completed, savepoint
 from recovery.loader import load_plan
@@ -21,12 +23,43 @@ DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
 
 def add_bootstrap(parser: argparse.ArgumentParser) -> None:
-    """The ``--bootstrap`` option every job command takes."""
+    """The Kafka options every job command takes: ``--bootstrap`` and client settings."""
     parser.add_argument(
         "--bootstrap",
         default=os.environ.get("SPILLWAY_BOOTSTRAP", DEFAULT_BOOTSTRAP),
         help="Kafka bootstrap servers (default: $SPILLWAY_BOOTSTRAP, else %(default)s)",
     )
+    parser.add_argument(
+        "--kafka-config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="librdkafka client setting (e.g. security.protocol=SASL_SSL); repeatable",
+    )
+    parser.add_argument(
+        "--kafka-config-file",
+        default=os.environ.get("SPILLWAY_KAFKA_CONFIG_FILE"),
+        metavar="PATH",
+        help="properties file of librdkafka client settings, one KEY=VALUE per line; keeps "
+        "passwords off the command line (default: $SPILLWAY_KAFKA_CONFIG_FILE)",
+    )
+
+
+def client_settings(args: argparse.Namespace) -> dict[str, str]:
+    """The client settings of ``--kafka-config-file`` overridden by ``--kafka-config`` items."""
+    client = read_client_settings(args.kafka_config_file) if args.kafka_config_file else {}
+    client.update(parse_client_settings(args.kafka_config))
+    return client
+
+
+def kafka_settings(args: argparse.Namespace) -> KafkaSettings:
+    """Settings from the command line, checked against the broker.
+
+    Fails at once with a clear error if no broker answers or it rejects the credentials.
+    """
+    settings = KafkaSettings(args.bootstrap, client=client_settings(args))
+    Admin(settings).check_reachable()
+    return settings
 
 
 def add_parser(subparsers: Any) -> None:
@@ -56,6 +89,12 @@ def add_parser(subparsers: Any) -> None:
     add_bootstrap(sp)
     sp.set_defaults(run=_savepoint)
 
+    ac = subparsers.add_parser("acls", help="the Kafka ACLs a job needs, as kafka-acls commands")
+    ac.add_argument("--job", required=True)
+    ac.add_argument("--principal", required=True, help="e.g. User:spillway")
+    ac.add_argument("--bootstrap", default="BROKER:9092", help="printed into the commands")
+    ac.set_defaults(run=_acls)
+
     st = subparsers.add_parser("status", help="state of every subtask and channel of a job")
     st.add_argument("--job", required=True)
     st.add_argument("--pipeline", default=None, help="MODULE:PIPELINE (default: as submitted)")
@@ -66,7 +105,7 @@ def add_parser(subparsers: Any) -> None:
 
 def _replay(args: argparse.Namespace) -> int:
     result = replay_subtask(
-        KafkaSettings(args.bootstrap),
+        kafka_settings(args),
         args.job,
         args.operator,
         args.subtask,
@@ -79,15 +118,21 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _checkpoints(args: argparse.Namespace) -> int:
-    rows = read_completed(KafkaSettings(args.bootstrap), job_id(args.job))[-args.last :]
+    rows = read_completed(kafka_settings(args), job_id(args.job))[-args.last :]
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    print(f"{'id':>5} {'completed (UTC)':20} {'duration s':>10}  subtasks")
+    print(
+        f"{'id':>5} {'completed (UTC)':20} {'duration s':>10} {'bytes':>10} {'spilled':>12}"
+        "  subtasks"
+    )
     for r in rows:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(r["end"]))
         fin = f" ({len(r['finished'])} finished)" if r["finished"] else ""
-        print(f"{r['id']:>5} {when:20} {r['duration_s']:>10.3f}  {len(r['subtasks'])}{fin}")
+        print(
+            f"{r['id']:>5} {when:20} {r['duration_s']:>10.3f} {r.get('bytes', 0):>10} "
+            f"{r.get('spilled_bytes', 0):>12}  {len(r['subtasks'])}{fin}"
+        )
     if not rows:
         print(
             "no completed global checkpoints (is the job running with --checkpoint-mode unaligned?)"
@@ -96,7 +141,7 @@ def _checkpoints(args: argparse.Namespace) -> int:
 
 
 def _savepoint(args: argparse.Namespace) -> int:
-    settings = KafkaSettings(args.bootstrap)
+    settings = kafka_settings(args)
     sub = last_submission(settings, job_id(args.job))
     if sub is None or "run" not in sub:
         raise ConfigError(f"job {args.job!r} was never submitted to {args.bootstrap}")
@@ -111,8 +156,14 @@ def _savepoint(args: argparse.Namespace) -> int:
     return 0
 
 
+def _acls(args: argparse.Namespace) -> int:
+    for line in kafka_acls_commands(job_acls(job_id(args.job), args.principal), args.bootstrap):
+        print(line)
+    return 0
+
+
 def _status(args: argparse.Namespace) -> int:
-    settings = KafkaSettings(args.bootstrap)
+    settings = kafka_settings(args)
     ref = args.pipeline
     if ref is None:
         sub = last_submission(settings, job_id(args.job))
@@ -131,11 +182,13 @@ def main(argv: list[str] | None = None) -> int:
     import logging
     import sys
 
+    from channels.config import scrub_logging, scrub_secrets
     from channels.errors import SpillwayError
 
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    scrub_logging()
     parser = argparse.ArgumentParser(prog="python -m recovery")
     sub = parser.add_subparsers(dest="command", required=True)
     add_parser(sub)
@@ -144,5 +197,5 @@ def main(argv: list[str] | None = None) -> int:
         code: int = args.run(args)
         return code
     except SpillwayError as e:
-        print(f"recovery: error: {e}", file=sys.stderr)
+        print(f"recovery: error: {scrub_secrets(str(e))}", file=sys.stderr)
         return 2

@@ -49,8 +49,13 @@ class DeadLetters:
         offset: int | None = None,
         record: Any = None,
         raw: bytes | None = None,
+        file: str | None = None,
+        line: int | None = None,
     ) -> None:
-        """Dead-letter one record (``record``) or one undecodable message (``raw``)."""
+        """Dead-letter one record (``record``) or one undecodable message or line (``raw``).
+
+        The origin is a channel (``tp``, ``offset``) or a source file (``file``, ``line``).
+        """
         doc = {
             "operator": self._subtask.operator,
             "index": self._subtask.index,
@@ -58,6 +63,8 @@ class DeadLetters:
             "topic": tp.topic if tp else None,
             "partition": tp.partition if tp else None,
             "offset": offset,
+            "file": file,
+            "line": line,
             "error": error if isinstance(error, str) else f"{type(error).__name__}: {error}",
             "record": None if record is None else json.dumps(record, default=repr),
             "raw": None if raw is None else base64.b64encode(raw).decode(),

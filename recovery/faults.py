@@ -3,23 +3,54 @@
 ``SPILLWAY_CRASH_AT`` lists where a subtask kills itself with SIGKILL — a real process
 death, not an exception — as comma-separated ``OPERATOR:INDEX:POINT:ATTEMPT[:N]``:
 die at the N-th (default 1st) time attempt ATTEMPT of ``OPERATOR[INDEX]`` reaches POINT.
-Points: ``restore`` (state restored, inputs not yet assigned), ``before-commit`` (outputs
-and checkpoint record produced, not committed), ``after-commit``, ``after-final-commit``
-(the finished checkpoint committed, its sink files not yet published). Unset: no cost beyond
-one dictionary lookup per checkpoint.
+Points, in the order one checkpoint passes them:
+
+* ``restore`` — state restored, inputs not yet assigned;
+* ``before-produce`` — a transaction is open and the first output of it is about to be
+  written (nothing of the transaction is on the broker yet);
+* ``after-produce`` — every output and changelog record of the checkpoint is flushed to
+  the broker, the checkpoint record not yet written;
+* ``before-commit`` — outputs and checkpoint record flushed, consumer offsets not yet sent;
+* ``after-send-offsets`` — offsets added to the transaction, commit not yet called;
+* ``during-commit`` — the commit request is in flight: a helper thread SIGKILLs the
+  process ``DURING_COMMIT_DELAY_S`` after ``commit_transaction`` was called, so the
+  EndTxn request may or may not have reached the coordinator (the outcome is unknown to
+  the dying process; the restarted one learns it from its latest committed checkpoint);
+* ``after-commit`` — committed, the next transaction not yet begun;
+* ``after-final-commit`` — the finished checkpoint committed, its sink files not yet
+  published;
+* ``after-partial-commit`` — an unaligned checkpoint taken inside a channel message
+  committed.
+
+Unset: no cost beyond one dictionary lookup per checkpoint.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import threading
+import time
 from dataclasses import dataclass
 
 from channels.errors import ConfigError
 from channels.ids import SubtaskId
 
 ENV = "SPILLWAY_CRASH_AT"
-POINTS = ("restore", "before-commit", "after-commit", "after-final-commit")
+POINTS = (
+    "restore",
+    "before-produce",
+    "after-produce",
+    "before-commit",
+    "after-send-offsets",
+    "during-commit",
+    "after-commit",
+    "after-final-commit",
+    "after-partial-commit",
+)
+# Long enough for the commit call to have flushed and sent EndTxn, short enough that the
+# broker's answer (a few ms on loopback) often has not arrived yet.
+DURING_COMMIT_DELAY_S = 0.002
 
 
 @dataclass(frozen=True)
@@ -73,9 +104,27 @@ class Faults:
 
     def reached(self, point: str) -> None:
         """Die here (SIGKILL) if this is a planned crash."""
+        if self._due(point):
+            _die()
+
+    def reached_soon(self, point: str, delay_s: float = DURING_COMMIT_DELAY_S) -> None:
+        """If this is a planned crash, die ``delay_s`` from now, from another thread, so the
+        call the caller makes next (e.g. a commit) is in flight when the process dies."""
+        if self._due(point):
+            threading.Thread(target=_die_after, args=(delay_s,), daemon=True).start()
+
+    def _due(self, point: str) -> bool:
         nth = self._points.get(point)
         if nth is None:
-            return
+            return False
         self._seen[point] = self._seen.get(point, 0) + 1
-        if self._seen[point] == nth:
-            os.kill(os.getpid(), signal.SIGKILL)
+        return self._seen[point] == nth
+
+
+def _die() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _die_after(delay_s: float) -> None:
+    time.sleep(delay_s)
+    _die()

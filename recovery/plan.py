@@ -69,6 +69,16 @@ class Logic(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class Rejected:
+    """An input a source read but could not turn into a record: where it was, why, its bytes."""
+
+    file: str
+    line: int  # 1-based, as editors count
+    error: str
+    raw: bytes
+
+
 class Source(Protocol):
     """A bounded or unbounded source with a checkpointable position."""
 
@@ -85,6 +95,15 @@ class Source(Protocol):
 
     def watermark(self) -> int | None:
         """Event-time watermark of what was read, if the source has event time."""
+        ...
+
+    def rejected(self) -> list[Rejected]:
+        """Inputs the last :meth:`read` passed over as unreadable (then forgotten).
+
+        They lie before :meth:`position`, so the runner must fail or dead-letter them in
+        the transaction that commits that position: then a restart neither repeats nor
+        skips them.
+        """
         ...
 
 

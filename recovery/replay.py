@@ -37,6 +37,7 @@ def replay_subtask(
     ref = pipeline
     submitted = last_submission(settings, jid)
     dead_letter = bool(submitted.get("dead_letter", False)) if submitted else False
+    guarantee = str(submitted.get("guarantee", "exactly-once")) if submitted else "exactly-once"
     if ref is None:
         if submitted is None:
             raise ConfigError(
@@ -62,6 +63,7 @@ def replay_subtask(
         from_checkpoint=checkpoint,
         allow_rewind=allow_duplicates,
         dead_letter=dead_letter,
+        guarantee=guarantee,
     )
     start = "its latest checkpoint" if checkpoint is None else f"checkpoint {checkpoint}"
     log.info("replaying %s from %s", subtask, start)

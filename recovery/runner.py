@@ -21,7 +21,7 @@ from channels.envelope import Kind
 from channels.errors import ConfigError, RecordError
 from channels.ids import CheckpointId, Offset, SubtaskId, TopicPartition
 from channels.kafka.consumer import AssignedConsumer
-from channels.kafka.producer import TransactionalProducer
+from channels.kafka.producer import IdempotentProducer, TransactionalProducer
 from channels.naming import changelog_topic
 from channels.reader import ChannelReader, InputChannel
 from channels.writer import ChannelWriter, OutputChannel
@@ -37,6 +37,8 @@ from recovery.state import ChangelogState
 
 log = logging.getLogger("spillway.subtask")
 
+GUARANTEES = ("exactly-once", "at-least-once")
+
 
 @dataclass(frozen=True)
 class RunOptions:
@@ -44,6 +46,7 @@ class RunOptions:
 
     checkpoint_interval_s: float = 1.0
     keep_checkpoints: int = 5
+    keep_global: int = 10  # global checkpoints a job can still be rewound to
     poll_records: int = 2000  # records a source emits per step
     poll_messages: int = 8  # channel messages (batches of records) a reader takes per step
     transaction_timeout_ms: int = 60_000
@@ -54,6 +57,13 @@ class RunOptions:
     dead_letter: bool = False  # bad records go to the job's dead-letter channel, not fail
     checkpoint_mode: str = "interval"  # "unaligned" / "aligned": numbered global checkpoints too
     watermark_interval_s: float = 0.2
+    # Unaligned mode: records a subtask processes between looks for a checkpoint trigger,
+    # so a checkpoint need not wait for a whole channel message (~1000 records).
+    trigger_chunk: int = 256
+    # "exactly-once": outputs are written in the checkpoint's transaction. "at-least-once":
+    # outputs go out without a transaction and are flushed before the checkpoint commits,
+    # so a restart re-sends (duplicates) what followed the last checkpoint, loses nothing.
+    guarantee: str = "exactly-once"
 
 
 @dataclass
@@ -118,11 +128,16 @@ class SubtaskRunner:
         self.settings = settings
         self.options = options
         self.attempt = attempt
+        if options.guarantee not in GUARANTEES:
+            raise ConfigError(
+                f"guarantee must be one of {', '.join(GUARANTEES)}, got {options.guarantee!r}"
+            )
         self.lifecycle = Lifecycle()
         self._signals = JobSignals(settings, plan.job, options.run_id) if options.run_id else None
         self._should_stop = self._signals.requested if self._signals else should_stop
         self._global = options.checkpoint_mode in ("unaligned", "aligned") and bool(self._signals)
         self._aligned = self._global and options.checkpoint_mode == "aligned"
+        self._unaligned = self._global and not self._aligned
         self._global_last = -1
         op = plan.operator(subtask.operator)
         self.op = op
@@ -131,6 +146,13 @@ class SubtaskRunner:
             settings,
             subtask.transactional_id,
             transaction_timeout_ms=options.transaction_timeout_ms,
+        )
+        # Channel and sink outputs go through ``out``: the transactional producer itself,
+        # or (at-least-once) a plain idempotent one. State and checkpoints stay transactional.
+        self.out: TransactionalProducer = (
+            IdempotentProducer(settings, f"{subtask.transactional_id}.out")
+            if options.guarantee == GUARANTEES[1]
+            else self.producer
         )
         self.events = EventLog(settings, subtask, attempt, options.run_id)
         self.faults = Faults(subtask, attempt)
@@ -164,6 +186,14 @@ class SubtaskRunner:
         self._replay_ends: dict[TopicPartition, int] = {}
         self._replayed: dict[TopicPartition, int] = {}
         self._started = 0.0
+        # Bytes of the last checkpoint: its own (state changes, record) and the channel data
+        # its transaction had spilled since the previous one.
+        self._ckpt_bytes = (0, 0)
+        # (tp, offset, records done) while a checkpoint is taken inside a message, and the
+        # restored counterpart: records of message (tp, offset) to skip after a restore.
+        self._partial: tuple[TopicPartition, int, int] | None = None
+        self._resume: dict[tuple[TopicPartition, int], int] = {}
+        self._produced = False  # anything written in the open transaction (crash points)
 
     # -- life ----------------------------------------------------------------------------
 
@@ -210,6 +240,9 @@ class SubtaskRunner:
     def _restore(self) -> bool:
         t0 = time.monotonic()
         self.producer.start()  # fences the previous incarnation, aborts its open transaction
+        self.events.emit("fencing")  # tells a fenced older copy it was replaced (driver._task)
+        if self.out is not self.producer:
+            self.out.start()
         # One read of the checkpoint tail serves both the latest checkpoint and the last
         # global checkpoint this subtask took.
         recent = self.store.history(self.subtask.index, 5)
@@ -224,7 +257,7 @@ class SubtaskRunner:
                 if self.sink is not None:
                     # The final commit may have happened without its files being
                     # published (crash between commit and rename): publish them now.
-                    self.sink.open(self.ctx, ckpt.source, self.producer)
+                    self.sink.open(self.ctx, ckpt.source, self.out)
                 self.lifecycle.to(Phase.FINISHED)
                 self.result.status = "skipped"
                 log.info(
@@ -238,7 +271,11 @@ class SubtaskRunner:
         if self.state is not None:
             restore_consumer = AssignedConsumer(self.settings, self.subtask.group_id + ".restore")
             try:
-                n = self.state.restore(restore_consumer, self._changelog_next)
+                n = self.state.restore(
+                    restore_consumer,
+                    self._changelog_next,
+                    rewrite=ckpt is not None and ckpt.rewrite_state,
+                )
             finally:
                 restore_consumer.close()
             log.info(
@@ -261,6 +298,8 @@ class SubtaskRunner:
             check_retention(self.subtask, start, marks)
             self.reader.start(start, ckpt.reader_state() if ckpt else None)
             if ckpt is not None:
+                self._resume = {(tp, off): done for tp, (off, done) in ckpt.partial.items()}
+            if ckpt is not None:
                 self._replay_ends = {tp: marks[tp][1] for tp in start if marks[tp][1] > start[tp]}
                 self._replayed = dict.fromkeys(self._replay_ends, 0)
                 self.result.replay = {
@@ -270,18 +309,25 @@ class SubtaskRunner:
             p = self.plan.operator(e.downstream).parallelism
             topic = self.plan.topic_of(e)
             w = ChannelWriter(
-                self.producer,
+                self.out,
                 OutputChannel(topic, e.schema, e.make_partitioner(self.subtask.index, p), p),
                 self.subtask.index,
                 self.options.channel,
             )
             if ckpt is not None and topic in ckpt.outputs:
                 w.restore_counts(ckpt.outputs[topic])
+            if ckpt is not None and topic in ckpt.output_marks:
+                w.restore_marks(ckpt.output_marks[topic])
             self.writers.append(w)
         self.ctx.restored_watermark = ckpt.watermark if ckpt else None
         restored_global: tuple[int, int] | None = None
         if ckpt is not None:
-            taken = [(c.global_id, int(c.checkpoint_id)) for c in recent if c.global_id is not None]
+            taken: list[tuple[int, int]] = []
+            for c in recent:
+                if c.rewound_from is not None:
+                    taken = []  # global checkpoints of an abandoned run are not announced
+                elif c.global_id is not None:
+                    taken.append((c.global_id, int(c.checkpoint_id)))
             if taken:
                 restored_global = max(taken)
                 self._global_last = restored_global[0]
@@ -289,7 +335,7 @@ class SubtaskRunner:
         if self.source is not None:
             self.source.open(self.ctx, position)
         if self.sink is not None:
-            self.sink.open(self.ctx, position, self.producer)
+            self.sink.open(self.ctx, position, self.out)
         if self.logic is not None:
             self.logic.open(self.ctx)
         self._wm_out = ckpt.watermark if ckpt else None
@@ -302,6 +348,8 @@ class SubtaskRunner:
             restored_from=self.result.restored_from,
             replay=self.result.replay,
             restore_s=round(self.result.restore_s, 3),
+            # A checkpoint taken inside a message: how many of its records were done.
+            resumed_mid_message={str(tp): [o, d] for (tp, o), d in self._resume.items()},
         )
         if restored_global is not None:
             # The previous incarnation may have died between committing global checkpoint
@@ -357,6 +405,17 @@ class SubtaskRunner:
         """Process one batch of input; True when every input has ended."""
         if self.source is not None:
             recs = self.source.read(self.options.poll_records)
+            for bad in self.source.rejected():  # read past: fail, or divert in this transaction
+                if self.dead_letters is None:
+                    raise RecordError(
+                        f"{self.subtask}: source {self.op.name!r} cannot read {bad.file} line "
+                        f"{bad.line}: {bad.error}. Nothing from that line on is committed; fix "
+                        "the input, or run with --dead-letter to divert bad records",
+                        subtasks=[self.subtask],
+                    )
+                self.dead_letters.send(
+                    stage="source", error=bad.error, raw=bad.raw, file=bad.file, line=bad.line
+                )
             if recs is None:
                 return True
             self.result.records_in += len(recs)
@@ -365,9 +424,9 @@ class SubtaskRunner:
             return False
         assert self.reader is not None
         barrier: int | None = None
-        for d in self.reader.poll(
-            self.options.poll_messages, 0.05, stop_after_barrier=self._global and not self._aligned
-        ):
+        # Unaligned: one message per poll, so a checkpoint can fall between any two.
+        batch = 1 if self._unaligned else self.options.poll_messages
+        for d in self.reader.poll(batch, 0.05, stop_after_barrier=self._unaligned):
             if d.kind is Kind.BARRIER and d.value is not None and d.value > self._global_last:
                 barrier = d.value  # the reader stopped here: checkpoint exactly at it
             if d.error is not None and self.dead_letters is not None:
@@ -375,13 +434,16 @@ class SubtaskRunner:
                     stage="decode", error=d.error, tp=d.tp, offset=d.offset, raw=d.raw
                 )
             elif d.kind is Kind.DATA:
-                self.result.records_in += len(d.records)
+                # Records of this message processed before a restore (mid-message checkpoint).
+                done = self._resume.pop((d.tp, d.offset), 0)
+                records = d.records[done:] if done else d.records
+                self.result.records_in += len(records)
                 if d.tp in self._replay_ends:
-                    self._count_replay(d.tp, d.offset, len(d.records))
-                if self.logic is not None:
-                    self._emit(self._process(d.records, d.tp, d.offset), d.tp, d.offset)
-                elif self.sink is not None:
-                    self.sink.write(d.records)
+                    self._count_replay(d.tp, d.offset, len(records))
+                if self._unaligned:
+                    self._deliver_in_chunks(records, d.tp, d.offset, done)
+                else:
+                    self._deliver(records, d.tp, d.offset)
         if self._replay_ends and self.reader is not None:
             pos = self.reader.positions()
             if (
@@ -400,6 +462,37 @@ class SubtaskRunner:
                 self.reader.release(n)
         self._maybe_forward_watermark(self.reader.watermark())
         return self.reader.finished()
+
+    def _deliver(self, records: list[Record], tp: TopicPartition, offset: int) -> None:
+        if self.logic is not None:
+            self._emit(self._process(records, tp, offset), tp, offset)
+        elif self.sink is not None:
+            if self.faults.armed and records:
+                self._before_output()
+            self.sink.write(records)
+
+    def _deliver_in_chunks(
+        self, records: list[Record], tp: TopicPartition, offset: int, done: int
+    ) -> None:
+        """Unaligned mode: take a triggered checkpoint between chunks of one message.
+
+        The checkpoint then records ``offset`` as the input position and how many of the
+        message's records are done (``partial``); a restore skips exactly those. The cut
+        stays consistent: the message was committed upstream before the trigger.
+        """
+        assert self._signals is not None
+        step = self.options.trigger_chunk
+        for start in range(0, len(records), step):
+            if start:
+                n = self._signals.trigger()
+                if n > self._global_last:
+                    self._partial = (tp, offset, done + start)
+                    try:
+                        self._global_checkpoint(n)
+                    finally:
+                        self._partial = None
+                    self.faults.reached("after-partial-commit")
+            self._deliver(records[start : start + step], tp, offset)
 
     def _count_replay(self, tp: TopicPartition, offset: int, n: int) -> None:
         end = self._replay_ends[tp]
@@ -437,6 +530,8 @@ class SubtaskRunner:
         recs = records if isinstance(records, list) else list(records)
         if not recs:
             return
+        if self.faults.armed:
+            self._before_output()
         try:
             for w in self.writers:
                 w.write_many(recs)  # all-or-nothing per call
@@ -483,6 +578,11 @@ class SubtaskRunner:
         cid = self._seq.next()
         for w in self.writers:
             w.flush_batches()
+        if self.writers or self.out is not self.producer:
+            # Acknowledged offsets give the output high-water marks a rewind needs; and
+            # at-least-once: outputs are durable before the checkpoint says so.
+            self.out.flush()
+        spilled = self.producer.txn_bytes  # channel data written since the last checkpoint
         position: dict[str, Any] = {}
         if self.source is not None:
             position = self.source.position()
@@ -494,13 +594,22 @@ class SubtaskRunner:
             if last is not None:
                 self._changelog_next = Offset(last + 1)
         reader_state = self.reader.state if self.reader else None
+        inputs = self.reader.positions() if self.reader else {}
+        partial: dict[TopicPartition, tuple[int, int]] = {}
+        if self._partial is not None:
+            tp, off, done = self._partial
+            inputs[tp] = Offset(off)  # the message is re-read; its first `done` records skipped
+            partial[tp] = (off, done)
         ckpt = Checkpoint(
             subtask=self.subtask,
             checkpoint_id=CheckpointId(cid),
             topology=self.plan.fingerprint,
-            inputs=self.reader.positions() if self.reader else {},
+            inputs=inputs,
+            partial=partial,
             changelog=self._changelog_next,
             outputs={w.channel.topic: tuple(w.counts) for w in self.writers},
+            output_marks={w.channel.topic: w.marks() for w in self.writers},
+            discard=self.reader.discard_state() if self.reader else {},
             ended={tp: frozenset(v) for tp, v in reader_state.ended.items()}
             if reader_state
             else {},
@@ -516,8 +625,11 @@ class SubtaskRunner:
             skip=self.reader.skip_state() if self.reader else {},
         )
         metadata = self.consumer.group_metadata() if self.consumer else None
-        before_commit = self._crash_before_commit if self.faults.armed else None
-        commit_checkpoint(self.producer, self.store, ckpt, metadata, before_commit)
+        if self.faults.armed:
+            self._flush_and_reach("after-produce")
+        reached = self._crash_point if self.faults.armed else None
+        commit_checkpoint(self.producer, self.store, ckpt, metadata, reached)
+        self._ckpt_bytes = (self.producer.txn_bytes - spilled, spilled)
         self.faults.reached("after-final-commit" if finished else "after-commit")
         if self.sink is not None:
             self.sink.committed(position)
@@ -525,7 +637,11 @@ class SubtaskRunner:
         self._last_ckpt = time.monotonic()
         if cid % 10 == 0:
             try:
-                self.store.prune(self.subtask.index, self.options.keep_checkpoints)
+                self.store.prune(
+                    self.subtask.index,
+                    self.options.keep_checkpoints,
+                    self.options.keep_global if self._global else 0,
+                )
             except Exception:  # pruning is housekeeping: retry at the next tenth checkpoint
                 log.warning("%s could not prune old checkpoints", self.subtask, exc_info=True)
         if stopping:
@@ -533,6 +649,7 @@ class SubtaskRunner:
             return
         if not finished:
             self.producer.begin()
+            self._produced = False
         self.lifecycle.after_checkpoint()
 
     def _global_checkpoint(self, n: int) -> None:
@@ -541,12 +658,29 @@ class SubtaskRunner:
             w.barrier(n)
         self._checkpoint(finished=False, global_id=n)
         self._global_last = n
-        self.events.emit("checkpointed", **{"global": n, "checkpoint": self._seq.last})
+        self.events.emit(
+            "checkpointed",
+            bytes=self._ckpt_bytes[0],
+            spilled_bytes=self._ckpt_bytes[1],
+            **{"global": n, "checkpoint": self._seq.last},
+        )
 
-    def _crash_before_commit(self) -> None:
+    def _crash_point(self, point: str) -> None:
+        if point == "during-commit":
+            self.faults.reached_soon(point)  # dies while the commit call runs
+        else:
+            self._flush_and_reach(point)
+
+    def _flush_and_reach(self, point: str) -> None:
         # Make the planned crash land with everything on the broker, still uncommitted.
+        self.out.flush()
         self.producer.flush()
-        self.faults.reached("before-commit")
+        self.faults.reached(point)
+
+    def _before_output(self) -> None:
+        if not self._produced:
+            self._produced = True
+            self.faults.reached("before-produce")
 
     def _finish(self) -> None:
         self.lifecycle.to(Phase.FINISHING)
@@ -570,6 +704,8 @@ class SubtaskRunner:
 
     def _close(self) -> None:
         closers = [self.producer.close, self.store.close]
+        if self.out is not self.producer:
+            closers.append(self.out.close)
         if self._signals is not None:
             closers.append(self._signals.close)
         for closer in closers:

@@ -22,7 +22,9 @@ _DELETED = object()
 
 CHANGELOG_TOPIC_CONFIG = {
     "cleanup.policy": "compact",
-    "min.compaction.lag.ms": "0",
+    # Records stay uncompacted this long, so a whole-job rewind can rebuild the state of a
+    # checkpoint up to a day old (recovery/rewind.py checks the actual topic setting).
+    "min.compaction.lag.ms": str(24 * 3600 * 1000),
     "segment.bytes": str(64 * 1024 * 1024),
 }
 
@@ -101,36 +103,55 @@ class ChangelogState:
         return n
 
     def restore(
-        self, consumer: AssignedConsumer, upto: Offset | None, timeout_s: float = 300
+        self,
+        consumer: AssignedConsumer,
+        upto: Offset | None,
+        timeout_s: float = 300,
+        *,
+        rewrite: bool = False,
     ) -> int:
-        """Rebuild state from committed changelog records below ``upto``; return records read."""
+        """Rebuild state from committed changelog records below ``upto``; return records read.
+
+        ``rewrite`` (after a whole-job rewind): the changelog also holds records of the
+        abandoned run at or past ``upto``. They are read only for their keys; every live key
+        and a tombstone for each key only they wrote are marked dirty, so the next
+        checkpoint leaves the changelog's latest record per key equal to this state —
+        which is what later restores and compaction see.
+        """
         self._data.clear()
         self._dirty.clear()
-        if upto is None or upto == 0:
-            return 0
-        low, _ = consumer.watermarks(self.tp)
-        if low >= upto:
-            return 0
-        consumer.assign({self.tp: Offset(low)})
+        upto = upto or Offset(0)
+        low, high = consumer.watermarks(self.tp)
+        end = high if rewrite else upto
         n = 0
-        deadline = time.monotonic() + timeout_s
-        while True:
-            for m in consumer.consume(1000, 0.2):
-                off = m.offset() or 0
-                if off >= upto:
-                    continue
-                n += 1
-                k = (m.key() or b"").decode()
-                v = m.value()
-                if v is None:
-                    self._data.pop(k, None)
-                else:
-                    self._data[k] = (_decode_key(k), json.loads(v))
-            pos = consumer.position(self.tp)
-            if pos is not None and pos >= upto:
-                return n
-            if time.monotonic() > deadline:
-                raise SpillwayError(
-                    f"restoring {self.tp} up to offset {upto} did not finish in {timeout_s:.0f}s "
-                    f"(at {pos})"
-                )
+        abandoned: set[str] = set()
+        if low < end:
+            consumer.assign({self.tp: Offset(low)})
+            deadline = time.monotonic() + timeout_s
+            while True:
+                for m in consumer.consume(1000, 0.2):
+                    off = m.offset() or 0
+                    k = (m.key() or b"").decode()
+                    if off >= upto:
+                        abandoned.add(k)
+                        continue
+                    n += 1
+                    v = m.value()
+                    if v is None:
+                        self._data.pop(k, None)
+                    else:
+                        self._data[k] = (_decode_key(k), json.loads(v))
+                pos = consumer.position(self.tp)
+                if pos is not None and pos >= end:
+                    break
+                if time.monotonic() > deadline:
+                    raise SpillwayError(
+                        f"restoring {self.tp} up to offset {end} did not finish in "
+                        f"{timeout_s:.0f}s (at {pos})"
+                    )
+        if rewrite:
+            for k, (_, value) in self._data.items():
+                self._dirty[k] = json.dumps(value, separators=(",", ":"))
+            for k in abandoned - self._data.keys():
+                self._dirty[k] = _DELETED
+        return n

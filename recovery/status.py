@@ -96,6 +96,7 @@ def _state_of(event: dict[str, Any] | None) -> str:
     if event is None:
         return "not started"
     return {
+        "fencing": "restoring",
         "started": "running",
         "finished": "finished",
         "skipped": "finished",

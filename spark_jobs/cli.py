@@ -20,6 +20,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Protocol, TypeAlias
 
+from channels.config import scrub_logging, scrub_secrets
 from channels.errors import SpillwayError
 from channels.localbroker import cli as broker_cli
 from recovery import cli as recovery_cli
@@ -70,7 +71,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return run(args)
     except SpillwayError as exc:
-        print(f"spillway: error: {exc}", file=sys.stderr)
+        # Scrubbed: a secret must not reach the terminal even if it slipped into a message.
+        print(f"spillway: error: {scrub_secrets(str(exc))}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
         print("spillway: interrupted", file=sys.stderr)
@@ -88,6 +90,7 @@ def _configure_logging(*, verbose: bool) -> None:
     )
     for name in _OWN_LOGGERS:
         logging.getLogger(name).setLevel(logging.DEBUG if verbose else logging.INFO)
+    scrub_logging()
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
@@ -23,11 +24,12 @@ from channels.config import ChannelSettings, KafkaSettings
 from channels.errors import ConfigError, ProducerFencedError
 from channels.kafka.admin import Admin
 from recovery.deadletter import dead_letter_spec
-from recovery.events import events_topic_spec, record_job_event
+from recovery.events import events_topic_spec, newer_incarnation, record_job_event
 from recovery.globalckpt import Coordinator, checkpoints_topic_spec
 from recovery.loader import load_plan
 from recovery.plan import JobPlan
-from recovery.runner import RunOptions, SubtaskResult, SubtaskRunner
+from recovery.rewind import rewind_job
+from recovery.runner import GUARANTEES, RunOptions, SubtaskResult, SubtaskRunner
 from recovery.state import CHANGELOG_TOPIC_CONFIG
 
 log = logging.getLogger("spark_jobs.driver")
@@ -49,7 +51,7 @@ class JobConfig:
     checkpoint_interval_s: float = 1.0
     replication_factor: int = 1
     min_insync_replicas: int = 1
-    client: Mapping[str, Any] = field(default_factory=dict)
+    client: Mapping[str, Any] = field(default_factory=dict, repr=False)  # may hold secrets
     transaction_timeout_ms: int = 60_000
     # Environment variables with these prefixes are captured when the job is submitted and
     # set in every task before the pipeline is built there: one Spark JVM may outlive the
@@ -61,6 +63,10 @@ class JobConfig:
     # How long a global checkpoint may take before the coordinator gives up on it. Aligned
     # checkpoints wait for barriers behind the backlog, so this is generous.
     global_timeout_s: float = 600.0
+    keep_global: int = 10  # completed global checkpoints kept, i.e. rewindable to
+    # "at-least-once" writes outputs without transactions (see RunOptions.guarantee):
+    # cheaper, but a restarted subtask repeats downstream what it sent after its checkpoint.
+    guarantee: str = "exactly-once"
 
     def settings(self) -> KafkaSettings:
         """Kafka settings of this run."""
@@ -78,6 +84,10 @@ class JobConfig:
                 "--checkpoint-mode must be 'interval', 'unaligned' or 'aligned', "
                 f"got {self.checkpoint_mode!r}"
             )
+        if self.guarantee not in GUARANTEES:
+            raise ConfigError(
+                f"--guarantee must be one of {', '.join(GUARANTEES)}, got {self.guarantee!r}"
+            )
         if self.checkpoint_interval_s <= 0:
             raise ConfigError(
                 f"--checkpoint-interval must be > 0, got {self.checkpoint_interval_s}"
@@ -90,6 +100,8 @@ class JobConfig:
             run_id=run_id,
             dead_letter=self.dead_letter,
             checkpoint_mode=self.checkpoint_mode,
+            keep_global=self.keep_global,
+            guarantee=self.guarantee,
         )
 
 
@@ -110,12 +122,20 @@ def prepare_topics(plan: JobPlan, settings: KafkaSettings, dead_letter: bool = F
     )
 
 
-def run_on_spark(config: JobConfig, from_checkpoint: int | None = None) -> list[SubtaskResult]:
-    """Validate, create topics, run every subtask as a Spark task; return their final results."""
+def run_on_spark(
+    config: JobConfig, from_checkpoint: int | None = None, rewind_to: int | None = None
+) -> list[SubtaskResult]:
+    """Validate, create topics, run every subtask as a Spark task; return their final results.
+
+    ``rewind_to``: first rewind the whole job to that completed global checkpoint
+    (:mod:`recovery.rewind`); the job must not be running.
+    """
     plan = load_plan(config.pipeline, config.job_id)
     settings = config.settings()
     options = config.options(from_checkpoint)
     prepare_topics(plan, settings, config.dead_letter)
+    if rewind_to is not None:
+        rewind_job(settings, plan, rewind_to)
     run_id = uuid.uuid4().hex
     record_job_event(
         settings,
@@ -127,8 +147,10 @@ def run_on_spark(config: JobConfig, from_checkpoint: int | None = None) -> list[
         master=config.master,
         subtasks=[str(s) for s in plan.subtasks()],
         from_checkpoint=from_checkpoint,
+        rewound_to=rewind_to,
         dead_letter=config.dead_letter,
         checkpoint_mode=config.checkpoint_mode,
+        guarantee=config.guarantee,
     )
     subtasks = plan.subtasks()
     n = len(subtasks)
@@ -174,6 +196,7 @@ def run_on_spark(config: JobConfig, from_checkpoint: int | None = None) -> list[
                 [f"{s.operator}[{s.index}]" for s in subtasks],
                 config.global_interval_s,
                 config.global_timeout_s,
+                config.keep_global,
             )
             coordinator.start()
         try:
@@ -237,11 +260,20 @@ def _task(
     runner = SubtaskRunner(
         plan, subtask, config.settings(), config.options(from_checkpoint, run_id), attempt
     )
+    started = time.time()
     try:
         result = runner.run()
     except ProducerFencedError as e:
-        # A newer incarnation (a Spark retry elsewhere, or `spillway replay`) owns this
-        # subtask now. Retrying here would only fence it back: end this attempt quietly.
+        # Fenced by a newer incarnation (a Spark retry elsewhere, or `spillway replay`):
+        # it owns the subtask now, and retrying would only fence it back, so end quietly.
+        # Fenced with no newer incarnation: the broker aborted a transaction that outlived
+        # transaction.timeout.ms (e.g. the process was stopped); only a retry continues it.
+        if not newer_incarnation(config.settings(), subtask, os.getpid(), started):
+            raise ProducerFencedError(
+                f"{subtask}: {e}; no newer incarnation exists, so the broker aborted a "
+                "transaction that outlived transaction.timeout.ms: retrying the subtask",
+                subtasks=[subtask],
+            ) from e
         logging.getLogger("spark_jobs.driver").warning("%s: %s", subtask, e)
         result = runner.result
         result.status = "fenced"

@@ -99,13 +99,18 @@ class Pipeline:
     def read_files(
         self, name: str, pattern: str, *, format: str, schema: Schema, parallelism: int = 1
     ) -> Stream:
-        """Rows of files matching ``pattern`` (``jsonl``, ``csv`` or ``parquet``), via pyarrow."""
+        """Rows of files matching ``pattern`` (``jsonl``, ``csv`` or ``parquet``).
+
+        JSONL and CSV lines are checked against ``schema``; a bad line (not UTF-8, not
+        JSON, wrong column count, NaN, a number too big for its field) stops the job
+        naming file and line, or goes to the dead-letter channel with ``--dead-letter``.
+        """
         self._add(
             name,
             parallelism,
             "source",
             schema,
-            partial(FileSource, pattern, format, parallelism),
+            partial(FileSource, pattern, format, parallelism, schema),
             description={"source": "files", "format": format},
         )
         return Stream(self, name)

@@ -8,7 +8,7 @@ import os
 from typing import Any
 
 from channels.errors import ConfigError
-from recovery.cli import add_bootstrap
+from recovery.cli import add_bootstrap, client_settings
 
 
 def add_parser(subparsers: Any) -> None:
@@ -24,7 +24,12 @@ def add_parser(subparsers: Any) -> None:
         "--checkpoint-interval", type=float, default=1.0, help="seconds between checkpoints"
     )
     p.add_argument(
-        "--from-checkpoint", type=int, default=None, help="(reserved for global checkpoints)"
+        "--from-checkpoint",
+        type=int,
+        default=None,
+        metavar="N",
+        help="rewind the whole (stopped) job to completed global checkpoint N first; "
+        "what the previous run did after N is ignored (see spillway checkpoints)",
     )
     p.add_argument(
         "--dead-letter",
@@ -38,17 +43,24 @@ def add_parser(subparsers: Any) -> None:
         help="unaligned / aligned: also take numbered global checkpoints (barriers in-band)",
     )
     p.add_argument(
+        "--guarantee",
+        choices=("exactly-once", "at-least-once"),
+        default="exactly-once",
+        help="at-least-once: outputs without transactions (faster; a restart repeats outputs "
+        "sent after the last checkpoint downstream, nothing is lost)",
+    )
+    p.add_argument(
+        "--transaction-timeout-ms",
+        type=int,
+        default=60_000,
+        help="transaction.timeout.ms of every subtask's producer (<= the broker's "
+        "transaction.max.timeout.ms); a subtask stalled longer is aborted by the broker",
+    )
+    p.add_argument(
         "--global-interval", type=float, default=2.0, help="seconds between global checkpoints"
     )
     p.add_argument("--replication-factor", type=int, default=1)
     p.add_argument("--min-insync-replicas", type=int, default=1)
-    p.add_argument(
-        "--kafka-config",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="librdkafka setting",
-    )
     add_bootstrap(p)
     p.set_defaults(run=_run)
 
@@ -58,16 +70,7 @@ def _run(args: argparse.Namespace) -> int:
 
     if args.task_attempts < 1:
         raise ConfigError(f"--task-attempts must be >= 1, got {args.task_attempts}")
-    if args.from_checkpoint is not None:
-        raise ConfigError(
-            "--from-checkpoint needs global checkpoints, which this version does not have yet"
-        )
-    client: dict[str, str] = {}
-    for item in args.kafka_config:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise ConfigError(f"--kafka-config {item!r} must look like KEY=VALUE")
-        client[key] = value
+    client = client_settings(args)
     master = args.master
     if (
         master is None
@@ -88,8 +91,10 @@ def _run(args: argparse.Namespace) -> int:
         dead_letter=args.dead_letter,
         checkpoint_mode=args.checkpoint_mode,
         global_interval_s=args.global_interval,
+        guarantee=args.guarantee,
+        transaction_timeout_ms=args.transaction_timeout_ms,
     )
-    results = run_on_spark(config)
+    results = run_on_spark(config, rewind_to=args.from_checkpoint)
     for r in results:
         print(json.dumps(r.__dict__))
     failed = [r for r in results if r.status not in ("finished", "skipped", "stopped", "fenced")]

@@ -24,7 +24,11 @@ _SUFFIX = ".inprogress"
 
 
 class JsonlFileSink:
-    """Writes ``part-<subtask>-<checkpoint>.jsonl`` files under ``directory/<operator>/``."""
+    """Writes ``part-<subtask>-<checkpoint>.jsonl`` files under ``directory/<operator>/``.
+
+    A rewind to an older checkpoint deletes the files published after it, so the
+    directory again holds exactly the output up to that checkpoint.
+    """
 
     def __init__(self, directory: str) -> None:
         self.directory = Path(directory)
@@ -54,6 +58,11 @@ class JsonlFileSink:
         for stale in self._dir.glob(f"part-{self._index:04d}-*{_SUFFIX}"):
             stale.unlink()  # written by an attempt whose transaction never committed
         self._next = int(committed.get("next", 0))
+        for later in self._dir.glob(f"part-{self._index:04d}-*.jsonl"):
+            # Published after the restored checkpoint: only a whole-job rewind restores an
+            # older checkpoint than the files on disk; those files belong to the abandoned run.
+            if int(later.name.split("-")[2].removesuffix(".jsonl")) >= self._next:
+                later.unlink()
 
     def write(self, records: Sequence[Record]) -> None:
         """Append records to the in-progress file."""

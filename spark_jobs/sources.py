@@ -14,7 +14,8 @@ from channels.ids import Offset, TopicPartition
 from channels.kafka.admin import Admin
 from channels.kafka.consumer import AssignedConsumer
 from offsets.store import check_retention
-from recovery.plan import Context, Record
+from recovery.plan import Context, Record, Rejected
+from spark_jobs.lines import LineError, field_types, parse_csv, parse_csv_header, parse_jsonl
 
 
 class GeneratorSource:
@@ -81,24 +82,39 @@ class GeneratorSource:
         """Event times per subtask only grow, so the last one seen is the watermark."""
         return self._wm
 
+    def rejected(self) -> list[Rejected]:
+        """Generated records are never unreadable."""
+        return []
+
 
 class FileSource:
-    """JSONL, CSV or Parquet files read with pyarrow; file i goes to subtask ``i % p``.
+    """JSONL, CSV or Parquet files; file i goes to subtask ``i % p``.
+
+    JSONL and CSV are read line by line (:mod:`spark_jobs.lines`), so one bad line — not
+    UTF-8, not JSON, wrong column count, NaN, a number the schema cannot hold — is
+    reported by :meth:`rejected` with its file and line instead of spoiling the file;
+    CSV values may not span lines. Parquet is typed and read whole with pyarrow.
 
     Position: this subtask's file list (fixed at the first start), the index of the current
-    file in it and the next row.
+    file in it and the next row — for JSONL and CSV the index of the next data line
+    (blank and bad lines included), so a restart neither repeats nor skips a line.
     """
 
     FORMATS = ("jsonl", "csv", "parquet")
 
-    def __init__(self, pattern: str, fmt: str, parallelism: int) -> None:
+    def __init__(
+        self, pattern: str, fmt: str, parallelism: int, schema: Mapping[str, Any] | None = None
+    ) -> None:
         if fmt not in self.FORMATS:
             raise ConfigError(f"file format {fmt!r} is not one of {', '.join(self.FORMATS)}")
         self.pattern, self.fmt, self.p = pattern, fmt, parallelism
+        self._fields = field_types(schema)
         self._files: list[str] = []
         self._file = 0
         self._row = 0
-        self._rows: list[dict[str, Any]] | None = None
+        self._rows: list[Any] | None = None  # parquet: records; jsonl/csv: data lines (bytes)
+        self._header: list[str] | None = None
+        self._rejected: list[Rejected] = []
 
     def open(self, ctx: Context, position: Mapping[str, Any]) -> None:
         """List this subtask's files and continue at the checkpointed file and row."""
@@ -117,14 +133,19 @@ class FileSource:
         self._rows = None
 
     def read(self, max_records: int) -> list[Record] | None:
-        """The next rows; ``None`` after the last row of the last file."""
+        """The records of the next (up to ``max_records``) rows; ``None`` after the last file."""
+        self._rejected = []
         while self._file < len(self._files):
             if self._rows is None:
-                self._rows = _read_table(Path(self._files[self._file]), self.fmt)
+                self._load(Path(self._files[self._file]))
+                assert self._rows is not None
             if self._row < len(self._rows):
-                out = self._rows[self._row : self._row + max_records]
-                self._row += len(out)
-                return out
+                chunk = self._rows[self._row : self._row + max_records]
+                first = self._row
+                self._row += len(chunk)
+                if self.fmt == "parquet":
+                    return chunk
+                return self._parse(chunk, first)
             self._file, self._row, self._rows = self._file + 1, 0, None
         return None
 
@@ -136,21 +157,60 @@ class FileSource:
         """Files carry no event-time order."""
         return None
 
+    def rejected(self) -> list[Rejected]:
+        """The lines the last :meth:`read` could not parse, with file, line and reason."""
+        return self._rejected
 
-def _read_table(path: Path, fmt: str) -> list[dict[str, Any]]:
-    import pyarrow.csv as pcsv
-    import pyarrow.json as pjson
+    def _load(self, path: Path) -> None:
+        if self.fmt == "parquet":
+            self._rows = _read_parquet(path)
+            return
+        try:
+            lines = path.read_bytes().splitlines()
+        except OSError as e:
+            raise ConfigError(f"cannot read {path}: {e.strerror}") from e
+        self._header = None
+        if self.fmt == "csv":
+            if not lines:
+                raise ConfigError(f"{path} is empty: a CSV file needs a header line")
+            try:
+                self._header = parse_csv_header(lines[0])
+            except LineError as e:
+                raise ConfigError(f"{path} line 1 (the header): {e}") from None
+            missing = [
+                f for f, t in self._fields.items() if f not in self._header and not t.nullable
+            ]
+            if missing:
+                raise ConfigError(
+                    f"{path}: the header has no column for {missing}, which the schema requires"
+                )
+            lines = lines[1:]
+        self._rows = lines
+
+    def _parse(self, chunk: list[bytes], first: int) -> list[Record]:
+        out: list[Record] = []
+        # 1-based line numbers; CSV data starts after the header line.
+        base = first + (2 if self.fmt == "csv" else 1)
+        for n, raw in enumerate(chunk, base):
+            if not raw.strip():
+                continue  # blank lines carry no record (pyarrow skips them too)
+            try:
+                if self._header is None:
+                    out.append(parse_jsonl(raw, self._fields))
+                else:
+                    out.append(parse_csv(raw, self._header, self._fields))
+            except LineError as e:
+                self._rejected.append(Rejected(self._files[self._file], n, str(e), raw))
+        return out
+
+
+def _read_parquet(path: Path) -> list[dict[str, Any]]:
     import pyarrow.parquet as pq
 
     try:
-        if fmt == "jsonl":
-            table = pjson.read_json(path)
-        elif fmt == "csv":
-            table = pcsv.read_csv(path)
-        else:
-            table = pq.read_table(path)
+        table = pq.read_table(path)
     except Exception as e:  # pyarrow raises ArrowInvalid and friends
-        raise ConfigError(f"cannot read {path} as {fmt}: {e}") from e
+        raise ConfigError(f"cannot read {path} as parquet: {e}") from e
     rows: list[dict[str, Any]] = table.to_pylist()
     return rows
 
@@ -225,3 +285,7 @@ class KafkaTopicSource:
     def watermark(self) -> int | None:
         """No event time."""
         return None
+
+    def rejected(self) -> list[Rejected]:
+        """A value that is not JSON raises a RecordError instead."""
+        return []

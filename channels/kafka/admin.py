@@ -6,22 +6,36 @@ import logging
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from confluent_kafka import IsolationLevel, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as CkTopicPartition
 from confluent_kafka.admin import (  # type: ignore[attr-defined]  # not re-exported in stubs
     AdminClient,
+    ConfigResource,
     NewTopic,
     OffsetSpec,
 )
 
 from channels.config import KafkaSettings
-from channels.errors import BrokerUnavailableError, TopologyMismatchError
+from channels.errors import (
+    AuthenticationError,
+    AuthorizationError,
+    BrokerUnavailableError,
+    TopologyMismatchError,
+)
 from channels.ids import JobId, TopicPartition
 from channels.kafka.retry import retrying
 from channels.naming import job_topic_prefix
 
 log = logging.getLogger("spillway.admin")
+
+# librdkafka reports rejected credentials only through the error callback and keeps
+# reconnecting; a metadata request then just times out as "transport failure".
+_CREDENTIAL_ERRORS = frozenset({KafkaError._AUTHENTICATION, KafkaError._SSL})
+_DENIED = frozenset(
+    {KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED}
+)
 
 
 @dataclass(frozen=True)
@@ -38,18 +52,41 @@ class Admin:
 
     def __init__(self, settings: KafkaSettings) -> None:
         self.settings = settings
-        self._client = AdminClient(settings.base())
+        self._credential_errors: list[KafkaError] = []
+        config: dict[str, Any] = {**settings.base(), "error_cb": self._on_error}
+        self._client = AdminClient(config)
+
+    def _on_error(self, error: KafkaError) -> None:
+        if error.code() in _CREDENTIAL_ERRORS:
+            self._credential_errors.append(error)
 
     def check_reachable(self, timeout_s: float = 10.0) -> None:
-        """Raise :class:`BrokerUnavailableError` unless a metadata request answers in time."""
-        try:
-            self._client.list_topics(timeout=timeout_s)
-        except KafkaException as e:
-            raise BrokerUnavailableError(
-                f"no Kafka broker answered at {self.settings.bootstrap_servers} within "
-                f"{timeout_s:.0f}s ({e}); start one with `spillway broker start` or pass the "
-                "right --bootstrap"
-            ) from e
+        """Raise unless a metadata request answers within ``timeout_s``.
+
+        :class:`AuthenticationError` as soon as the broker rejects the credentials (SASL
+        or TLS), without waiting out the timeout; :class:`BrokerUnavailableError` if no
+        broker answers in time.
+        """
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                self._client.list_topics(timeout=min(0.5, max(0.01, deadline - time.monotonic())))
+                return
+            except KafkaException as e:
+                self._client.poll(0)  # serves the error callback
+                if self._credential_errors:
+                    raise AuthenticationError(
+                        f"the Kafka broker at {self.settings.bootstrap_servers} rejected this "
+                        f"client's credentials ({self._credential_errors[0].str()}); check "
+                        "security.protocol, sasl.mechanism, sasl.username and sasl.password "
+                        "(or the ssl.* settings) given with --kafka-config / --kafka-config-file"
+                    ) from None
+                if time.monotonic() >= deadline:
+                    raise BrokerUnavailableError(
+                        f"no Kafka broker answered at {self.settings.bootstrap_servers} within "
+                        f"{timeout_s:.0f}s ({e}); start one with `spillway broker start` or pass "
+                        "the right --bootstrap"
+                    ) from e
 
     def partition_counts(self) -> dict[str, int]:
         """Every topic's partition count."""
@@ -88,7 +125,15 @@ class Admin:
                     fut.result()
                     log.info("created topic %s", name)
                 except KafkaException as e:
-                    if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                    code = e.args[0].code()
+                    if code in _DENIED:
+                        raise AuthorizationError(
+                            f"the broker at {self.settings.bootstrap_servers} does not allow this "
+                            f"client to create topic {name} ({e.args[0].str()}); grant the job's "
+                            "principal the ACLs in docs/security.md (`spillway acls --job ...` "
+                            "prints them)"
+                        ) from None
+                    if code != KafkaError.TOPIC_ALREADY_EXISTS:
                         raise
             self._wait_for_leaders([s.name for s in missing])
             existing = self.partition_counts()
@@ -154,6 +199,13 @@ class Admin:
         low = fetch(OffsetSpec.earliest())  # type: ignore[no-untyped-call]
         high = fetch(OffsetSpec.latest())  # type: ignore[no-untyped-call]
         return {tp: (low[tp], high[tp]) for tp in parts}
+
+    @retrying()
+    def topic_config(self, topic: str) -> dict[str, str]:
+        """The effective configuration of ``topic`` (name -> value)."""
+        res = ConfigResource("topic", topic)
+        fut = self._client.describe_configs([res], request_timeout=30)[res]
+        return {name: str(entry.value) for name, entry in fut.result().items()}
 
     def delete_records_before(self, before: Mapping[TopicPartition, int]) -> None:
         """Delete records below the given offsets (used to keep only the last N checkpoints)."""

@@ -61,6 +61,7 @@ class TransactionalProducer:
         self._in_txn = False
         self._delivery_error: KafkaError | None = None
         self._last_offsets: dict[TopicPartition, int] = {}
+        self.txn_bytes = 0  # key + value bytes produced in the open transaction
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -121,6 +122,7 @@ class TransactionalProducer:
             raise self._translate(e) from e
         self._in_txn = True
         self._delivery_error = None
+        self.txn_bytes = 0
 
     def produce(
         self,
@@ -131,6 +133,7 @@ class TransactionalProducer:
         headers: Sequence[tuple[str, bytes]] | None = None,
     ) -> None:
         """Queue one message inside the open transaction; blocks briefly when the queue is full."""
+        self.txn_bytes += len(value or b"") + len(key or b"")
         for _ in range(1000):
             try:
                 self._p.produce(
@@ -258,6 +261,18 @@ class TransactionalProducer:
             except KafkaException as e:
                 log.warning("abort of %s failed: %s", self.transactional_id, e)
 
+    def _original_fatal(self, err: KafkaError) -> KafkaError:
+        # After a fatal error (e.g. fencing found by a background produce request) librdkafka
+        # fails later calls with a bare _FATAL; abort_transaction raises the original error,
+        # which tells a fenced zombie (stop quietly) from other fatal causes.
+        try:
+            self._p.abort_transaction(1)
+        except KafkaException as e:
+            inner = kafka_error(e)
+            if inner is not None and inner.fatal():
+                return inner
+        return err
+
     def _recreate(self) -> None:
         if self._producer is not None:
             self._producer.flush(0)  # serve pending callbacks; nothing is committed here
@@ -270,6 +285,8 @@ class TransactionalProducer:
         err = kafka_error(e)
         if err is None:
             return SpillwayError(str(e))
+        if err.code() == KafkaError._FATAL:
+            err = self._original_fatal(err)
         if is_fenced(err):
             self._in_txn = False
             return ProducerFencedError(
@@ -289,3 +306,38 @@ class TransactionalProducer:
                 f"transaction of {self.transactional_id} aborted after {err.name()}: {err.str()}"
             )
         return SpillwayError(f"producer {self.transactional_id}: {err.name()}: {err.str()}")
+
+
+class IdempotentProducer(TransactionalProducer):
+    """A producer without transactions, for the at-least-once guarantee.
+
+    Same interface as :class:`TransactionalProducer` so channel writers and sinks take
+    either, but every message is visible as soon as the broker has it: ``begin``,
+    ``send_offsets`` and ``abort`` do nothing and ``commit`` only flushes. Idempotence
+    still keeps broker-side retries from writing a message twice; what repeats under this
+    guarantee is what a restarted subtask re-sends after its last checkpoint.
+    """
+
+    def __init__(self, settings: KafkaSettings, client_id: str) -> None:
+        super().__init__(settings, client_id)
+        del self._config["transactional.id"]
+        del self._config["transaction.timeout.ms"]
+        self._config["client.id"] = client_id
+
+    def start(self) -> None:
+        """Create the producer (no fencing: there is no transactional id)."""
+        self._producer = Producer(self._config)
+
+    def begin(self) -> None:
+        """Nothing to open; writes are visible when delivered."""
+        self._delivery_error = None
+
+    def send_offsets(self, positions: Mapping[TopicPartition, Offset], group_metadata: Any) -> None:
+        """Nothing to add: there is no transaction."""
+
+    def commit(self, timeout_s: float = 30.0) -> None:
+        """Wait until everything produced so far is acknowledged (raise if any failed)."""
+        self.flush(timeout_s)
+
+    def abort(self, timeout_s: float = 30.0) -> None:
+        """Cannot take anything back: what was delivered stays visible."""

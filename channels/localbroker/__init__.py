@@ -14,7 +14,7 @@ the PID check reads ``/proc``.
 """
 
 from channels.localbroker.broker import BrokerStatus, LocalBroker, StartResult, StopResult
-from channels.localbroker.config import BrokerConfig
+from channels.localbroker.config import BrokerConfig, SaslListener
 from channels.localbroker.jars import cache_dir, resolve_jars
 from channels.localbroker.process import free_ports
 
@@ -22,6 +22,7 @@ __all__ = [
     "BrokerConfig",
     "BrokerStatus",
     "LocalBroker",
+    "SaslListener",
     "StartResult",
     "StopResult",
     "cache_dir",

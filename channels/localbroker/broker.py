@@ -250,15 +250,17 @@ class LocalBroker:
             )
 
     def _check_ports_free(self) -> None:
-        for option, port in (
-            ("--port", self.config.port),
-            ("--controller-port", self.config.controller_port),
-        ):
+        ports = [
+            ("with `spillway broker start --port <N>`", self.config.port),
+            ("with `spillway broker start --controller-port <N>`", self.config.controller_port),
+        ]
+        if self.config.sasl is not None:
+            ports.append(("for SaslListener.port", self.config.sasl.port))
+        for how, port in ports:
             if not process.port_is_free(HOST, port):
                 raise ConfigError(
                     f"port {port} on {HOST} is already in use (another Kafka broker or "
-                    f"program), so the local broker cannot listen there; choose a free one "
-                    f"with `spillway broker start {option} <N>`"
+                    f"program), so the local broker cannot listen there; choose a free one {how}"
                 )
 
     def _java_command(self, java: Path, lib: Path, heap: str) -> list[str]:

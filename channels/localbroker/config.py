@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from channels.errors import ConfigError
@@ -35,6 +36,32 @@ MIN_HEAP = "128m"
 
 
 @dataclass(frozen=True)
+class SaslListener:
+    """An extra ``SASL_PLAINTEXT`` listener (mechanism PLAIN) on 127.0.0.1, for security tests.
+
+    ``users`` maps user names to passwords (JAAS ``user_<name>``). With ``authorizer`` the
+    broker enforces ACLs (KRaft ``StandardAuthorizer``): ``super_users`` may do anything,
+    everyone else only what ACLs grant. The PLAINTEXT and controller listeners stay
+    unauthenticated (principal ``User:ANONYMOUS``, a super user when ACLs are on) so the
+    node itself, its readiness probe and test set-up keep working.
+    """
+
+    port: int
+    users: Mapping[str, str] = field(default_factory=dict, repr=False)
+    authorizer: bool = False
+    super_users: tuple[str, ...] = ("admin",)
+
+    def __post_init__(self) -> None:
+        for name in self.users:
+            if not re.fullmatch(r"[A-Za-z0-9_-]+", name):
+                raise ConfigError(f"SASL user name {name!r} must be [A-Za-z0-9_-]+")
+        for password in self.users.values():
+            if '"' in password or "\\" in password:
+                # They would end the JAAS string early.
+                raise ConfigError("local broker SASL passwords cannot contain '\"' or backslashes")
+
+
+@dataclass(frozen=True)
 class BrokerConfig:
     """Where the local broker keeps its files and which loopback ports it listens on.
 
@@ -45,16 +72,25 @@ class BrokerConfig:
     data_dir: Path
     port: int = DEFAULT_PORT
     controller_port: int = DEFAULT_CONTROLLER_PORT
+    sasl: SaslListener | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "data_dir", Path(self.data_dir).expanduser().absolute())
-        for name, value in (("--port", self.port), ("--controller-port", self.controller_port)):
+        ports = [("--port", self.port), ("--controller-port", self.controller_port)]
+        if self.sasl is not None:
+            ports.append(("SASL port", self.sasl.port))
+        for name, value in ports:
             if not 1 <= value <= 65535:
                 raise ConfigError(f"{name} {value} is not a TCP port: use 1-65535")
         if self.port == self.controller_port:
             raise ConfigError(
                 f"--port and --controller-port are both {self.port}: "
                 "the broker and its controller need two different ports"
+            )
+        if self.sasl is not None and self.sasl.port in (self.port, self.controller_port):
+            raise ConfigError(
+                f"the SASL port {self.sasl.port} is also the client or controller port: "
+                "every listener needs its own port"
             )
 
     @classmethod
@@ -87,15 +123,37 @@ class BrokerConfig:
         )
 
     @classmethod
-    def with_free_ports(cls, data_dir: Path | str) -> BrokerConfig:
-        """A config for a throw-away broker in ``data_dir`` on two currently free ports."""
-        port, controller_port = free_ports(2, HOST)
-        return cls(data_dir=Path(data_dir), port=port, controller_port=controller_port)
+    def with_free_ports(
+        cls,
+        data_dir: Path | str,
+        *,
+        sasl_users: Mapping[str, str] | None = None,
+        authorizer: bool = False,
+    ) -> BrokerConfig:
+        """A config for a throw-away broker in ``data_dir`` on currently free ports.
+
+        ``sasl_users`` adds a SASL_PLAINTEXT (PLAIN) listener for those users; with
+        ``authorizer`` ACLs are enforced there (see :class:`SaslListener`).
+        """
+        port, controller_port, sasl_port = free_ports(3, HOST)
+        sasl = (
+            None
+            if sasl_users is None
+            else SaslListener(sasl_port, dict(sasl_users), authorizer=authorizer)
+        )
+        return cls(data_dir=Path(data_dir), port=port, controller_port=controller_port, sasl=sasl)
 
     @property
     def bootstrap(self) -> str:
-        """``host:port`` for clients' ``bootstrap.servers``."""
+        """``host:port`` for clients' ``bootstrap.servers`` (the PLAINTEXT listener)."""
         return f"{HOST}:{self.port}"
+
+    @property
+    def sasl_bootstrap(self) -> str:
+        """``host:port`` of the SASL_PLAINTEXT listener; :class:`ConfigError` without one."""
+        if self.sasl is None:
+            raise ConfigError("this broker has no SASL listener; configure BrokerConfig.sasl")
+        return f"{HOST}:{self.sasl.port}"
 
     @property
     def server_properties(self) -> Path:
@@ -133,15 +191,22 @@ def render_server_properties(config: BrokerConfig) -> str:
     All listeners are on 127.0.0.1. Internal topics are sized for one node on a small
     machine, and topics are never auto-created: a typo in a topic name must fail loudly.
     """
+    listeners = f"PLAINTEXT://{HOST}:{config.port},CONTROLLER://{HOST}:{config.controller_port}"
+    advertised = f"PLAINTEXT://{HOST}:{config.port}"
+    protocols = "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
+    if config.sasl is not None:
+        listeners += f",SASL_PLAINTEXT://{HOST}:{config.sasl.port}"
+        advertised += f",SASL_PLAINTEXT://{HOST}:{config.sasl.port}"
+        protocols += ",SASL_PLAINTEXT:SASL_PLAINTEXT"
     settings: dict[str, str | int] = {
         "process.roles": "broker,controller",
         "node.id": 1,
         "controller.quorum.voters": f"1@{HOST}:{config.controller_port}",
-        "listeners": f"PLAINTEXT://{HOST}:{config.port},CONTROLLER://{HOST}:{config.controller_port}",
-        "advertised.listeners": f"PLAINTEXT://{HOST}:{config.port}",
+        "listeners": listeners,
+        "advertised.listeners": advertised,
         "controller.listener.names": "CONTROLLER",
         "inter.broker.listener.name": "PLAINTEXT",
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "listener.security.protocol.map": protocols,
         "log.dirs": str(config.log_dirs),
         "num.partitions": 1,
         "offsets.topic.replication.factor": 1,
@@ -153,10 +218,32 @@ def render_server_properties(config: BrokerConfig) -> str:
         # No other members can join a group on a single development node; don't wait for them.
         "group.initial.rebalance.delay.ms": 0,
         "auto.create.topics.enable": "false",
+        **_sasl_settings(config.sasl),
     }
     lines = ["# Written by spillway on every start; edits are overwritten."]
     lines += [f"{key}={_escape(str(value))}" for key, value in settings.items()]
     return "\n".join(lines) + "\n"
+
+
+def _sasl_settings(sasl: SaslListener | None) -> dict[str, str | int]:
+    if sasl is None:
+        return {}
+    users = "".join(f' user_{name}="{password}"' for name, password in sasl.users.items())
+    # The broker's own PLAIN login is unused (inter-broker traffic is PLAINTEXT) but the
+    # JAAS section must exist; the user_<name> entries are who may log in.
+    jaas = f"org.apache.kafka.common.security.plain.PlainLoginModule required{users};"
+    out: dict[str, str | int] = {
+        "sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": jaas,
+    }
+    if sasl.authorizer:
+        # ANONYMOUS is the principal of the unauthenticated PLAINTEXT and controller
+        # listeners: the node talks to itself there, and set-up (creating ACLs) uses it.
+        supers = [f"User:{u}" for u in (*sasl.super_users, "ANONYMOUS")]
+        out["authorizer.class.name"] = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+        out["super.users"] = ";".join(supers)
+        out["allow.everyone.if.no.acl.found"] = "false"
+    return out
 
 
 def render_log4j_properties(config: BrokerConfig) -> str:
@@ -184,8 +271,9 @@ def read_ports(server_properties: Path) -> tuple[int | None, int | None]:
         text = server_properties.read_text(encoding="latin-1")
     except OSError:
         return None, None
-    port = re.search(r"^listeners=.*PLAINTEXT://[^:,]+:(\d+)", text, re.MULTILINE)
-    controller = re.search(r"^listeners=.*CONTROLLER://[^:,]+:(\d+)", text, re.MULTILINE)
+    # Anchored at "=" or "," so that SASL_PLAINTEXT:// is not taken for PLAINTEXT://.
+    port = re.search(r"^listeners=(?:.*,)?PLAINTEXT://[^:,]+:(\d+)", text, re.MULTILINE)
+    controller = re.search(r"^listeners=(?:.*,)?CONTROLLER://[^:,]+:(\d+)", text, re.MULTILINE)
     return (
         int(port.group(1)) if port else None,
         int(controller.group(1)) if controller else None,

@@ -7,9 +7,10 @@ to every task.
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
-from spark_jobs.pipeline import Pipeline
+from spark_jobs.pipeline import Pipeline, Stream
 
 ORDER = {
     "type": "record",
@@ -73,6 +74,18 @@ def count_add(n: int, _r: dict[str, Any]) -> int:
     return n + 1
 
 
+def count_to_files(stream: Stream) -> None:
+    """Count records per key (p=2) and write the counts as files to $SPILLWAY_TEST_OUT."""
+    stream.key_by(lambda r: r["key"]).aggregate(
+        "count",
+        init=lambda: 0,
+        add=count_add,
+        result=lambda k, n: {"key": k, "n": n},
+        schema=COUNT,
+        parallelism=2,
+    ).write_jsonl("out", os.environ["SPILLWAY_TEST_OUT"])
+
+
 def fragile() -> Pipeline:
     """generate → parse (raises on some, emits bad records on others) → count per key → files."""
     p = Pipeline("fragile")
@@ -84,12 +97,71 @@ def fragile() -> Pipeline:
         parallelism=2,
     )
     scored = events.rebalance().map("parse", parse, schema=SCORED, parallelism=2)
-    scored.key_by(lambda r: r["key"]).aggregate(
-        "count",
-        init=lambda: 0,
-        add=count_add,
-        result=lambda k, n: {"key": k, "n": n},
-        schema=COUNT,
+    count_to_files(scored)
+    return p
+
+
+def slow_step(e: dict[str, Any]) -> dict[str, Any]:
+    """Pass ``e`` on, sleeping 2 ms every 40 records: ~20k records/s, so processing one
+    channel message (a few thousand records) takes long enough for a checkpoint trigger
+    to arrive in the middle of it."""
+    if e["seq"] % 40 == 0:
+        time.sleep(0.002)
+    return e
+
+
+def slow_count() -> Pipeline:
+    """generate → slow (p=1) → count per key (p=2) → files: unaligned checkpoints mid-message."""
+    p = Pipeline("slow-count")
+    events = p.generate(
+        "events", make=make_event, schema=EVENT, count=int(os.environ["SPILLWAY_TEST_RECORDS"])
+    )
+    slow = events.map("slow", slow_step, schema=EVENT)
+    count_to_files(slow)
+    return p
+
+
+READING = {
+    "type": "record",
+    "name": "Reading",
+    "fields": [
+        {"name": "key", "type": "string"},
+        {"name": "n", "type": "long"},
+        {"name": "x", "type": "double"},
+    ],
+}
+KEY_SUM = {
+    "type": "record",
+    "name": "KeySum",
+    "fields": [
+        {"name": "key", "type": "string"},
+        {"name": "count", "type": "long"},
+        {"name": "total", "type": "long"},
+    ],
+}
+
+
+def add_reading(acc: list[int], r: dict[str, Any]) -> list[int]:
+    """Count and sum ``n``."""
+    return [acc[0] + 1, acc[1] + r["n"]]
+
+
+def file_sums() -> Pipeline:
+    """files (``SPILLWAY_TEST_FORMAT``) → count and sum per key → files."""
+    p = Pipeline("file-sums")
+    rows = p.read_files(
+        "rows",
+        os.environ["SPILLWAY_TEST_IN"],
+        format=os.environ["SPILLWAY_TEST_FORMAT"],
+        schema=READING,
+        parallelism=2,
+    )
+    rows.key_by(lambda r: r["key"]).aggregate(
+        "sum",
+        init=lambda: [0, 0],
+        add=add_reading,
+        result=lambda k, acc: {"key": k, "count": acc[0], "total": acc[1]},
+        schema=KEY_SUM,
         parallelism=2,
     ).write_jsonl("out", os.environ["SPILLWAY_TEST_OUT"])
     return p

@@ -27,20 +27,9 @@ from spark_jobs.cli import main
 from spark_jobs.demo import run_demo
 from spark_jobs.driver import JobConfig, run_on_spark
 from spark_jobs.examples import clicks
+from tests.integration.conftest import RECORDS
 
 REF = "spark_jobs.examples.clicks:pipeline"
-RECORDS = 40_000
-
-
-@pytest.fixture
-def clicks_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    out = tmp_path / "out"
-    monkeypatch.setenv("CLICKS_RECORDS", str(RECORDS))
-    monkeypatch.setenv("CLICKS_OUT", str(out))
-    monkeypatch.setenv("CLICKS_PARALLELISM", "2")
-    monkeypatch.delenv("CLICKS_RATE", raising=False)
-    monkeypatch.delenv("SPILLWAY_CRASH_AT", raising=False)
-    return out
 
 
 def read_output(out: Path) -> dict[str, tuple[str, int]]:

@@ -1,0 +1,241 @@
+"""Whole-job rewind to a completed global checkpoint (``spillway run --from-checkpoint N``).
+
+The channels hold everything the previous run wrote after checkpoint N too. Exactly-once
+after a rewind needs those records ignored, and only those: the in-flight records of N
+(written before an upstream's checkpoint N, not yet read by its downstream at N) must be
+read again. Each checkpoint records its subtask's output high-water mark per channel
+partition (``output_marks``), so for writer w and partition tp of global checkpoint N:
+
+* offsets below ``mark[w][tp]`` hold w's records up to its checkpoint N — kept;
+* offsets from that mark to the log end found at the rewind (all earlier incarnations are
+  fenced first, so nothing old can be appended later) hold w's records after N — the
+  *discard span* ``(mark, end)`` of w in tp, which the downstream reader drops.
+
+Records the new run writes land at or past the log end, outside every span. Spans of
+earlier rewinds stay in force until a reader's position passes them.
+
+The rewind writes, in one transaction, a new latest checkpoint for every subtask: a copy
+of its part of N with the discard spans of its inputs and a fresh id. Restarting the job
+then restores every subtask from there as after any failure. Keyed state is rebuilt from
+the changelog records below N's changelog offset and rewritten whole at the next
+checkpoint (``rewrite_state``), which buries the abandoned run's changelog records.
+File sinks delete the files they published after N. A Kafka sink topic cannot take back
+what its consumers have read: they see the records after N a second time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from channels.config import KafkaSettings
+from channels.errors import CheckpointFormatError, ConfigError, RetentionGapError
+from channels.ids import CheckpointId, SubtaskId, TopicPartition
+from channels.kafka.admin import Admin
+from channels.kafka.producer import TransactionalProducer
+from channels.naming import changelog_topic
+from channels.reader import Spans
+from offsets.checkpoint import Checkpoint
+from offsets.store import CheckpointStore
+from recovery.events import record_job_event
+from recovery.globalckpt import read_completed
+from recovery.plan import JobPlan
+
+log = logging.getLogger("spillway.rewind")
+
+
+def plan_rewind(
+    plan: JobPlan,
+    n: int,
+    taken: Mapping[SubtaskId, Checkpoint],
+    latest_ids: Mapping[SubtaskId, int],
+    log_ends: Mapping[TopicPartition, int],
+    log_starts: Mapping[TopicPartition, int],
+    now: float,
+) -> dict[SubtaskId, Checkpoint]:
+    """The checkpoint each subtask restarts from after rewinding the job to global ``n``.
+
+    ``taken``: every subtask's checkpoint belonging to ``n``; ``latest_ids``: each
+    subtask's newest checkpoint id; ``log_ends`` / ``log_starts``: offsets of every input
+    channel partition once older incarnations are fenced. Pure; raises
+    :class:`ConfigError` / :class:`RetentionGapError` with the numbers when ``n`` cannot
+    be restored.
+    """
+    missing = [str(s) for s in plan.subtasks() if s not in taken]
+    if missing:
+        raise ConfigError(f"global checkpoint {n} has no checkpoint of {', '.join(missing)}")
+    out: dict[SubtaskId, Checkpoint] = {}
+    for s in plan.subtasks():
+        ckpt = taken[s]
+        ckpt.check_topology(plan.fingerprint)
+        discard: dict[TopicPartition, dict[int, Spans]] = {
+            tp: dict(m) for tp, m in ckpt.discard.items()
+        }
+        for edge in plan.inputs_of(s.operator):
+            tp = TopicPartition(plan.topic_of(edge), s.index)
+            needed = ckpt.inputs.get(tp, 0)
+            if log_starts[tp] > needed:
+                raise RetentionGapError(
+                    f"cannot rewind to global checkpoint {n}: {s} must re-read {tp} from "
+                    f"offset {needed}, but retention deleted the log below "
+                    f"{log_starts[tp]} ({log_starts[tp] - needed} records lost). Pick a "
+                    "newer checkpoint (spillway checkpoints --job ...)",
+                    subtasks=[s],
+                )
+            upstream = plan.operator(edge.upstream)
+            for w in range(upstream.parallelism):
+                writer = taken[SubtaskId(plan.job, upstream.name, w)]
+                marks = writer.output_marks.get(tp.topic)
+                if marks is None:
+                    raise CheckpointFormatError(
+                        f"cannot rewind to global checkpoint {n}: {writer.subtask}'s checkpoint "
+                        f"{writer.checkpoint_id} has no output high-water marks (written by an "
+                        "older Spillway). Rewind to a checkpoint taken by this version"
+                    )
+                start, end = marks[s.index], log_ends[tp]
+                if start < end:
+                    spans = discard.setdefault(tp, {}).get(w, ())
+                    discard[tp][w] = _add_span(spans, (start, end))
+        out[s] = dataclasses.replace(
+            ckpt,
+            checkpoint_id=CheckpointId(latest_ids.get(s, int(ckpt.checkpoint_id)) + 1),
+            discard=discard,
+            global_id=None,
+            rewound_from=n,
+            rewrite_state=plan.operator(s.operator).stateful and not ckpt.finished,
+            wall_time=now,
+            attempt=0,
+        )
+    return out
+
+
+def _add_span(spans: Spans, new: tuple[int, int]) -> Spans:
+    """``spans`` plus ``new``, merged where they overlap or touch, ascending."""
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted((*spans, new)):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return tuple(merged)
+
+
+def check_compaction_window(
+    n: int, stateful: Mapping[SubtaskId, Checkpoint], lag_ms: Mapping[str, int], now: float
+) -> None:
+    """Refuse to rebuild state older than its changelog's ``min.compaction.lag.ms``.
+
+    Compaction may already have removed values that were current at checkpoint ``n`` but
+    overwritten since; state rebuilt from what is left would be wrong without any error.
+    """
+    for s, ckpt in stateful.items():
+        topic = changelog_topic(s.job, s.operator)
+        age_ms = (now - ckpt.wall_time) * 1000
+        if age_ms > lag_ms[topic]:
+            raise ConfigError(
+                f"cannot rewind to global checkpoint {n}: {s}'s state at that checkpoint is "
+                f"{age_ms / 1000:.0f}s old, but its changelog {topic} may compact records "
+                f"older than {lag_ms[topic] / 1000:.0f}s (min.compaction.lag.ms). Rewind "
+                "to a newer checkpoint, or raise min.compaction.lag.ms for future rewinds",
+                subtasks=[s],
+            )
+
+
+def rewind_job(
+    settings: KafkaSettings, plan: JobPlan, n: int, clock: Any = time.time
+) -> dict[SubtaskId, Checkpoint]:
+    """Make global checkpoint ``n`` the latest checkpoint of every subtask of ``plan``.
+
+    Fences every subtask's earlier incarnations first. Run it while the job is stopped,
+    then start the job; returns the checkpoints written.
+    """
+    job = plan.job
+    completed = {int(c["id"]): c for c in read_completed(settings, job)}
+    if n not in completed:
+        raise ConfigError(
+            f"job {job} has no completed global checkpoint {n}; retained: "
+            f"{sorted(completed) or 'none'} (see spillway checkpoints --job {job})"
+        )
+    per_subtask: Mapping[str, int] = completed[n]["subtasks"]
+    stores = {
+        op.name: CheckpointStore(settings, job, op.name, op.parallelism) for op in plan.operators
+    }
+    taken: dict[SubtaskId, Checkpoint] = {}
+    latest_ids: dict[SubtaskId, int] = {}
+    try:
+        for s in plan.subtasks():
+            key = f"{s.operator}[{s.index}]"
+            if key not in per_subtask:
+                raise ConfigError(f"global checkpoint {n} does not list {key}")
+            found = stores[s.operator].get(s.index, per_subtask[key])
+            if found is None:
+                raise ConfigError(
+                    f"cannot rewind to global checkpoint {n}: {s}'s checkpoint "
+                    f"{per_subtask[key]} is no longer retained (older checkpoints are pruned)"
+                )
+            taken[s] = found
+            latest = stores[s.operator].latest(s.index)
+            latest_ids[s] = int(latest.checkpoint_id) if latest else int(found.checkpoint_id)
+        now = clock()
+        admin = Admin(settings)
+        stateful = {s: c for s, c in taken.items() if plan.operator(s.operator).stateful}
+        lags = {
+            t: int(admin.topic_config(t).get("min.compaction.lag.ms", "0"))
+            for t in {changelog_topic(job, s.operator) for s in stateful}
+        }
+        check_compaction_window(n, stateful, lags, now)
+        _fence(settings, plan)
+        inputs = [
+            TopicPartition(plan.topic_of(e), s.index)
+            for s in plan.subtasks()
+            for e in plan.inputs_of(s.operator)
+        ]
+        marks = admin.watermarks(inputs)  # no open transactions left: stable = log end
+        rewound = plan_rewind(
+            plan,
+            n,
+            taken,
+            latest_ids,
+            {tp: high for tp, (_, high) in marks.items()},
+            {tp: low for tp, (low, _) in marks.items()},
+            now,
+        )
+        producer = TransactionalProducer(settings, f"spillway.{job}.rewind")
+        try:
+            producer.start()
+            producer.begin()
+            for s, ckpt in rewound.items():
+                stores[s.operator].write(producer, ckpt)
+            producer.commit()
+        finally:
+            producer.close()
+    finally:
+        for store in stores.values():
+            store.close()
+    record_job_event(
+        settings,
+        job,
+        "rewound",
+        to=n,
+        checkpoints={str(s): int(c.checkpoint_id) for s, c in rewound.items()},
+        discard={
+            str(tp): {str(w): [list(sp) for sp in spans] for w, spans in m.items()}
+            for c in rewound.values()
+            for tp, m in c.discard.items()
+        },
+    )
+    log.info("job %s rewound to global checkpoint %d", job, n)
+    return rewound
+
+
+def _fence(settings: KafkaSettings, plan: JobPlan) -> None:
+    """Fence every subtask's producer: open transactions abort, zombies cannot commit."""
+    for s in plan.subtasks():
+        p = TransactionalProducer(settings, s.transactional_id)
+        try:
+            p.start()
+        finally:
+            p.close()
