@@ -28,7 +28,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
@@ -63,15 +63,16 @@ class Settings:
 
     runs: int = 3
     b0_records: int = 1_000_000
-    b1_records: int = 250_000
+    b1_records: int = 200_000
     engines: tuple[str, ...] = peers.ENGINES
     commit_interval_s: float = 1.0
-    b4_records: int = 2_000_000
+    b4_records: int = 1_500_000
     engine_timeout_s: float = 300.0
     parts: tuple[str, ...] = ("b0", "b1", "b4", "b2")
     b2_intervals: tuple[float, ...] = (0.1, 1.0, 5.0)
     b2_rate: float = 2000.0
-    b2_seconds: float = 12.0
+    b2_seconds: float = 10.0
+    b2_records: int = 100_000  # per throughput run (EOS overhead)
 
 
 def _create(admin: AdminClient, topic: str, partitions: int = PARTITIONS) -> None:
@@ -247,6 +248,26 @@ def summarise(doc: dict[str, Any]) -> dict[str, Any]:
         out["b4"] = restore.summarise(b4)
     if b2 := doc.get("b2"):
         out["b2"] = latency.summarise(b2)
+    if b2t := doc.get("b2_throughput"):
+        out["b2_throughput"] = b2_overhead(b2t)
+    return out
+
+
+def b2_overhead(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per setting: records/s and per CPU-second; per interval: exactly-once/at-least-once."""
+    settings = [k for k in rounds[0] if k not in ("load_before", "load_after")]
+    out: dict[str, Any] = {
+        k: {f: asdict(spread([r[k][f] for r in rounds])) for f in ("records_per_s", "per_cpu_s")}
+        for k in settings
+    }
+    for k in settings:
+        guarantee, interval = k.split("@")
+        other = f"at-least-once@{interval}"
+        if guarantee == "exactly-once" and other in rounds[0]:
+            out[f"ratio@{interval}"] = {
+                f: asdict(spread(ratios([r[k][f] for r in rounds], [r[other][f] for r in rounds])))
+                for f in ("records_per_s", "per_cpu_s")
+            }
     return out
 
 
@@ -313,7 +334,32 @@ def b2_guarantees() -> list[str]:
     return ["exactly-once", "at-least-once"] if has else ["exactly-once"]
 
 
-def b2_all(bootstrap: str, admin: AdminClient, s: Settings, log: TextIO) -> list[dict[str, Any]]:
+def b2_throughput(
+    bootstrap: str, broker_pid: int, admin: AdminClient, s: Settings, log: TextIO, i: int
+) -> dict[str, Any]:
+    """Spillway over one pre-loaded topic per guarantee and commit interval (B1 figures)."""
+    topic = f"bench-b2-{uuid.uuid4().hex[:8]}"
+    _create(admin, topic)
+    sized = replace(s, b1_records=s.b2_records)
+    out: dict[str, Any] = {}
+    try:
+        workload.preload(bootstrap, topic, s.b2_records, PARTITIONS)
+        settings = [(g, iv) for g in b2_guarantees() for iv in s.b2_intervals]
+        k = i % len(settings)
+        for guarantee, interval in settings[k:] + settings[:k]:
+            _say(f"B2: round {i + 1}: spillway {guarantee}, commits every {interval} s")
+            r = b1_engine(
+                "spillway", bootstrap, broker_pid, admin, topic, sized, log, guarantee, interval
+            )
+            out[f"{guarantee}@{interval:g}"] = r
+        return out
+    finally:
+        _delete(admin, [topic])
+
+
+def b2_latency(
+    bootstrap: str, admin: AdminClient, s: Settings, log: TextIO
+) -> list[dict[str, Any]]:
     """``s.runs`` paced runs per guarantee and commit interval, settings interleaved."""
     out = []
     for i in range(s.runs):
@@ -352,9 +398,15 @@ def run(s: Settings, command: str) -> Path:
             "b4": lambda i: restore.b4_round(bootstrap, broker_pid, admin, s.b4_records),
         }
         for part in s.parts:
-            if part == "b2":  # one paced run per setting: its figures are percentiles
+            if part == "b2":  # paced latency runs: their own loop (see b2_latency)
                 doc["b2_load_before"] = procstat.load_average()
-                doc["b2"] = b2_all(bootstrap, admin, s, log)
+                doc["b2"] = b2_latency(bootstrap, admin, s, log)
+                doc["b2_throughput"] = []
+                for i in range(s.runs):
+                    load0 = procstat.load_average()
+                    result = b2_throughput(bootstrap, broker_pid, admin, s, log, i)
+                    result["load_before"], result["load_after"] = load0, procstat.load_average()
+                    doc["b2_throughput"].append(result)
                 continue
             if part == "b4":
                 restore.preload_changelog_once(bootstrap, admin, s.b4_records)
@@ -385,6 +437,8 @@ def parse_args(argv: Sequence[str] | None) -> Settings:
     ap.add_argument("--b0-records", type=int, default=d.b0_records)
     ap.add_argument("--b1-records", type=int, default=d.b1_records)
     ap.add_argument("--b4-records", type=int, default=d.b4_records)
+    ap.add_argument("--b2-records", type=int, default=d.b2_records)
+    ap.add_argument("--b2-seconds", type=float, default=d.b2_seconds)
     ap.add_argument(
         "--engines", default=",".join(d.engines), help="subset of " + ",".join(peers.ENGINES)
     )
@@ -403,6 +457,8 @@ def parse_args(argv: Sequence[str] | None) -> Settings:
         b1_records=a.b1_records,
         engines=engines,
         b4_records=a.b4_records,
+        b2_records=a.b2_records,
+        b2_seconds=a.b2_seconds,
         engine_timeout_s=a.timeout,
         parts=parts,
     )
