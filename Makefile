@@ -44,7 +44,7 @@ $(BENCH_STAMP): pyproject.toml
 	$(BENCH_VENV)/bin/python -m pip install -q -e '.[bench]'
 	touch $(BENCH_STAMP)
 
-## bench: B0 ceiling, B1 throughput vs peers, B4 restore, B2 latency (about 20 min; docs/benchmarks.md)
+## bench: B0 ceiling, B1 throughput vs peers, B4 restore, B2 latency (about 16 min; docs/benchmarks.md)
 bench: $(BENCH_STAMP)
 	$(BENCH_VENV)/bin/python -m bench.suite
 
