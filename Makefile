@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit chaos chaos-long bench-channels bench-checkpoints broker-start broker-stop clean
+.PHONY: demo test lint typecheck unit chaos chaos-long bench bench-channels bench-checkpoints broker-start broker-stop clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required")'
@@ -31,6 +31,23 @@ typecheck: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/python -m pytest tests/unit
 
+# The peer benchmarks need the `bench` extra (Quix Streams, matplotlib) in a venv of their
+# own: quixstreams pins confluent-kafka < 2.13, which must not downgrade the venv that
+# `make test` / `make typecheck` use. In .venv-bench every engine runs on the same
+# confluent-kafka/librdkafka (recorded in the result).
+BENCH_VENV  := .venv-bench
+BENCH_STAMP := $(BENCH_VENV)/.installed
+
+$(BENCH_STAMP): pyproject.toml
+	test -x $(BENCH_VENV)/bin/python || $(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/python -m pip install -q --upgrade pip
+	$(BENCH_VENV)/bin/python -m pip install -q -e '.[bench]'
+	touch $(BENCH_STAMP)
+
+## bench: B0 ceiling, B1 throughput vs peers, B4 restore, B2 latency (about 16 min; docs/benchmarks.md)
+bench: $(BENCH_STAMP)
+	$(BENCH_VENV)/bin/python -m bench.suite
+
 ## chaos: seeded chaos run, short profile (200k records, 16 subtask kills at every crash
 ## point, broker/driver/zombie/stop faults), output checked exactly; also part of `make test`
 chaos: $(STAMP)
@@ -53,4 +70,4 @@ broker-stop: $(STAMP)
 	$(BIN)/spillway broker stop
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(BENCH_VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,480 @@
+"""The B1 workload (``bench.workload``) in each engine, one engine per process.
+
+``python -m bench.peers ENGINE --bootstrap ... --input ... --output ... --records N``
+sets the engine up, prints ``READY`` when it starts to process, ``DONE`` once all N
+input records are processed and committed, then waits for its stdin to close and tears
+down. The benchmark (``bench.suite``) measures CPU and memory of this process tree between
+the two lines. Engines:
+
+``spillway``    the pipeline below, each subtask (source, parse, count, sink) in its own
+                process running :class:`recovery.runner.SubtaskRunner` — what a Spark
+                task runs, without Spark's JVM around it. Parallelism 1.
+``handwritten`` one confluent-kafka consumer + transactional producer loop doing the
+                same decode → parse → count → encode, with the dirty counts written to a
+                compacted changelog topic and the input offsets sent in each transaction.
+``quix``        Quix Streams, ``processing_guarantee="exactly-once"``, ``group_by`` page
+                (a repartition topic) and a stateful count (RocksDB + changelog).
+``sss``         PySpark Structured Streaming Kafka→Kafka, ``local[2]``, built-in SQL
+                functions, update mode. At-least-once to the Kafka sink (Spark's own
+                guarantee); one row per page and micro-batch, not per record.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import multiprocessing.synchronize
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from bench import workload
+
+ENGINES = ("spillway", "handwritten", "quix", "sss")
+# Set to a directory: each Spillway subtask writes its cProfile stats there (profiling).
+PROFILE_ENV = "SPILLWAY_BENCH_PROFILE"
+CHANGELOG_SUFFIX = "-changelog"
+
+
+@dataclass(frozen=True)
+class Job:
+    """One run of one engine."""
+
+    bootstrap: str
+    input: str
+    output: str
+    records: int
+    commit_interval_s: float
+    workdir: str
+    name: str  # unique per run: consumer group, transactional id, job id
+    guarantee: str = "exactly-once"
+    connector: str = ""  # spark-sql-kafka-0-10 version; "" = the pyspark version
+    traced: bool = False  # spillway only: the B2 variant (see spillway_pipeline)
+
+
+def _say(word: str) -> None:
+    print(f"{word} {time.time():.6f}", flush=True)
+
+
+def _wait_for_release() -> None:
+    sys.stdin.read()  # the benchmark closes our stdin once it has sampled us
+
+
+# -- Spillway ---------------------------------------------------------------------------
+
+EVENT_SCHEMA: dict[str, Any] = {
+    "type": "record",
+    "name": "Event",
+    "fields": [
+        {"name": "seq", "type": "long"},
+        {"name": "user", "type": "long"},
+        {"name": "url", "type": "string"},
+        {"name": "ts", "type": "long"},
+        {"name": "agent", "type": "string"},
+    ],
+}
+VIEW_SCHEMA: dict[str, Any] = {
+    "type": "record",
+    "name": "View",
+    "fields": [{"name": "page", "type": "string"}, {"name": "section", "type": "string"}],
+}
+COUNT_SCHEMA: dict[str, Any] = {
+    "type": "record",
+    "name": "PageViews",
+    "fields": [
+        {"name": "page", "type": "string"},
+        {"name": "section", "type": "string"},
+        {"name": "views", "type": "long"},
+    ],
+}
+
+
+def _page(view: dict[str, Any]) -> str:
+    return str(view["page"])
+
+
+def _add(acc: list[Any], view: dict[str, Any]) -> list[Any]:
+    return [view["section"], acc[1] + 1]
+
+
+def _result(page: str, acc: list[Any]) -> dict[str, Any]:
+    return {"page": page, "section": acc[0], "views": acc[1]}
+
+
+def _init() -> list[Any]:
+    return ["", 0]
+
+
+# B2 (bench.latency) follows each record through every hop: seq and ts ride along.
+_TRACE_FIELDS = [{"name": "seq", "type": "long"}, {"name": "ts", "type": "long"}]
+TRACED_VIEW_SCHEMA = {**VIEW_SCHEMA, "fields": VIEW_SCHEMA["fields"] + _TRACE_FIELDS}
+TRACED_COUNT_SCHEMA = {**COUNT_SCHEMA, "fields": COUNT_SCHEMA["fields"] + _TRACE_FIELDS}
+
+
+def _traced_parse(event: dict[str, Any]) -> dict[str, Any]:
+    return {**workload.parse(event), "seq": event["seq"], "ts": event["ts"]}
+
+
+def _traced_add(acc: list[Any], view: dict[str, Any]) -> list[Any]:
+    return [view["section"], acc[1] + 1, view["seq"], view["ts"]]
+
+
+def _traced_result(page: str, acc: list[Any]) -> dict[str, Any]:
+    return {"page": page, "section": acc[0], "views": acc[1], "seq": acc[2], "ts": acc[3]}
+
+
+def _traced_init() -> list[Any]:
+    return ["", 0, 0, 0]
+
+
+def spillway_pipeline(input_topic: str, output_topic: str, traced: bool = False) -> Any:
+    """source → parse → count per page (updates) → Kafka, parallelism 1.
+
+    Bounded input for B1; ``traced`` (B2): unbounded, and every hop carries seq and ts.
+    """
+    from spark_jobs.pipeline import Pipeline
+
+    p = Pipeline("bench-throughput")
+    events = p.read_kafka("source", input_topic, schema=EVENT_SCHEMA, bounded=not traced)
+    if traced:
+        views = events.map("parse", _traced_parse, schema=TRACED_VIEW_SCHEMA)
+        counts = views.key_by(_page).aggregate(
+            "count",
+            init=_traced_init,
+            add=_traced_add,
+            result=_traced_result,
+            schema=TRACED_COUNT_SCHEMA,
+            emit="updates",
+        )
+    else:
+        views = events.map("parse", workload.parse, schema=VIEW_SCHEMA)
+        counts = views.key_by(_page).aggregate(
+            "count", init=_init, add=_add, result=_result, schema=COUNT_SCHEMA, emit="updates"
+        )
+    counts.write_kafka("sink", output_topic, key=_page)
+    return p
+
+
+def run_options(job: Job) -> Any:
+    """RunOptions of the job; ``guarantee`` only where the runner has it (branch chaos)."""
+    from dataclasses import fields
+
+    from recovery.runner import RunOptions
+
+    extra: dict[str, Any] = {}
+    if "guarantee" in {f.name for f in fields(RunOptions)}:
+        extra["guarantee"] = job.guarantee
+    elif job.guarantee != "exactly-once":
+        raise SystemExit("this Spillway's RunOptions has no 'guarantee': exactly-once only")
+    return RunOptions(checkpoint_interval_s=job.commit_interval_s, **extra)
+
+
+def _spillway_subtask(
+    job: Job, index: int, ready: Any, go: multiprocessing.synchronize.Event
+) -> None:
+    from channels.config import KafkaSettings
+    from recovery.runner import SubtaskRunner
+
+    plan = spillway_pipeline(job.input, job.output, job.traced).plan(job.name)
+    subtask = plan.subtasks()[index]
+    runner = SubtaskRunner(plan, subtask, KafkaSettings(job.bootstrap), run_options(job), 0)
+    ready.put(index)
+    go.wait()
+    profile_dir = os.environ.get(PROFILE_ENV)
+    if not profile_dir:
+        runner.run()
+        return
+    import cProfile
+
+    with cProfile.Profile() as prof:
+        runner.run()
+    prof.dump_stats(os.path.join(profile_dir, f"{subtask.operator}-{subtask.index}.prof"))
+
+
+def run_spillway(job: Job) -> None:
+    """Every subtask in its own (spawned) process; DONE when all of them have finished."""
+    from channels.config import KafkaSettings
+    from spark_jobs.driver import prepare_topics
+
+    plan = spillway_pipeline(job.input, job.output, job.traced).plan(job.name)
+    prepare_topics(plan, KafkaSettings(job.bootstrap))
+    ctx = multiprocessing.get_context("spawn")
+    go, ready = ctx.Event(), ctx.Queue()
+    procs = [
+        ctx.Process(target=_spillway_subtask, args=(job, i, ready, go), name=f"subtask-{i}")
+        for i in range(len(plan.subtasks()))
+    ]
+    for proc in procs:
+        proc.start()
+    for _ in procs:  # imports and runner set-up happen before `go`: not part of the figure
+        ready.get(timeout=120)
+    _say("READY")
+    go.set()
+    if job.traced:  # unbounded: runs until the benchmark closes our stdin
+        _wait_for_release()
+        for proc in procs:
+            proc.kill()  # our own children, by PID; the topics are thrown away
+            proc.join()
+        return
+    for proc in procs:
+        proc.join()
+    failed = [p.name for p in procs if p.exitcode != 0]
+    if failed:
+        raise SystemExit(f"spillway subtasks failed: {failed}")
+    _say("DONE")
+    _wait_for_release()
+
+
+# -- hand-written loop ------------------------------------------------------------------
+
+
+def run_handwritten(job: Job) -> None:
+    """Consume → parse → count → produce, one transaction per commit interval."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+    changelog = job.name + CHANGELOG_SUFFIX
+    admin = AdminClient({"bootstrap.servers": job.bootstrap})
+    topic = NewTopic(changelog, 1, 1, config={"cleanup.policy": "compact"})
+    admin.create_topics([topic])[changelog].result(30)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": job.bootstrap,
+            "group.id": job.name,
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    producer = Producer(
+        {
+            "bootstrap.servers": job.bootstrap,
+            "transactional.id": job.name,
+            "linger.ms": 5,
+            "transaction.timeout.ms": 60_000,
+        }
+    )
+    parts = sorted(consumer.list_topics(job.input, timeout=10).topics[job.input].partitions)
+    ends = {p: consumer.get_watermark_offsets(TopicPartition(job.input, p))[1] for p in parts}
+    consumer.assign([TopicPartition(job.input, p, 0) for p in parts])
+    producer.init_transactions()
+    exactly_once = job.guarantee == "exactly-once"
+    counts: dict[str, list[Any]] = {}
+    dirty: set[str] = set()
+    nexts = dict.fromkeys(parts, 0)
+    _say("READY")
+    producer.begin_transaction()
+    deadline = time.monotonic() + job.commit_interval_s
+
+    def commit() -> None:
+        for page in dirty:
+            producer.produce(changelog, workload.encode({"v": counts[page]}), page.encode())
+        dirty.clear()
+        offsets = [TopicPartition(job.input, p, o) for p, o in nexts.items()]
+        if exactly_once:
+            producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata())
+            producer.commit_transaction()
+            producer.begin_transaction()
+        else:
+            producer.flush()
+            consumer.commit(offsets=offsets, asynchronous=False)
+
+    while any(nexts[p] < ends[p] for p in parts):
+        for m in consumer.consume(1000, 0.1):
+            if m.error():
+                raise RuntimeError(f"consume: {m.error()}")
+            view = workload.parse(json.loads(m.value() or b"{}"))
+            page = view["page"]
+            acc = counts.get(page)
+            if acc is None:
+                acc = counts[page] = [view["section"], 0]
+            acc[1] += 1
+            dirty.add(page)
+            out = {"page": page, "section": acc[0], "views": acc[1]}
+            while True:
+                try:
+                    producer.produce(job.output, workload.encode(out), page.encode())
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+            nexts[m.partition() or 0] = (m.offset() or 0) + 1
+        producer.poll(0)
+        for p in parts:  # a partition may end in transaction markers that consume() skips
+            pos = consumer.position([TopicPartition(job.input, p)])[0].offset
+            if pos >= 0:
+                nexts[p] = max(nexts[p], pos)
+        if time.monotonic() >= deadline:
+            commit()
+            deadline = time.monotonic() + job.commit_interval_s
+    commit()
+    if exactly_once:
+        producer.abort_transaction()  # the empty one commit() began
+    _say("DONE")
+    _wait_for_release()
+    consumer.close()
+
+
+# -- Quix Streams -----------------------------------------------------------------------
+
+
+def run_quix(job: Job) -> None:
+    """The workload as a Quix Streams app; stops after all input messages are processed."""
+    from quixstreams import Application, State
+
+    app = Application(
+        broker_address=job.bootstrap,
+        consumer_group=job.name,
+        auto_offset_reset="earliest",
+        commit_interval=job.commit_interval_s,
+        processing_guarantee="exactly-once"
+        if job.guarantee == "exactly-once"
+        else "at-least-once",
+        state_dir=os.path.join(job.workdir, "quix-state"),
+        loglevel="WARNING",
+    )
+    source = app.topic(job.input, value_deserializer="json")
+    sink = app.topic(job.output, value_serializer="json", key_serializer="str")
+
+    def count(view: dict[str, Any], state: State[Any, Any]) -> dict[str, Any]:
+        views = int(state.get("views", 0)) + 1
+        state.set("views", views)
+        return {"page": view["page"], "section": view["section"], "views": views}
+
+    sdf = app.dataframe(source)
+    sdf = sdf.apply(workload.parse)
+    sdf = sdf.group_by("page")
+    sdf = sdf.apply(count, stateful=True)
+    sdf.to_topic(sink)
+    _say("READY")
+    # count: outputs of the dataframe, one per input record; the final checkpoint commits.
+    app.run(count=job.records, collect=False)
+    _say("DONE")
+    _wait_for_release()
+
+
+# -- Spark Structured Streaming ---------------------------------------------------------
+
+
+def run_sss(job: Job) -> None:
+    """Kafka → from_json → regexp page/section → groupBy count → Kafka, update mode."""
+    import pyspark
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = SparkSession.builder.master("local[2]").appName(job.name)
+    if job.connector.endswith(".jar") or "," in job.connector:
+        builder = builder.config("spark.jars", job.connector)  # resolved by bench.sparkkafka
+    else:
+        version = job.connector or pyspark.__version__
+        connector = f"org.apache.spark:spark-sql-kafka-0-10_2.13:{version}"
+        builder = builder.config("spark.jars.packages", connector)
+    spark = (
+        builder
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.memory", "1g")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("WARN")
+    schema = StructType(
+        [
+            StructField("seq", LongType()),
+            StructField("user", LongType()),
+            StructField("url", StringType()),
+            StructField("ts", LongType()),
+            StructField("agent", StringType()),
+        ]
+    )
+    events = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", job.bootstrap)
+        .option("subscribe", job.input)
+        .option("startingOffsets", "earliest")
+        .option("kafka.isolation.level", "read_committed")
+        .load()
+        .select(F.from_json(F.col("value").cast("string"), schema).alias("e"))
+    )
+    path = F.regexp_extract(F.col("e.url"), r"^[a-z]+://[^/]+(/[^?]*)", 1)
+    views = events.select(
+        path.alias("page"), F.regexp_extract(path, r"^/([^/]+)/", 1).alias("section")
+    )
+    counts = views.groupBy("page", "section").count()
+    out = counts.select(
+        F.col("page").alias("key"),
+        F.to_json(F.struct("page", "section", F.col("count").alias("views"))).alias("value"),
+    )
+    query = (
+        out.writeStream.format("kafka")
+        .outputMode("update")
+        .option("kafka.bootstrap.servers", job.bootstrap)
+        .option("topic", job.output)
+        .option("checkpointLocation", os.path.join(job.workdir, "sss-checkpoint"))
+        .trigger(processingTime=f"{job.commit_interval_s} seconds")
+    )
+    _say("READY")
+    running = query.start()
+    running.processAllAvailable()
+    _say("DONE")
+    _wait_for_release()
+    running.stop()
+    gateway = spark.sparkContext._gateway
+    spark.stop()
+    # Reap the JVM ourselves, so its CPU time is in our children's time when we exit.
+    proc = getattr(gateway, "proc", None)
+    if proc is not None and proc.stdin is not None:
+        proc.stdin.close()
+        proc.wait(60)
+
+
+RUNNERS: dict[str, Callable[[Job], None]] = {
+    "spillway": run_spillway,
+    "handwritten": run_handwritten,
+    "quix": run_quix,
+    "sss": run_sss,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one engine on one job (see the module docstring for the protocol)."""
+    ap = argparse.ArgumentParser(prog="python -m bench.peers", description=__doc__)
+    ap.add_argument("engine", choices=ENGINES)
+    ap.add_argument("--bootstrap", required=True)
+    ap.add_argument("--input", required=True)
+    ap.add_argument("--output", required=True)
+    ap.add_argument("--records", type=int, required=True)
+    ap.add_argument("--commit-interval", type=float, default=1.0)
+    ap.add_argument("--workdir", required=True)
+    ap.add_argument("--name", required=True)
+    ap.add_argument(
+        "--guarantee", choices=("exactly-once", "at-least-once"), default="exactly-once"
+    )
+    ap.add_argument("--connector", default="", help="spark-sql-kafka-0-10 version (sss)")
+    ap.add_argument("--traced", action="store_true", help="spillway: the B2 variant")
+    a = ap.parse_args(argv)
+    job = Job(
+        a.bootstrap,
+        a.input,
+        a.output,
+        a.records,
+        a.commit_interval,
+        a.workdir,
+        a.name,
+        a.guarantee,
+        a.connector,
+        a.traced,
+    )
+    RUNNERS[a.engine](job)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,477 @@
+"""``make bench``: Spillway beside its peers, in one run, on one throw-away local broker.
+
+* **B0 ceiling** — Kafka's ``ProducerPerformance`` / ``ConsumerPerformance`` (kafka-tools
+  3.9.1), 200-byte records (:mod:`bench.kafkatools`).
+* **B1 throughput** — the workload of :mod:`bench.workload` in Spillway, a hand-written
+  confluent-kafka loop, Quix Streams and Spark Structured Streaming (:mod:`bench.peers`),
+  all reading the same pre-loaded input topic, round by round.
+* **B4 restore** — :mod:`bench.restore`.
+* **B5** is ``make bench-checkpoints`` (:mod:`bench.checkpoints`), run on its own.
+
+Every figure is the median of ``--runs`` runs with min–max; ratios are taken run by run
+(same round, same machine state) and then summarised. Results go to
+``bench/results/suite-<UTC time>.json`` (+ PNG plots when matplotlib is importable) and
+the Markdown tables into ``docs/benchmarks.md`` between the suite's markers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import importlib.metadata
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+from bench import (
+    kafkatools,
+    latency,
+    measure,
+    peers,
+    procstat,
+    report,
+    restore,
+    sparkkafka,
+    workload,
+)
+from bench.channels import machine
+from bench.stats import ratios, spread
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
+PARTITIONS = 2
+# Environment variables recorded with the machine (a fixed list: the environment may hold
+# credentials, which have no business in a committed result).
+ENV_RECORDED = ("JAVA_HOME", "LANG", "LC_ALL", "PYTHONHASHSEED", "SPARK_HOME", "SPARK_LOCAL_IP")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Sizes and repetitions of one ``make bench`` run."""
+
+    runs: int = 3
+    b0_records: int = 1_000_000
+    b1_records: int = 200_000
+    engines: tuple[str, ...] = peers.ENGINES
+    commit_interval_s: float = 1.0
+    b4_records: int = 1_500_000
+    engine_timeout_s: float = 300.0
+    parts: tuple[str, ...] = ("b0", "b1", "b4", "b2")
+    b2_intervals: tuple[float, ...] = (0.1, 1.0, 5.0)
+    b2_rate: float = 2000.0
+    b2_seconds: float = 10.0
+    b2_records: int = 100_000  # per throughput run (EOS overhead)
+
+
+def _create(admin: AdminClient, topic: str, partitions: int = PARTITIONS) -> None:
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
+
+
+def _delete(admin: AdminClient, topics: Sequence[str]) -> None:
+    if topics:
+        for f in admin.delete_topics(list(topics)).values():
+            with contextlib.suppress(Exception):  # deleting is tidying up, not a result
+                f.result(30)
+
+
+def _say(text: str) -> None:
+    print(f"[{datetime.now(UTC):%H:%M:%S}] {text}", file=sys.stderr, flush=True)
+
+
+# -- B0 ---------------------------------------------------------------------------------
+
+
+def b0_round(bootstrap: str, broker_pid: int, admin: AdminClient, s: Settings) -> dict[str, Any]:
+    """One producer perf test into a fresh topic, then one consumer perf test reading it."""
+    lib = kafkatools.resolve_tools()
+    topic = f"bench-b0-{uuid.uuid4().hex[:8]}"
+    _create(admin, topic)
+    try:
+        out, pm = measure.run_tool(
+            kafkatools.producer_command(lib, bootstrap, topic, s.b0_records, workload.RECORD_BYTES),
+            broker_pid,
+            s.engine_timeout_s,
+        )
+        prod = kafkatools.parse_producer(out)
+        out, cm = measure.run_tool(
+            kafkatools.consumer_command(lib, bootstrap, topic, s.b0_records, topic + "-g"),
+            broker_pid,
+            s.engine_timeout_s,
+        )
+        cons = kafkatools.parse_consumer(out)
+    finally:
+        _delete(admin, [topic])
+    return {
+        "producer": {**asdict(prod), **pm.as_dict(), "per_cpu_s": pm.per_cpu_second(prod.records)},
+        "consumer": {**asdict(cons), **cm.as_dict(), "per_cpu_s": cm.per_cpu_second(cons.records)},
+    }
+
+
+# -- B1 ---------------------------------------------------------------------------------
+
+
+def b1_engine(
+    engine: str,
+    bootstrap: str,
+    broker_pid: int,
+    admin: AdminClient,
+    input_topic: str,
+    s: Settings,
+    log: TextIO,
+    guarantee: str = "exactly-once",
+    commit_interval_s: float | None = None,
+) -> dict[str, Any]:
+    """One engine over the whole input topic into a fresh output topic; figures + check."""
+    name = f"bench-{engine}-{uuid.uuid4().hex[:8]}"
+    output = name + "-out"
+    _create(admin, output)
+    workdir = tempfile.mkdtemp(prefix=name + "-")
+    interval = s.commit_interval_s if commit_interval_s is None else commit_interval_s
+    args = [
+        engine,
+        "--bootstrap",
+        bootstrap,
+        "--input",
+        input_topic,
+        "--output",
+        output,
+        "--records",
+        str(s.b1_records),
+        "--commit-interval",
+        str(interval),
+        "--workdir",
+        workdir,
+        "--name",
+        name,
+        "--guarantee",
+        guarantee,
+    ]
+    if engine == "sss":
+        args += ["--connector", ",".join(str(p) for p in sparkkafka.connector_jars())]
+    try:
+        run = measure.run_engine(args, broker_pid, s.engine_timeout_s, log)
+        check = workload.judge(
+            workload.read_output(bootstrap, output, name + "-check"),
+            workload.reference(s.b1_records),
+        )
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+        _delete(admin, [output, *_topics_of(admin, name)])
+    m = run.measured
+    return {
+        "engine": engine,
+        "guarantee": guarantee,
+        "commit_interval_s": interval,
+        "records": s.b1_records,
+        "records_per_s": s.b1_records / m.seconds,
+        "per_cpu_s": m.per_cpu_second(s.b1_records),
+        **m.as_dict(),
+        "output": asdict(check),
+    }
+
+
+def _topics_of(admin: AdminClient, name: str) -> list[str]:
+    """Topics an engine run created for itself (changelogs, repartition, channels)."""
+    return [t for t in admin.list_topics(timeout=10).topics if name in t and t != name + "-out"]
+
+
+def b1_round(
+    bootstrap: str, broker_pid: int, admin: AdminClient, s: Settings, log: TextIO, i: int
+) -> dict[str, Any]:
+    """Pre-load one input topic and run every engine over it (the order rotates by round)."""
+    order = s.engines[i % len(s.engines) :] + s.engines[: i % len(s.engines)]
+    topic = f"bench-b1-{uuid.uuid4().hex[:8]}"
+    _create(admin, topic)
+    try:
+        t0 = time.monotonic()
+        workload.preload(bootstrap, topic, s.b1_records, PARTITIONS)
+        _say(f"B1: {s.b1_records:,} records pre-loaded in {time.monotonic() - t0:.1f} s")
+        out: dict[str, Any] = {}
+        for engine in order:
+            _say(f"B1: {engine} ...")
+            out[engine] = b1_engine(engine, bootstrap, broker_pid, admin, topic, s, log)
+            r = out[engine]
+            _say(
+                f"B1: {engine}: {r['records_per_s']:,.0f} rec/s, {r['per_cpu_s']:,.0f} rec/CPU-s,"
+                f" output ok={r['output']['final_counts_ok']}"
+            )
+        return out
+    finally:
+        _delete(admin, [topic])
+
+
+# -- summaries --------------------------------------------------------------------------
+
+
+def summarise(doc: dict[str, Any]) -> dict[str, Any]:
+    """Medians (min–max) of every figure, and run-by-run ratios, of the rounds in ``doc``."""
+    out: dict[str, Any] = {}
+    if b0 := doc.get("b0"):
+        out["b0"] = {
+            side: {
+                k: asdict(spread([r[side][k] for r in b0]))
+                for k in ("records_per_s", "per_cpu_s", "peak_rss_bytes")
+            }
+            for side in ("producer", "consumer")
+        }
+        out["b0"]["consumer"]["fetch_records_per_s"] = asdict(
+            spread([r["consumer"]["fetch_records_per_s"] for r in b0])
+        )
+    if b1 := doc.get("b1"):
+        engines = [e for e in peers.ENGINES if all(e in r for r in b1)]
+        figures = ("records_per_s", "per_cpu_s", "peak_rss_bytes", "cpu_s", "broker_cpu_s")
+        out["b1"] = {
+            e: {k: asdict(spread([r[e][k] for r in b1])) for k in figures} for e in engines
+        }
+        if "spillway" in engines:
+            out["b1_ratios"] = {
+                f"spillway/{e}": {
+                    k: asdict(spread(ratios([r["spillway"][k] for r in b1], [r[e][k] for r in b1])))
+                    for k in ("records_per_s", "per_cpu_s")
+                }
+                for e in engines
+                if e != "spillway"
+            }
+    if b4 := doc.get("b4"):
+        out["b4"] = restore.summarise(b4)
+    if b2 := doc.get("b2"):
+        out["b2"] = latency.summarise(b2)
+    if b2t := doc.get("b2_throughput"):
+        out["b2_throughput"] = b2_overhead(b2t)
+    return out
+
+
+def b2_overhead(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per setting: records/s and per CPU-second; per interval: exactly-once/at-least-once."""
+    settings = [k for k in rounds[0] if k not in ("load_before", "load_after")]
+    out: dict[str, Any] = {
+        k: {f: asdict(spread([r[k][f] for r in rounds])) for f in ("records_per_s", "per_cpu_s")}
+        for k in settings
+    }
+    for k in settings:
+        guarantee, interval = k.split("@")
+        other = f"at-least-once@{interval}"
+        if guarantee == "exactly-once" and other in rounds[0]:
+            out[f"ratio@{interval}"] = {
+                f: asdict(spread(ratios([r[k][f] for r in rounds], [r[other][f] for r in rounds])))
+                for f in ("records_per_s", "per_cpu_s")
+            }
+    return out
+
+
+def describe_machine(broker_pid: int) -> dict[str, Any]:
+    """``bench.channels.machine()`` plus Java, the peers' versions and selected env vars."""
+    info = machine()
+    versions = {}
+    for dist in ("pyspark", "quixstreams", "matplotlib"):
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            versions[dist] = importlib.metadata.version(dist)
+    info["versions"] = versions
+    info["kafka"] = kafkatools.VERSION
+    info["spark_kafka_connector"] = sparkkafka.CONNECTOR
+    info["env"] = {k: os.environ[k] for k in ENV_RECORDED if k in os.environ}
+    info["broker_pid"] = broker_pid
+    with contextlib.suppress(OSError, IndexError):
+        java = subprocess_text(["java", "-version"])
+        info["java"] = java.splitlines()[0]
+    return info
+
+
+def subprocess_text(command: list[str]) -> str:
+    """stdout+stderr of a short command."""
+    import subprocess
+
+    r = subprocess.run(command, capture_output=True, text=True, timeout=30, check=False)
+    return r.stdout + r.stderr
+
+
+# -- main -------------------------------------------------------------------------------
+
+
+def start_broker(stack: contextlib.ExitStack) -> tuple[str, int]:
+    """A throw-away broker in a temporary directory on free ports: (bootstrap, pid)."""
+    from channels.localbroker import BrokerConfig, LocalBroker, free_ports
+
+    data_dir = Path(tempfile.mkdtemp(prefix="spillway-bench-suite-"))
+    stack.callback(shutil.rmtree, data_dir, ignore_errors=True)
+    port, controller_port = free_ports(2)
+    broker = LocalBroker(BrokerConfig(data_dir, port=port, controller_port=controller_port))
+    broker.start()
+    stack.callback(broker.stop)
+    pid = broker.status().pid
+    if pid is None:
+        raise measure.MeasureError("the benchmark's broker started but has no PID file")
+    return broker.bootstrap, pid
+
+
+PARTS: dict[str, str] = {
+    "b0": "B0 ceiling",
+    "b1": "B1 throughput",
+    "b4": "B4 restore",
+    "b2": "B2 latency per hop",
+}
+
+
+def b2_guarantees() -> list[str]:
+    """exactly-once, and at-least-once where the runner offers it (``RunOptions.guarantee``)."""
+    from dataclasses import fields
+
+    from recovery.runner import RunOptions
+
+    has = "guarantee" in {f.name for f in fields(RunOptions)}
+    return ["exactly-once", "at-least-once"] if has else ["exactly-once"]
+
+
+def b2_throughput(
+    bootstrap: str, broker_pid: int, admin: AdminClient, s: Settings, log: TextIO, i: int
+) -> dict[str, Any]:
+    """Spillway over one pre-loaded topic per guarantee and commit interval (B1 figures)."""
+    topic = f"bench-b2-{uuid.uuid4().hex[:8]}"
+    _create(admin, topic)
+    sized = replace(s, b1_records=s.b2_records)
+    out: dict[str, Any] = {}
+    try:
+        workload.preload(bootstrap, topic, s.b2_records, PARTITIONS)
+        settings = [(g, iv) for g in b2_guarantees() for iv in s.b2_intervals]
+        k = i % len(settings)
+        for guarantee, interval in settings[k:] + settings[:k]:
+            _say(f"B2: round {i + 1}: spillway {guarantee}, commits every {interval} s")
+            r = b1_engine(
+                "spillway", bootstrap, broker_pid, admin, topic, sized, log, guarantee, interval
+            )
+            out[f"{guarantee}@{interval:g}"] = r
+        return out
+    finally:
+        _delete(admin, [topic])
+
+
+def b2_latency(
+    bootstrap: str, admin: AdminClient, s: Settings, log: TextIO
+) -> list[dict[str, Any]]:
+    """``s.runs`` paced runs per guarantee and commit interval, settings interleaved."""
+    out = []
+    for i in range(s.runs):
+        for guarantee in b2_guarantees():
+            for interval in s.b2_intervals:
+                _say(f"B2: round {i + 1} of {s.runs}: {guarantee}, commits every {interval} s")
+                load0 = procstat.load_average()
+                r = latency.b2_run(
+                    bootstrap, admin, interval, guarantee, s.b2_rate, s.b2_seconds, log
+                )
+                r["load_before"], r["load_after"] = load0, procstat.load_average()
+                out.append(r)
+    return out
+
+
+def run(s: Settings, command: str) -> Path:
+    """Every part of the suite, ``s.runs`` rounds each; returns the JSON written."""
+    started = datetime.now(UTC)
+    t_start = time.monotonic()
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    stem = RESULTS_DIR / f"suite-{started:%Y%m%dT%H%M%SZ}"
+    doc: dict[str, Any] = {
+        "format": 1,
+        "command": command,
+        "started_utc": started.isoformat(),
+        "settings": asdict(s),
+    }
+    with contextlib.ExitStack() as stack:
+        bootstrap, broker_pid = start_broker(stack)
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        doc["machine"] = describe_machine(broker_pid)
+        log = stack.enter_context(open(stem.with_suffix(".log"), "w"))
+        rounds: dict[str, Callable[[int], dict[str, Any]]] = {
+            "b0": lambda i: b0_round(bootstrap, broker_pid, admin, s),
+            "b1": lambda i: b1_round(bootstrap, broker_pid, admin, s, log, i),
+            "b4": lambda i: restore.b4_round(bootstrap, broker_pid, admin, s.b4_records),
+        }
+        for part in s.parts:
+            if part == "b2":  # paced latency runs: their own loop (see b2_latency)
+                doc["b2_load_before"] = procstat.load_average()
+                doc["b2"] = b2_latency(bootstrap, admin, s, log)
+                doc["b2_throughput"] = []
+                for i in range(s.runs):
+                    load0 = procstat.load_average()
+                    result = b2_throughput(bootstrap, broker_pid, admin, s, log, i)
+                    result["load_before"], result["load_after"] = load0, procstat.load_average()
+                    doc["b2_throughput"].append(result)
+                continue
+            if part == "b4":
+                restore.preload_changelog_once(bootstrap, admin, s.b4_records)
+            doc[part] = []
+            for i in range(s.runs):
+                _say(f"{PARTS[part]}: round {i + 1} of {s.runs}")
+                load0 = procstat.load_average()
+                result = rounds[part](i)
+                result["load_before"], result["load_after"] = load0, procstat.load_average()
+                doc[part].append(result)
+        restore.drop_changelog(admin)
+    doc["seconds"] = time.monotonic() - t_start
+    doc["summary"] = summarise(doc)
+    path = stem.with_suffix(".json")
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(doc, indent=2) + "\n")
+    tmp.replace(path)
+    plots = report.plot(doc, stem)
+    report.update_docs(DOCS, doc, path, plots)
+    return path
+
+
+def parse_args(argv: Sequence[str] | None) -> Settings:
+    """Command-line options (defaults: the committed ``make bench`` run)."""
+    d = Settings()
+    ap = argparse.ArgumentParser(prog="python -m bench.suite", description=__doc__)
+    ap.add_argument("--runs", type=int, default=d.runs, help="rounds per part (>= 1)")
+    ap.add_argument("--b0-records", type=int, default=d.b0_records)
+    ap.add_argument("--b1-records", type=int, default=d.b1_records)
+    ap.add_argument("--b4-records", type=int, default=d.b4_records)
+    ap.add_argument("--b2-records", type=int, default=d.b2_records)
+    ap.add_argument("--b2-seconds", type=float, default=d.b2_seconds)
+    ap.add_argument(
+        "--engines", default=",".join(d.engines), help="subset of " + ",".join(peers.ENGINES)
+    )
+    ap.add_argument("--parts", default=",".join(d.parts), help="subset of " + ",".join(PARTS))
+    ap.add_argument("--timeout", type=float, default=d.engine_timeout_s, help="per engine run (s)")
+    a = ap.parse_args(argv)
+    engines = tuple(e for e in a.engines.split(",") if e)
+    parts = tuple(p for p in a.parts.split(",") if p)
+    if bad := [e for e in engines if e not in peers.ENGINES] + [p for p in parts if p not in PARTS]:
+        ap.error(f"unknown engine or part {bad}; engines: {peers.ENGINES}, parts: {tuple(PARTS)}")
+    if a.runs < 1 or min(a.b0_records, a.b1_records, a.b4_records) < 1:
+        ap.error("--runs and the record counts must be >= 1")
+    return Settings(
+        runs=a.runs,
+        b0_records=a.b0_records,
+        b1_records=a.b1_records,
+        engines=engines,
+        b4_records=a.b4_records,
+        b2_records=a.b2_records,
+        b2_seconds=a.b2_seconds,
+        engine_timeout_s=a.timeout,
+        parts=parts,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``python -m bench.suite`` (``make bench``)."""
+    s = parse_args(argv)
+    command = "python -m bench.suite " + " ".join(sys.argv[1:] if argv is None else argv)
+    path = run(s, command.strip())
+    print(f"wrote {path} and {DOCS}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
