@@ -50,13 +50,24 @@ class ChangelogState:
 
     def __init__(self, tp: TopicPartition) -> None:
         self.tp = tp
-        self._data: dict[str, tuple[Any, Any]] = {}
+        # key text -> (key, value); or the raw changelog value (JSON bytes) of a restored
+        # key not used since: a restore only copies bytes, as Kafka Streams' does into
+        # RocksDB, and each key is decoded when first read.
+        self._data: dict[str, tuple[Any, Any] | bytes] = {}
         self._dirty: dict[str, Any] = {}  # key -> JSON text, or _DELETED
 
     def get(self, key: Any, default: Any = None) -> Any:
         """The value of ``key``, or ``default``."""
-        hit = self._data.get(_encode_key(key))
-        return default if hit is None else hit[1]
+        k = _encode_key(key)
+        hit = self._data.get(k)
+        if hit is None:
+            return default
+        return (self._decoded(k, hit) if isinstance(hit, bytes) else hit)[1]
+
+    def _decoded(self, k: str, raw: bytes) -> tuple[Any, Any]:
+        entry = (_decode_key(k), json.loads(raw))
+        self._data[k] = entry
+        return entry
 
     def put(self, key: Any, value: Any) -> None:
         """Set ``key``; the change is logged at the next checkpoint.
@@ -83,7 +94,9 @@ class ChangelogState:
 
     def items(self) -> Iterable[tuple[Any, Any]]:
         """All live (key, value) pairs."""
-        return list(self._data.values())
+        return [
+            self._decoded(k, v) if isinstance(v, bytes) else v for k, v in list(self._data.items())
+        ]
 
     def __len__(self) -> int:
         return len(self._data)
@@ -140,7 +153,7 @@ class ChangelogState:
                     if v is None:
                         self._data.pop(k, None)
                     else:
-                        self._data[k] = (_decode_key(k), json.loads(v))
+                        self._data[k] = v
                 pos = consumer.position(self.tp)
                 if pos is not None and pos >= end:
                     break
@@ -150,8 +163,12 @@ class ChangelogState:
                         f"{timeout_s:.0f}s (at {pos})"
                     )
         if rewrite:
-            for k, (_, value) in self._data.items():
-                self._dirty[k] = json.dumps(value, separators=(",", ":"))
+            for k, entry in self._data.items():
+                self._dirty[k] = (
+                    entry.decode()
+                    if isinstance(entry, bytes)
+                    else json.dumps(entry[1], separators=(",", ":"))
+                )
             for k in abandoned - self._data.keys():
                 self._dirty[k] = _DELETED
         return n
