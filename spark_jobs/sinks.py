@@ -115,7 +115,8 @@ class KafkaTopicSink:
         assert self._producer is not None
         for r in records:
             k = None if self.key is None else key_bytes(self.key(r))
-            self._producer.produce(self.topic, -1, k, json.dumps(r, sort_keys=True).encode())
+            value = json.dumps(r, sort_keys=True).encode()
+            self._producer.produce(self.topic, -1, k, value, track=False)
 
     def prepare(self, checkpoint_id: int) -> dict[str, Any]:
         """Nothing beyond the transaction."""

@@ -131,9 +131,17 @@ class TransactionalProducer:
         key: bytes | None,
         value: bytes | None,
         headers: Sequence[tuple[str, bytes]] | None = None,
+        *,
+        track: bool = True,
     ) -> None:
-        """Queue one message inside the open transaction; blocks briefly when the queue is full."""
+        """Queue one message inside the open transaction; blocks briefly when the queue is full.
+
+        ``track=False``: no per-message delivery report (one Python callback per message
+        costs more than a small message itself). :meth:`last_offset` then ignores the
+        message; a failed delivery still fails the transaction's commit.
+        """
         self.txn_bytes += len(value or b"") + len(key or b"")
+        on_delivery = self._on_delivery if track else None
         for _ in range(1000):
             try:
                 self._p.produce(
@@ -142,7 +150,7 @@ class TransactionalProducer:
                     key,
                     partition=partition,
                     headers=list(headers) if headers else None,
-                    on_delivery=self._on_delivery,
+                    on_delivery=on_delivery,
                 )
                 return
             except BufferError:
