@@ -20,6 +20,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", default="1", help="comma-separated seeds, e.g. 1,2,3,4,5")
     ap.add_argument("--records", type=int, default=None, help="override the profile's records")
     ap.add_argument(
+        "--emit-s", type=float, default=None, help="override how long the sources are paced for"
+    )
+    ap.add_argument(
         "--guarantee", choices=("exactly-once", "at-least-once"), default="exactly-once"
     )
     ap.add_argument(
@@ -38,6 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     profile = replace(SHORT if args.profile == "short" else LONG, faults=faults)
     if args.records:
         profile = replace(profile, records=args.records)
+    if args.emit_s:
+        profile = replace(profile, emit_s=args.emit_s)
     base = Path(args.workdir or tempfile.mkdtemp(prefix="spillway-chaos-"))
     ok = True
     for seed in [int(s) for s in args.seeds.split(",")]:

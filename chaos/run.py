@@ -10,9 +10,9 @@ zombie copy of a subtask — and stops each by its PID. Faults, in order:
 3. ``broker-term``: SIGTERM of the broker (clean shutdown), restarted;
 4. ``broker-stop``: SIGSTOP of the broker for longer than the transaction timeout, then
    SIGCONT;
-5. ``subtask-stop``: SIGSTOP of one subtask's process for longer than the transaction
-   timeout, then SIGCONT: the broker has aborted its transaction, so its next commit
-   fails (fenced) and Spark retries it;
+5. ``subtask-stop``: SIGSTOP of ``gen[0]``'s process, caught with a transaction open on
+   the broker, for longer than the transaction timeout, then SIGCONT: the broker has
+   aborted that transaction, so its next commit fails (fenced) and Spark retries it;
 6. ``zombie``: a second copy of one subtask (``spillway replay``) started while Spark's
    copy runs: the older copy must be fenced;
 7. ``driver-kill``: SIGKILL of the driver's whole session, then the job is run again
@@ -37,8 +37,9 @@ from pathlib import Path
 from typing import Any
 
 from channels.config import KafkaSettings
-from channels.ids import JobId
+from channels.ids import JobId, OperatorName, TopicPartition
 from channels.localbroker import BrokerConfig, LocalBroker
+from channels.naming import channel_topic
 from chaos import observe
 from chaos.check import OutputReport, check_output, kill_mismatches, replay_outside
 from chaos.pipeline import OPERATORS, reference
@@ -54,6 +55,7 @@ FAULTS = ("broker-kill", "broker-term", "broker-stop", "subtask-stop", "zombie",
 # (transaction.abort.timed.out.transaction.cleanup.interval.ms): a stop must outlast the
 # transaction timeout plus that.
 ABORT_CHECK_S = 10.0
+STEADY_S = 3.0  # a subtask this long past its start is processing, not restoring
 
 
 @dataclass(frozen=True)
@@ -167,7 +169,7 @@ class ChaosRun:
         if "broker-stop" in faults:
             self._stop_broker()
         if "subtask-stop" in faults:
-            self._stop_subtask("fold", 0)
+            self._stop_subtask("gen", 0)
         if "zombie" in faults:
             self._start_zombie("weigh", 1)
         if "driver-kill" in faults:
@@ -211,11 +213,33 @@ class ChaosRun:
         self.broker.start()
 
     def _stop_subtask(self, op: str, index: int) -> None:
-        """SIGSTOP a live subtask past the transaction timeout; it must be aborted, retried."""
+        """SIGSTOP a source subtask with a transaction open on the broker, past the
+        transaction timeout; its transaction must be aborted, its commit fail, Spark retry it.
+
+        A source's subtask is the only writer of its forward channel's partition, so an
+        open transaction there (last stable offset below the high watermark) is its own.
+        """
         self._wait_checkpoints(2)
-        started = self._latest_start(op, index)
-        pid = int(started["pid"])
-        os.kill(pid, signal.SIGSTOP)
+        own = TopicPartition(
+            channel_topic(JobId(self.job), OperatorName(op), OperatorName("weigh")), index
+        )
+        pid = 0
+        for _ in range(60):  # it may be restarting (a broker fault just before), or between
+            started = self._latest_start(op, index)  # transactions: try again
+            pid = int(started["pid"])
+            time.sleep(max(0.0, float(started["time"]) + STEADY_S - time.time()))
+            try:
+                os.kill(pid, signal.SIGSTOP)
+            except ProcessLookupError:
+                time.sleep(1.0)
+                continue
+            if any(str(own) in o for o in observe.open_transactions(self.settings, [own.topic])):
+                break
+            os.kill(pid, signal.SIGCONT)
+            time.sleep(0.3)
+        else:
+            self.report.problems.append(f"{op}[{index}]: never caught with an open transaction")
+            return
         try:
             time.sleep(self.profile.transaction_timeout_ms / 1000 + ABORT_CHECK_S + 2)
         finally:
@@ -227,7 +251,7 @@ class ChaosRun:
             return bool(later["pid"] != pid)
 
         self._note_unless(
-            self._until(retried, f"a retry of {op}[{index}] after SIGCONT"),
+            self._until(retried, f"a retry of {op}[{index}] after SIGCONT", 90.0),
             f"{op}[{index}] (pid {pid}) was not retried after its stop",
         )
         failed = [
@@ -235,10 +259,12 @@ class ChaosRun:
             for e in observe.events(self.settings, JobId(self.job))
             if e.get("event") == "failed" and e.get("pid") == pid
         ]
-        self.report.fault_notes.append(
-            f"subtask-stop {op}[{index}] pid {pid}: "
-            + (failed[0]["error"][:160] if failed else "no 'failed' event")
-        )
+        if failed:
+            self.report.fault_notes.append(
+                f"subtask-stop {op}[{index}] pid {pid}: {failed[0]['error'][:160]}"
+            )
+        else:
+            self.report.problems.append(f"{op}[{index}] (pid {pid}) did not fail after its stop")
 
     def _start_zombie(self, op: str, index: int) -> None:
         """A second live copy of a subtask; Spark's (older) copy must be fenced."""
@@ -298,7 +324,9 @@ class ChaosRun:
 
     def _start_driver(self, crash_spec: str, paced: bool = True) -> None:
         p = self.profile
-        attempts = p.max_kills_per_subtask + 4  # planned kills + room for the other faults
+        # Planned kills + room for the other faults: a broker fault can fail every subtask
+        # once or twice (timeouts while it is away).
+        attempts = p.max_kills_per_subtask + 9
         cmd = [sys.executable, "-m", "spark_jobs.cli", "run", REF, "--job-id", self.job]
         cmd += ["--bootstrap", self.broker.bootstrap, "--master", f"local[8,{attempts}]"]
         cmd += ["--task-attempts", str(attempts)]
