@@ -65,7 +65,15 @@ class ChangelogState:
         return (self._decoded(k, hit) if isinstance(hit, bytes) else hit)[1]
 
     def _decoded(self, k: str, raw: bytes) -> tuple[Any, Any]:
-        entry = (_decode_key(k), json.loads(raw))
+        try:
+            entry = (_decode_key(k), json.loads(raw))
+        except ValueError as e:
+            # Reported on first use rather than during the restore (values are not parsed
+            # then); either way the subtask stops before using the key.
+            raise SpillwayError(
+                f"changelog {self.tp} holds a corrupt record for state key {k}: {e}. The "
+                "changelog topic was written by something other than this subtask"
+            ) from e
         self._data[k] = entry
         return entry
 

@@ -476,3 +476,12 @@ def test_state_restore_after_rewind_rewrites_every_key_and_buries_abandoned_ones
         (b'"z"', None),
         (b'["k",2]', b'{"n":2}'),
     ]
+
+
+def test_state_corrupt_changelog_value_is_reported_on_first_use() -> None:
+    s = new_state()
+    s.restore(cast(Any, _ChangelogConsumer([('"a"', b"{not json")])), Offset(1))
+    with pytest.raises(
+        SpillwayError, match=r'changelog t\[0\] holds a corrupt record for state key "a"'
+    ):
+        s.get("a")
