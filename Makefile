@@ -20,7 +20,7 @@ demo: $(STAMP)
 
 ## test: lint, type-check and run the whole suite against a real broker and real Spark
 test: $(STAMP) lint typecheck
-	$(BIN)/python -m pytest tests
+	$(BIN)/python -m pytest tests --durations=15
 
 lint: $(STAMP)
 	$(BIN)/ruff check channels offsets recovery spark_jobs bench chaos tests

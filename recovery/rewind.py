@@ -31,6 +31,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from confluent_kafka import Producer
+
 from channels.config import KafkaSettings
 from channels.errors import CheckpointFormatError, ConfigError, RetentionGapError
 from channels.ids import CheckpointId, SubtaskId, TopicPartition
@@ -232,10 +234,25 @@ def rewind_job(
 
 
 def _fence(settings: KafkaSettings, plan: JobPlan) -> None:
-    """Fence every subtask's producer: open transactions abort, zombies cannot commit."""
+    """Fence every subtask's producer: open transactions abort, zombies cannot commit.
+
+    Each fencing is announced as a newer incarnation would announce itself, so a copy
+    still running (the job should be stopped, but may not be) ends instead of having
+    Spark retry it from the rewound checkpoint.
+    """
+    announcer = Producer({**settings.base(), "enable.idempotence": True})
     for s in plan.subtasks():
         p = TransactionalProducer(settings, s.transactional_id)
         try:
             p.start()
         finally:
             p.close()
+        record_job_event(
+            settings,
+            plan.job,
+            "fencing",
+            producer=announcer,
+            operator=s.operator,
+            index=s.index,
+            by="rewind",
+        )
