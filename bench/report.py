@@ -276,17 +276,19 @@ def b3_block(doc: dict[str, Any], json_path: str) -> str:
         f"| pre-kill median end-to-end latency | {_cell(loc['baseline_p50_s'], '{:.2f}')} s | "
         f"{_cell(whole['baseline_p50_s'], '{:.2f}')} s | |",
         f"| unaffected subtasks' output rate dip | "
-        f"{_cell(loc['unaffected_dip'], '{:.0%}')} | (all restarted) | <= 10 %: "
+        f"{_cell(loc['unaffected_dip'], '{:.1%}')} | (all restarted) | <= 10 %: "
         f"{yes[dip_ok]} |",
-        f"| W: driver killed → every subtask started again | | "
-        f"{_cell(whole['restart_s'], '{:.1f}')} s | |",
+        f"| kill → every killed subtask started again (its `started` event) | "
+        f"{_cell(loc['restart_s'], '{:.1f}')} s | {_cell(whole['restart_s'], '{:.1f}')} s | |",
         "",
         "Replayed: records readable in a killed subtask's input before the kill whose result "
         "it had not committed by then (seen by read_committed observers of every hop). "
-        "Latency back: the first 2-s window (by send time) after which no window's median "
+        "Latency back: the end of the last 2-s window (by arrival time) whose median "
         "end-to-end latency exceeds 1.1× the median of the 10 s before the kill — in L over "
         "the records through count[0], in W over all records. Dip: the output rate of the "
-        "records that do not pass through count[0], 10 s after the kill vs 10 s before.",
+        "records that do not pass through count[0], per record of theirs offered in the same "
+        "window, 10 s after the kill vs 10 s before (not normalised: "
+        f"{_cell(loc['unaffected_raw_dip'], '{:.1%}')}).",
         "",
         B3_END,
     ]
