@@ -6,8 +6,9 @@ record is identified by its ``seq``.
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Callable, Mapping, Sequence
+
+from bench.checkpoints import percentile
 
 
 def replayed(
@@ -29,18 +30,18 @@ def replayed(
     )
 
 
-def window_medians(
-    points: Sequence[tuple[float, float]], start: float, end: float, width: float
+def window_quantiles(
+    points: Sequence[tuple[float, float]], start: float, end: float, width: float, q: float = 0.5
 ) -> list[tuple[float, float]]:
-    """``(window start, median value)`` of each ``width``-wide window of ``[start, end)``
-    that holds any point; ``points`` are ``(time, value)``."""
+    """``(window start, q-quantile of the values)`` of each ``width``-wide window of
+    ``[start, end)`` that holds any point; ``points`` are ``(time, value)``."""
     if width <= 0:
         raise ValueError(f"window width must be positive, got {width!r}")
     buckets: dict[int, list[float]] = {}
     for t, v in points:
         if start <= t < end:
             buckets.setdefault(int((t - start) // width), []).append(v)
-    return [(start + k * width, statistics.median(buckets[k])) for k in sorted(buckets)]
+    return [(start + k * width, percentile(buckets[k], q)) for k in sorted(buckets)]
 
 
 def back_within(
@@ -50,17 +51,18 @@ def back_within(
     baseline: float,
     tolerance: float = 0.1,
     width: float = 2.0,
+    q: float = 0.5,
 ) -> float | None:
     """Seconds from ``kill`` until the value is back within ``tolerance`` of ``baseline``
-    for good: the start of the first window after which no window of ``[kill, end)`` has
-    a median above ``(1 + tolerance) * baseline``. ``None`` if the last window is still
-    above (not recovered within the measurement); 0.0 if none ever was.
+    for good: the end of the last window of ``[kill, end)`` whose ``q``-quantile is above
+    ``(1 + tolerance) * baseline``. ``None`` if the last window is still above (not
+    recovered within the measurement); 0.0 if none ever was.
     """
     limit = (1 + tolerance) * baseline
-    windows = window_medians(points, kill, end, width)
+    windows = window_quantiles(points, kill, end, width, q)
     if windows and windows[-1][1] > limit:
         return None
-    above = [t for t, median in windows if median > limit]
+    above = [t for t, value in windows if value > limit]
     return 0.0 if not above else above[-1] + width - kill
 
 
