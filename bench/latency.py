@@ -64,12 +64,13 @@ def hop_latencies(
     return out
 
 
-class _Observer(threading.Thread):
-    """Notes when each seq first becomes visible (read_committed) in one topic."""
+class Observer(threading.Thread):
+    """Notes when each seq first becomes visible (read_committed) in one topic, and where."""
 
     def __init__(self, bootstrap: str, topic: str, decode: Any, group: str) -> None:
         super().__init__(name=f"observe-{topic}", daemon=True)
         self.seen: dict[int, float] = {}
+        self.partition: dict[int, int] = {}  # seq → partition it first appeared in
         self._decode = decode
         self._halt = threading.Event()
         self._consumer = Consumer(
@@ -91,7 +92,9 @@ class _Observer(threading.Thread):
             for m in msgs:
                 if m.error() is None:
                     for seq in self._decode(m):
-                        self.seen.setdefault(seq, now)
+                        if seq not in self.seen:
+                            self.seen[seq] = now
+                            self.partition[seq] = m.partition() or 0
         self._consumer.close()
 
     def stop(self) -> None:
@@ -99,7 +102,8 @@ class _Observer(threading.Thread):
         self.join(10)
 
 
-def _channel_decoder(schema: dict[str, Any]) -> Any:
+def channel_decoder(schema: dict[str, Any]) -> Any:
+    """The seqs of one channel message (none for barriers and other control messages)."""
     codec = RecordCodec(schema)
 
     def decode(m: Any) -> list[int]:
@@ -110,8 +114,25 @@ def _channel_decoder(schema: dict[str, Any]) -> Any:
     return decode
 
 
-def _output_decoder(m: Any) -> list[int]:
+def output_decoder(m: Any) -> list[int]:
+    """The seq of one output message (JSON)."""
     return [int(json.loads(m.value())["seq"])]
+
+
+def observe_hops(bootstrap: str, plan: Any, output: str, group: str) -> list[Observer]:
+    """Started observers of every hop's output of the traced pipeline ``plan``, in order:
+    the source→parse, parse→count and count→sink channels, then ``output``."""
+    edges = {(str(e.upstream), str(e.downstream)): plan.topic_of(e) for e in plan.edges}
+    channels = [
+        (edges[("source", "parse")], peers.EVENT_SCHEMA),
+        (edges[("parse", "count")], peers.TRACED_VIEW_SCHEMA),
+        (edges[("count", "sink")], peers.TRACED_COUNT_SCHEMA),
+    ]
+    observers = [Observer(bootstrap, t, channel_decoder(s), group) for t, s in channels]
+    observers.append(Observer(bootstrap, output, output_decoder, group))
+    for o in observers:
+        o.start()
+    return observers
 
 
 def b2_run(
@@ -131,12 +152,6 @@ def b2_run(
     for t in (source_topic, output):
         admin.create_topics([NewTopic(t, 2, 1)])[t].result(30)
     plan = peers.spillway_pipeline(source_topic, output, traced=True).plan(name)
-    edges = {(str(e.upstream), str(e.downstream)): plan.topic_of(e) for e in plan.edges}
-    channels = [
-        (edges[("source", "parse")], peers.EVENT_SCHEMA),
-        (edges[("parse", "count")], peers.TRACED_VIEW_SCHEMA),
-        (edges[("count", "sink")], peers.TRACED_COUNT_SCHEMA),
-    ]
     workdir = tempfile.mkdtemp(prefix=name)
     args = [sys.executable, "-m", "bench.peers", "spillway", "--traced", "--bootstrap"]
     args += [bootstrap, "--input", source_topic, "--output", output, "--records", "0"]
@@ -147,16 +162,13 @@ def b2_run(
     )
     assert proc.stdout is not None
     assert proc.stdin is not None
-    observers: list[_Observer] = []
+    observers: list[Observer] = []
     try:
         line = proc.stdout.readline()
         if not line.startswith("READY"):
             raise RuntimeError(f"traced spillway did not start (exit {proc.wait()})")
-        observers = [_Observer(bootstrap, t, _channel_decoder(s), name + "-o") for t, s in channels]
-        observers.append(_Observer(bootstrap, output, _output_decoder, name + "-o"))
-        for o in observers:
-            o.start()
-        sent = _produce_paced(bootstrap, source_topic, rate, seconds)
+        observers = observe_hops(bootstrap, plan, output, name + "-o")
+        sent = produce_paced(bootstrap, source_topic, rate, seconds)
         deadline = time.monotonic() + 4 * interval_s + 20
         while len(observers[-1].seen) < len(sent) and time.monotonic() < deadline:
             time.sleep(0.2)
@@ -187,7 +199,7 @@ def b2_run(
     }
 
 
-def _produce_paced(bootstrap: str, topic: str, rate: float, seconds: float) -> dict[int, float]:
+def produce_paced(bootstrap: str, topic: str, rate: float, seconds: float) -> dict[int, float]:
     """Events at ``rate``/s for ``seconds``; seq → send time (also the event's ``ts``)."""
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "acks": "all"})
     sent: dict[int, float] = {}

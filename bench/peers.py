@@ -131,15 +131,19 @@ def _traced_init() -> list[Any]:
     return ["", 0, 0, 0]
 
 
-def spillway_pipeline(input_topic: str, output_topic: str, traced: bool = False) -> Any:
-    """source → parse → count per page (updates) → Kafka, parallelism 1.
+def spillway_pipeline(
+    input_topic: str, output_topic: str, traced: bool = False, parallelism: int = 1
+) -> Any:
+    """source → parse → count per page (updates) → Kafka, ``parallelism`` subtasks each.
 
-    Bounded input for B1; ``traced`` (B2): unbounded, and every hop carries seq and ts.
+    Bounded input for B1; ``traced`` (B2, B3): unbounded, and every hop carries seq and ts.
     """
     from spark_jobs.pipeline import Pipeline
 
     p = Pipeline("bench-throughput")
-    events = p.read_kafka("source", input_topic, schema=EVENT_SCHEMA, bounded=not traced)
+    events = p.read_kafka(
+        "source", input_topic, schema=EVENT_SCHEMA, bounded=not traced, parallelism=parallelism
+    )
     if traced:
         views = events.map("parse", _traced_parse, schema=TRACED_VIEW_SCHEMA)
         counts = views.key_by(_page).aggregate(
@@ -330,9 +334,7 @@ def run_quix(job: Job) -> None:
         consumer_group=job.name,
         auto_offset_reset="earliest",
         commit_interval=job.commit_interval_s,
-        processing_guarantee="exactly-once"
-        if job.guarantee == "exactly-once"
-        else "at-least-once",
+        processing_guarantee="exactly-once" if job.guarantee == "exactly-once" else "at-least-once",
         state_dir=os.path.join(job.workdir, "quix-state"),
         loglevel="WARNING",
     )
@@ -376,8 +378,7 @@ def run_sss(job: Job) -> None:
         connector = f"org.apache.spark:spark-sql-kafka-0-10_2.13:{version}"
         builder = builder.config("spark.jars.packages", connector)
     spark = (
-        builder
-        .config("spark.driver.host", "127.0.0.1")
+        builder.config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.ui.enabled", "false")
         .config("spark.driver.memory", "1g")

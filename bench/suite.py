@@ -6,6 +6,8 @@
   confluent-kafka loop, Quix Streams and Spark Structured Streaming (:mod:`bench.peers`),
   all reading the same pre-loaded input topic, round by round.
 * **B4 restore** — :mod:`bench.restore`.
+* **B3 localized recovery** — :mod:`bench.localized` (one subtask SIGKILLed vs the whole
+  job killed and restarted from its checkpoints, on Spark local mode).
 * **B5** is ``make bench-checkpoints`` (:mod:`bench.checkpoints`), run on its own.
 
 Every figure is the median of ``--runs`` runs with min–max; ratios are taken run by run
@@ -38,6 +40,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 from bench import (
     kafkatools,
     latency,
+    localized,
     measure,
     peers,
     procstat,
@@ -68,11 +71,12 @@ class Settings:
     commit_interval_s: float = 1.0
     b4_records: int = 1_500_000
     engine_timeout_s: float = 300.0
-    parts: tuple[str, ...] = ("b0", "b1", "b4", "b2")
+    parts: tuple[str, ...] = ("b0", "b1", "b4", "b2", "b3")
     b2_intervals: tuple[float, ...] = (0.1, 1.0, 5.0)
     b2_rate: float = 2000.0
     b2_seconds: float = 10.0
     b2_records: int = 100_000  # per throughput run (EOS overhead)
+    b3_rate: float = localized.Settings.rate
 
 
 def _create(admin: AdminClient, topic: str, partitions: int = PARTITIONS) -> None:
@@ -250,6 +254,8 @@ def summarise(doc: dict[str, Any]) -> dict[str, Any]:
         out["b2"] = latency.summarise(b2)
     if b2t := doc.get("b2_throughput"):
         out["b2_throughput"] = b2_overhead(b2t)
+    if b3 := doc.get("b3"):
+        out["b3"] = localized.summarise(b3)
     return out
 
 
@@ -321,6 +327,7 @@ PARTS: dict[str, str] = {
     "b1": "B1 throughput",
     "b4": "B4 restore",
     "b2": "B2 latency per hop",
+    "b3": "B3 localized recovery",
 }
 
 
@@ -396,6 +403,9 @@ def run(s: Settings, command: str) -> Path:
             "b0": lambda i: b0_round(bootstrap, broker_pid, admin, s),
             "b1": lambda i: b1_round(bootstrap, broker_pid, admin, s, log, i),
             "b4": lambda i: restore.b4_round(bootstrap, broker_pid, admin, s.b4_records),
+            "b3": lambda i: localized.b3_round(
+                bootstrap, admin, localized.Settings(rate=s.b3_rate), log
+            ),
         }
         for part in s.parts:
             if part == "b2":  # paced latency runs: their own loop (see b2_latency)
@@ -439,6 +449,7 @@ def parse_args(argv: Sequence[str] | None) -> Settings:
     ap.add_argument("--b4-records", type=int, default=d.b4_records)
     ap.add_argument("--b2-records", type=int, default=d.b2_records)
     ap.add_argument("--b2-seconds", type=float, default=d.b2_seconds)
+    ap.add_argument("--b3-rate", type=float, default=d.b3_rate, help="B3 input records/s")
     ap.add_argument(
         "--engines", default=",".join(d.engines), help="subset of " + ",".join(peers.ENGINES)
     )
@@ -459,6 +470,7 @@ def parse_args(argv: Sequence[str] | None) -> Settings:
         b4_records=a.b4_records,
         b2_records=a.b2_records,
         b2_seconds=a.b2_seconds,
+        b3_rate=a.b3_rate,
         engine_timeout_s=a.timeout,
         parts=parts,
     )
