@@ -66,6 +66,32 @@ class RunOptions:
     guarantee: str = "exactly-once"
 
 
+class GlobalCadence:
+    """When the next global checkpoint is due, judged from the spacing of the last two.
+
+    A subtask's own interval checkpoint falling just before a global trigger makes the
+    global one wait for that commit; while global checkpoints keep coming, they are the
+    subtask's checkpoints. If they stop (the coordinator died), interval checkpoints
+    resume after 1.5 spacings.
+    """
+
+    def __init__(self) -> None:
+        self._last: float | None = None
+        self._gap: float | None = None
+
+    def taken(self, now: float) -> None:
+        """A global checkpoint was committed at ``now`` (monotonic seconds)."""
+        if self._last is not None:
+            self._gap = now - self._last
+        self._last = now
+
+    def expected_soon(self, now: float) -> bool:
+        """True while the next global checkpoint is expected within 1.5 spacings."""
+        if self._last is None or self._gap is None:
+            return False
+        return now - self._last < 1.5 * self._gap
+
+
 @dataclass
 class SubtaskResult:
     """What one incarnation did; returned to the Spark driver and logged as an event."""
@@ -189,6 +215,7 @@ class SubtaskRunner:
         # Bytes of the last checkpoint: its own (state changes, record) and the channel data
         # its transaction had spilled since the previous one.
         self._ckpt_bytes = (0, 0)
+        self._global_times = GlobalCadence()
         # (tp, offset, records done) while a checkpoint is taken inside a message, and the
         # restored counterpart: records of message (tp, offset) to skip after a restore.
         self._partial: tuple[TopicPartition, int, int] | None = None
@@ -218,8 +245,11 @@ class SubtaskRunner:
                 if ended:
                     self._finish()
                     return self.result
-                if time.monotonic() - self._last_ckpt >= self.options.checkpoint_interval_s:
+                now = time.monotonic()
+                if now - self._last_ckpt >= self.options.checkpoint_interval_s:
                     stopping = self._should_stop()
+                    if not stopping and self._global_times.expected_soon(now):
+                        continue  # the next global checkpoint will do; see GlobalCadence
                     self._checkpoint(finished=False, stopping=stopping)
                     if stopping:
                         self.result.status = "stopped"
@@ -658,6 +688,7 @@ class SubtaskRunner:
             w.barrier(n)
         self._checkpoint(finished=False, global_id=n)
         self._global_last = n
+        self._global_times.taken(time.monotonic())
         self.events.emit(
             "checkpointed",
             bytes=self._ckpt_bytes[0],

@@ -18,6 +18,7 @@ from offsets.store import prune_point
 from recovery.globalckpt import GlobalProgress
 from recovery.plan import JobPlan
 from recovery.rewind import _add_span, check_compaction_window, plan_rewind
+from recovery.runner import GlobalCadence
 from spark_jobs.pipeline import Pipeline
 from spark_jobs.sinks import JsonlFileSink
 from tests.unit.test_reader_alignment import SCHEMA, TP, Msg, ScriptedConsumer, data
@@ -236,3 +237,14 @@ def test_completed_checkpoint_reports_bytes_written_and_spilled() -> None:
     assert summary["spilled_bytes"] == 5000
     assert summary["subtask_bytes"] == {"a[0]": 100, "b[0]": 40}
     assert summary["duration_s"] == 0.5
+
+
+def test_interval_checkpoints_give_way_to_regular_global_ones() -> None:
+    c = GlobalCadence()
+    assert not c.expected_soon(0.0)  # no global checkpoint yet: interval ones run
+    c.taken(10.0)
+    assert not c.expected_soon(10.5)  # one is not a cadence
+    c.taken(11.0)
+    assert c.expected_soon(11.9)  # the next is due around 12.0
+    assert c.expected_soon(12.4)
+    assert not c.expected_soon(12.6)  # 1.5 spacings without one: the coordinator stopped
