@@ -10,13 +10,11 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from recovery.faults import POINTS, CrashPoint
+from recovery.faults import OCCASIONAL_POINTS, POINTS, CrashPoint
 
-# Every point a running subtask passes. Left out: after-final-commit, reached once at the
-# very end, which a schedule cannot time against other faults; after-partial-commit,
-# reached only in unaligned checkpoint mode (the chaos job checkpoints on intervals; the
-# point has its own test in tests/integration/test_global_checkpoints.py).
-CHAOS_POINTS = tuple(p for p in POINTS if p not in ("after-final-commit", "after-partial-commit"))
+# Every point a running subtask passes again and again (the chaos job checkpoints on
+# intervals; after-partial-commit has its own test in test_global_checkpoints.py).
+CHAOS_POINTS = tuple(p for p in POINTS if p not in OCCASIONAL_POINTS)
 
 
 @dataclass(frozen=True)

@@ -172,15 +172,16 @@ def rewind_job(
             key = f"{s.operator}[{s.index}]"
             if key not in per_subtask:
                 raise ConfigError(f"global checkpoint {n} does not list {key}")
-            found = stores[s.operator].get(s.index, per_subtask[key])
+            # One read of the retained checkpoints serves both lookups.
+            retained = stores[s.operator].history(s.index, 100)
+            found = next((c for c in retained if c.checkpoint_id == per_subtask[key]), None)
             if found is None:
                 raise ConfigError(
                     f"cannot rewind to global checkpoint {n}: {s}'s checkpoint "
                     f"{per_subtask[key]} is no longer retained (older checkpoints are pruned)"
                 )
             taken[s] = found
-            latest = stores[s.operator].latest(s.index)
-            latest_ids[s] = int(latest.checkpoint_id) if latest else int(found.checkpoint_id)
+            latest_ids[s] = int(retained[-1].checkpoint_id)
         now = clock()
         admin = Admin(settings)
         stateful = {s: c for s, c in taken.items() if plan.operator(s.operator).stateful}
