@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
@@ -33,6 +33,22 @@ from channels.ids import Offset, TopicPartition
 from channels.kafka.retry import is_fenced, kafka_error, retrying
 
 log = logging.getLogger("spillway.producer")
+
+
+def pending_kafka_exception(exc: BaseException) -> KafkaException | None:
+    """The :class:`KafkaException` a ``SystemError`` from a client call was chained to, if any.
+
+    Follows ``__cause__``/``__context__`` (CPython chains the exception that was pending
+    when a C call returned a result anyway) a few links deep.
+    """
+    seen: BaseException | None = exc
+    for _ in range(5):
+        if seen is None:
+            return None
+        if isinstance(seen, KafkaException):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 class TransactionalProducer:
@@ -97,7 +113,10 @@ class TransactionalProducer:
             except KafkaException as e:  # fenced or broker gone: the broker aborts it later
                 log.info("abort on close of %s: %s", self.transactional_id, e)
         if self._producer is not None:
-            self._producer.flush(0)
+            try:
+                self._serve(self._producer.flush, 0)
+            except KafkaException as e:  # the fatal error that ended the process, seen again
+                log.info("flush on close of %s: %s", self.transactional_id, e)
             self._producer = None
         self._in_txn = False
 
@@ -155,7 +174,7 @@ class TransactionalProducer:
                 return
             except BufferError:
                 # librdkafka's queue is full: serve delivery reports to make room.
-                self._p.poll(0.05)
+                self.poll(0.05)
             except KafkaException as e:
                 raise self._translate(e) from e
         raise TransactionAbortedError(
@@ -163,12 +182,18 @@ class TransactionalProducer:
         )
 
     def poll(self, timeout_s: float = 0.0) -> None:
-        """Serve delivery reports."""
-        self._p.poll(timeout_s)
+        """Serve delivery reports; a fatal error (e.g. fencing) raises its Spillway error."""
+        try:
+            self._serve(self._p.poll, timeout_s)
+        except KafkaException as e:
+            raise self._translate(e) from e
 
     def flush(self, timeout_s: float = 30.0) -> None:
         """Wait until every queued message is acknowledged; raise if any delivery failed."""
-        remaining = self._p.flush(timeout_s)
+        try:
+            remaining = self._serve(self._p.flush, timeout_s)
+        except KafkaException as e:
+            raise self._translate(e) from e
         if remaining:
             self._abort_quietly()
             raise TransactionAbortedError(
@@ -246,6 +271,24 @@ class TransactionalProducer:
         if off is not None and off > self._last_offsets.get(tp, -1):
             self._last_offsets[tp] = off
 
+    @staticmethod
+    def _serve(call: Callable[[float], int], timeout_s: float) -> int:
+        """``poll``/``flush`` with librdkafka's fatal errors surfaced as :class:`KafkaException`.
+
+        confluent-kafka 2.16 raises a fatal error (e.g. ``_FENCED``) from ``flush``/``poll``
+        and may then still call a delivery callback with that exception pending; CPython
+        turns this into a ``SystemError`` whose cause is the real ``KafkaException``.
+        Unwrapping it lets a fenced zombie be recognised as fenced (and stop) instead of
+        failing with an unexplained error that Spark would retry.
+        """
+        try:
+            return call(timeout_s)
+        except SystemError as e:
+            inner = pending_kafka_exception(e)
+            if inner is None:
+                raise
+            raise inner from e
+
     def _raise_delivery_error(self) -> None:
         err = self._delivery_error
         if err is None:
@@ -283,7 +326,10 @@ class TransactionalProducer:
 
     def _recreate(self) -> None:
         if self._producer is not None:
-            self._producer.flush(0)  # serve pending callbacks; nothing is committed here
+            try:  # serve pending callbacks; nothing is committed here
+                self._serve(self._producer.flush, 0)
+            except KafkaException as e:
+                log.info("flush before recreating %s: %s", self.transactional_id, e)
         self._producer = None
         self._in_txn = False
         time.sleep(0.1)

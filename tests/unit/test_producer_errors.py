@@ -1,0 +1,79 @@
+"""The producer's error policy for errors librdkafka reports from poll/flush (no broker)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+
+from channels.config import KafkaSettings
+from channels.errors import ProducerFencedError, SpillwayError
+from channels.kafka.producer import TransactionalProducer, pending_kafka_exception
+
+
+def _fenced() -> KafkaException:
+    return KafkaException(KafkaError(KafkaError._FENCED, "fenced by a newer instance", fatal=True))
+
+
+class _FlushRaisesWrapped:
+    """What confluent-kafka 2.16 does when fencing is found during flush: the fatal error is
+    pending when a delivery callback returns, and CPython reports a SystemError caused by it."""
+
+    def __init__(self, inner: BaseException) -> None:
+        self.inner = inner
+
+    def flush(self, timeout: float = 0.0) -> int:
+        try:
+            raise self.inner
+        except BaseException as e:
+            msg = "<function _on_delivery> returned a result with an exception set"
+            raise SystemError(msg) from e
+
+    poll = flush
+
+    def abort_transaction(self, timeout: float) -> None:
+        raise _fenced()
+
+
+def _producer(fake: Any) -> TransactionalProducer:
+    p = TransactionalProducer(KafkaSettings(bootstrap_servers="127.0.0.1:1"), "spillway.j.op.0")
+    p._producer = fake
+    p._in_txn = True
+    return p
+
+
+def test_pending_kafka_exception_follows_the_chain() -> None:
+    k = _fenced()
+    with pytest.raises(SystemError) as info:
+        _FlushRaisesWrapped(k).flush()
+    assert pending_kafka_exception(info.value) is k
+    assert pending_kafka_exception(SystemError("no cause")) is None
+
+
+@pytest.mark.parametrize("call", ["flush", "poll"])
+def test_fencing_reported_through_a_system_error_is_fencing(call: str) -> None:
+    p = _producer(_FlushRaisesWrapped(_fenced()))
+    with pytest.raises(ProducerFencedError, match="fenced by a newer incarnation"):
+        getattr(p, call)(0.1)
+    assert not p.in_transaction
+
+
+def test_an_unrelated_system_error_is_not_disguised() -> None:
+    p = _producer(_FlushRaisesWrapped(ValueError("bug")))
+    with pytest.raises(SystemError):
+        p.flush(0.1)
+
+
+def test_close_after_fencing_does_not_raise() -> None:
+    p = _producer(_FlushRaisesWrapped(_fenced()))
+    p.close()
+    assert p._producer is None
+    assert not p.in_transaction
+
+
+def test_other_fatal_errors_stop_with_the_cause() -> None:
+    err = KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED, "denied", fatal=True))
+    p = _producer(_FlushRaisesWrapped(err))
+    with pytest.raises(SpillwayError, match="fatal error"):
+        p.flush(0.1)
