@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -287,7 +287,7 @@ class SubtaskRunner:
                 if self.sink is not None:
                     # The final commit may have happened without its files being
                     # published (crash between commit and rename): publish them now.
-                    self.sink.open(self.ctx, ckpt.source, self.out)
+                    self.sink.open(self.ctx, _sink_position(ckpt.source, self.source), self.out)
                 self.lifecycle.to(Phase.FINISHED)
                 self.result.status = "skipped"
                 log.info(
@@ -363,9 +363,10 @@ class SubtaskRunner:
                 self._global_last = restored_global[0]
         position = dict(ckpt.source) if ckpt else {}
         if self.source is not None:
-            self.source.open(self.ctx, position)
+            src = position.get("source", {}) if self.sink is not None else position
+            self.source.open(self.ctx, src)
         if self.sink is not None:
-            self.sink.open(self.ctx, position, self.out)
+            self.sink.open(self.ctx, _sink_position(position, self.source), self.out)
         if self.logic is not None:
             self.logic.open(self.ctx)
         self._wm_out = ckpt.watermark if ckpt else None
@@ -449,7 +450,8 @@ class SubtaskRunner:
             if recs is None:
                 return True
             self.result.records_in += len(recs)
-            self._emit(recs)
+            # A source chained with transforms: they run here, before anything is written.
+            self._emit(self._process(recs, None, None) if self.logic is not None else recs)
             self._maybe_forward_watermark(self.source.watermark())
             return False
         assert self.reader is not None
@@ -530,17 +532,24 @@ class SubtaskRunner:
             self._replayed[tp] += n
             self.result.replay[str(tp)][2] = self._replayed[tp]
 
-    def _process(self, records: list[Record], tp: TopicPartition, offset: int) -> list[Record]:
-        """Run the operator on one input message's records; isolate failures if dead-lettering."""
+    def _process(
+        self, records: list[Record], tp: TopicPartition | None, offset: int | None
+    ) -> list[Record]:
+        """Run the operator on one input message's records (``tp`` ``None``: on what the
+        chained source just read); isolate failures if dead-lettering."""
         assert self.logic is not None
         try:
             return list(self.logic.process(records))
         except Exception as e:
             if self.dead_letters is None:
+                where = (
+                    f"a record of {tp} at offset {offset} ({len(records)} records in that message)"
+                    if tp is not None
+                    else f"a record its source read ({len(records)} records in that read)"
+                )
                 raise RecordError(
-                    f"{self.subtask}: operator {self.op.name!r} failed on a record of {tp} at "
-                    f"offset {offset} ({len(records)} records in that message): "
-                    f"{type(e).__name__}: {e}. Nothing from that message on is committed; fix "
+                    f"{self.subtask}: operator {self.op.name!r} failed on {where}: "
+                    f"{type(e).__name__}: {e}. Nothing from there on is committed; fix "
                     "the function, or run with --dead-letter to divert bad records",
                     subtasks=[self.subtask],
                 ) from e
@@ -583,7 +592,7 @@ class SubtaskRunner:
                     self.dead_letters.send(stage="emit", error=e1, tp=tp, offset=offset, record=r)
             recs = good
         self.result.records_out += len(recs)
-        if self.sink is not None and self.logic is not None:
+        if self.sink is not None:  # the end of a chain (a sink alone is fed by _deliver)
             self.sink.write(recs)
 
     def _maybe_forward_watermark(self, wm: int | None) -> None:
@@ -617,7 +626,7 @@ class SubtaskRunner:
         if self.source is not None:
             position = self.source.position()
         if self.sink is not None:
-            position = self.sink.prepare(int(cid))
+            position = _join_positions(position, self.sink.prepare(int(cid)), self.source)
         if self.state is not None and self.state.flush_to(self.producer):
             self.producer.flush()
             last = self.producer.last_offset(self.state.tp)
@@ -662,7 +671,7 @@ class SubtaskRunner:
         self._ckpt_bytes = (self.producer.txn_bytes - spilled, spilled)
         self.faults.reached("after-final-commit" if finished else "after-commit")
         if self.sink is not None:
-            self.sink.committed(position)
+            self.sink.committed(_sink_position(position, self.source))
         self.result.checkpoints += 1
         self._last_ckpt = time.monotonic()
         if cid % 10 == 0:
@@ -749,3 +758,14 @@ class SubtaskRunner:
                 self.reader.close()
             except Exception:
                 log.warning("closing reader of %s failed", self.subtask, exc_info=True)
+
+
+# A chain from a source to a sink keeps both positions in the checkpoint, side by side.
+def _join_positions(
+    source: dict[str, Any], sink: dict[str, Any], has_source: object
+) -> dict[str, Any]:
+    return {"source": source, "sink": sink} if has_source is not None else sink
+
+
+def _sink_position(position: Mapping[str, Any], has_source: object) -> dict[str, Any]:
+    return dict(position.get("sink", {})) if has_source is not None else dict(position)

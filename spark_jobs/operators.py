@@ -187,3 +187,52 @@ def _by_key(items: Iterable[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
         return sorted(items, key=lambda kv: kv[0])
     except TypeError:  # mixed key types
         return sorted(items, key=lambda kv: repr(kv[0]))
+
+
+class ChainedLogic:
+    """Transforms fused into one subtask (operator chaining over forward edges).
+
+    Each member's output is the next member's input within the same call, so no channel
+    lies between them. At most the last member is stateful (``Pipeline`` checks this): a
+    call that fails half-way must leave keyed state untouched, and only the last member's
+    state writes come after every other member has succeeded.
+    """
+
+    def __init__(self, members: Sequence[Any]) -> None:
+        self.members = list(members)
+
+    def open(self, ctx: Context) -> None:
+        """Open every member; they share the subtask's context (and its one keyed state)."""
+        for m in self.members:
+            m.open(ctx)
+
+    def process(self, records: Sequence[Record]) -> list[Record]:
+        """Records through every member in order."""
+        out = list(records)
+        for m in self.members:
+            if not out:
+                break
+            out = list(m.process(out))
+        return out
+
+    def on_watermark(self, watermark: int) -> list[Record]:
+        """What each member emits for ``watermark`` goes through the later members first,
+        then they see the watermark themselves (as they would behind a channel)."""
+        out: list[Record] = []
+        for m in self.members:
+            out = list(m.process(out)) if out else []
+            out.extend(m.on_watermark(watermark))
+        return out
+
+    def on_end(self) -> list[Record]:
+        """End of input, member by member, with earlier members' final outputs passed on."""
+        out: list[Record] = []
+        for m in self.members:
+            out = list(m.process(out)) if out else []
+            out.extend(m.on_end())
+        return out
+
+
+def make_chain(factories: Sequence[Callable[[], Any]]) -> ChainedLogic:
+    """A :class:`ChainedLogic` of fresh members (a plan's ``make_logic`` for a chain)."""
+    return ChainedLogic([f() for f in factories])

@@ -14,6 +14,13 @@ Every edge between operators becomes a persistent channel (a Kafka topic). Routi
 edge: ``forward`` when both sides have the same parallelism, round-robin otherwise,
 key hash after :meth:`Stream.key_by`, or :meth:`Stream.broadcast`. :meth:`Pipeline.plan`
 validates the graph before anything starts.
+
+``Pipeline(name, chaining=True)`` fuses operators joined by a forward edge into one
+subtask, as Flink chains operators: the edge then has no channel, the chain checkpoints
+and recovers as one subtask (named after its first operator). An edge is chained when it
+is ``forward``, is its upstream's only output and its downstream's only input, and at most
+the chain's last transform keeps keyed state. Key-by, rebalance and broadcast edges always
+stay persistent channels, so recovery stays local to the failed chain.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ from spark_jobs.operators import (
     KeyedAggregateLogic,
     MapLogic,
     TumblingWindowLogic,
+    make_chain,
 )
 from spark_jobs.sinks import ConsoleSink, JsonlFileSink, KafkaTopicSink
 from spark_jobs.sources import FileSource, GeneratorSource, KafkaTopicSource
@@ -64,8 +72,9 @@ class _Edge:
 class Pipeline:
     """A job graph under construction. Operators are added through :class:`Stream` methods."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, *, chaining: bool = False) -> None:
         self.name = name
+        self.chaining = chaining
         self._nodes: dict[str, _Node] = {}
         self._order: list[str] = []
         self._edges: list[_Edge] = []
@@ -282,22 +291,42 @@ class Pipeline:
         """Validate and compile into the plan the runtime executes for job ``job``."""
         self.validate()
         jid: JobId = job_id(job)
-        ops = tuple(
-            OperatorPlan(
-                name=OperatorName(n.name),
-                parallelism=n.parallelism,
-                kind=n.kind,
-                make_source=n.factory if n.kind == "source" else None,
-                make_logic=n.factory if n.kind == "transform" else None,
-                make_sink=n.factory if n.kind == "sink" else None,
-                stateful=n.stateful,
-                description=n.description,
-            )
-            for n in self._topological()
+        chains = self._chains()
+        head = {m.name: chain[0].name for chain in chains for m in chain}
+        ops = tuple(_operator_plan(chain) for chain in chains)
+        edges = tuple(
+            self._edge_plan(e, head[e.upstream], head[e.downstream])
+            for e in self._edges
+            if head[e.upstream] != head[e.downstream]
         )
-        edges = tuple(self._edge_plan(e) for e in self._edges)
         bounded = all(n.bounded for n in self._nodes.values() if n.kind == "source")
         return JobPlan(jid, ops, edges, bounded)
+
+    def _chains(self) -> list[list[_Node]]:
+        """Operators grouped into chains (single operators without ``chaining``), in
+        topological order of their first operators."""
+        chains: list[list[_Node]] = []
+        chain_of: dict[str, list[_Node]] = {}
+        for n in self._topological():
+            ins = [e for e in self._edges if e.downstream == n.name]
+            if self.chaining and len(ins) == 1 and self._chainable(ins[0], chain_of):
+                chain = chain_of[ins[0].upstream]
+                chain.append(n)
+            else:
+                chain = [n]
+                chains.append(chain)
+            chain_of[n.name] = chain
+        return chains
+
+    def _chainable(self, e: _Edge, chain_of: dict[str, list[_Node]]) -> bool:
+        up, down = self._nodes[e.upstream], self._nodes[e.downstream]
+        if self._routing(e) != "forward" or down.kind == "source" or up.kind == "sink":
+            return False
+        if sum(1 for o in self._edges if o.upstream == up.name) != 1:
+            return False
+        # Keyed state only in the chain's last transform: a failed call then changes no
+        # state (ChainedLogic), and dead-letter retries cannot apply a record twice.
+        return not (down.kind == "transform" and any(m.stateful for m in chain_of[up.name]))
 
     def _topological(self) -> list[_Node]:
         indeg = {n: 0 for n in self._nodes}
@@ -315,19 +344,47 @@ class Pipeline:
                         ready.append(e.downstream)
         return out
 
-    def _edge_plan(self, e: _Edge) -> EdgePlan:
+    def _routing(self, e: _Edge) -> str:
+        if e.routing != "auto":
+            return e.routing
         up, down = self._nodes[e.upstream], self._nodes[e.downstream]
-        routing = e.routing
-        if routing == "auto":
-            routing = "forward" if up.parallelism == down.parallelism else "rebalance"
-        assert up.schema is not None
+        return "forward" if up.parallelism == down.parallelism else "rebalance"
+
+    def _edge_plan(self, e: _Edge, upstream: str, downstream: str) -> EdgePlan:
+        """``e`` between the operators (chains) ``upstream`` and ``downstream``."""
+        schema = self._nodes[e.upstream].schema
+        assert schema is not None
+        routing = self._routing(e)
         return EdgePlan(
-            OperatorName(up.name),
-            OperatorName(down.name),
-            up.schema,
+            OperatorName(upstream),
+            OperatorName(downstream),
+            schema,
             _partitioner_factory(routing, e.key_fn),
             routing,
         )
+
+
+def _operator_plan(chain: list[_Node]) -> OperatorPlan:
+    """The plan of one operator, or of a chain of them (named after its first)."""
+    first, last = chain[0], chain[-1]
+    logics = [m.factory for m in chain if m.kind == "transform"]
+    make_logic: Callable[[], Any] | None = None
+    if len(logics) == 1:
+        make_logic = logics[0]
+    elif logics:
+        make_logic = partial(make_chain, tuple(logics))
+    return OperatorPlan(
+        name=OperatorName(first.name),
+        parallelism=first.parallelism,
+        kind=first.kind if len(chain) == 1 else "chain",
+        make_source=first.factory if first.kind == "source" else None,
+        make_logic=make_logic,
+        make_sink=last.factory if last.kind == "sink" else None,
+        stateful=any(m.stateful for m in chain),
+        description=first.description
+        if len(chain) == 1
+        else {"chain": [{"name": m.name, "kind": m.kind, **m.description} for m in chain]},
+    )
 
 
 def _partitioner_factory(
@@ -439,7 +496,7 @@ class Stream:
         """Exactly-once JSONL files under ``directory/<name>/`` (published at checkpoints)."""
         self._then(
             name,
-            partial(JsonlFileSink, directory),
+            partial(JsonlFileSink, directory, name),
             None,
             parallelism,
             "sink",

@@ -24,14 +24,18 @@ _SUFFIX = ".inprogress"
 
 
 class JsonlFileSink:
-    """Writes ``part-<subtask>-<checkpoint>.jsonl`` files under ``directory/<operator>/``.
+    """Writes ``part-<subtask>-<checkpoint>.jsonl`` files under ``directory/<name>/``.
+
+    ``name``: the sink operator's name (default: the subtask's operator, which differs
+    when the sink is chained behind other operators).
 
     A rewind to an older checkpoint deletes the files published after it, so the
     directory again holds exactly the output up to that checkpoint.
     """
 
-    def __init__(self, directory: str) -> None:
+    def __init__(self, directory: str, name: str | None = None) -> None:
         self.directory = Path(directory)
+        self.name = name
         self._dir = self.directory
         self._index = 0
         self._next = 0
@@ -40,7 +44,7 @@ class JsonlFileSink:
 
     def open(self, ctx: Context, committed: Mapping[str, Any], producer: Any) -> None:
         """Finish the last committed file and drop in-progress files of aborted attempts."""
-        self._dir = self.directory / ctx.subtask.operator
+        self._dir = self.directory / (self.name or ctx.subtask.operator)
         self._dir.mkdir(parents=True, exist_ok=True)
         self._index = ctx.subtask.index
         pending = committed.get("pending")

@@ -7,7 +7,8 @@ Configured by environment (read when the pipeline is built, on the driver and on
 executor): ``CLICKS_RECORDS`` (default 1,000,000; ``unbounded`` for an endless
 stream), ``CLICKS_OUT`` (output directory),
 ``CLICKS_PARALLELISM`` (default 2), ``CLICKS_RATE`` (records/s per source subtask; unset:
-as fast as possible).
+as fast as possible), ``CLICKS_CHAINING=1`` (fuse clicks→enrich and count→out, leaving
+one channel: see ``Pipeline(chaining=True)``).
 """
 
 from __future__ import annotations
@@ -81,10 +82,14 @@ def add_view(acc: list[Any], view: dict[str, Any]) -> list[Any]:
 
 
 def build(
-    records: int | None, out_dir: str, parallelism: int = 2, rate: float | None = None
+    records: int | None,
+    out_dir: str,
+    parallelism: int = 2,
+    rate: float | None = None,
+    chaining: bool = False,
 ) -> Pipeline:
     """The click pipeline over ``records`` generated clicks, writing to ``out_dir``."""
-    p = Pipeline("clicks")
+    p = Pipeline("clicks", chaining=chaining)
     clicks = p.generate(
         "clicks", make=make_click, schema=CLICK, count=records, parallelism=parallelism, rate=rate
     )
@@ -111,6 +116,7 @@ def pipeline() -> Pipeline:
         os.environ.get("CLICKS_OUT", ".spillway/out/clicks"),
         int(os.environ.get("CLICKS_PARALLELISM", "2")),
         float(rate) if rate else None,
+        os.environ.get("CLICKS_CHAINING", "0") == "1",
     )
 
 

@@ -17,4 +17,5 @@ def clicks_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("CLICKS_PARALLELISM", "2")
     monkeypatch.delenv("CLICKS_RATE", raising=False)
     monkeypatch.delenv("SPILLWAY_CRASH_AT", raising=False)
+    monkeypatch.delenv("CLICKS_CHAINING", raising=False)
     return out

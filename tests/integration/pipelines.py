@@ -165,3 +165,24 @@ def file_sums() -> Pipeline:
         parallelism=2,
     ).write_jsonl("out", os.environ["SPILLWAY_TEST_OUT"])
     return p
+
+
+def tag(e: dict[str, Any]) -> dict[str, Any]:
+    """A stateless step of the chained pipeline."""
+    return {"key": e["key"], "score": e["seq"] % 10}
+
+
+def chained_etl() -> Pipeline:
+    """generate(p=2) → tag → keep score > 2 → files, all fused into one chain (no channel)."""
+    p = Pipeline("chained-etl", chaining=True)
+    events = p.generate(
+        "events",
+        make=make_event,
+        schema=EVENT,
+        count=int(os.environ["SPILLWAY_TEST_RECORDS"]),
+        parallelism=2,
+        rate=float(os.environ.get("SPILLWAY_TEST_RATE", "0")) or None,
+    )
+    tagged = events.map("tag", tag, schema=SCORED).filter("keep", lambda r: r["score"] > 2)
+    tagged.write_jsonl("out", os.environ["SPILLWAY_TEST_OUT"])
+    return p
