@@ -9,6 +9,9 @@ the two lines. Engines:
 ``spillway``    the pipeline below, each subtask (source, parse, count, sink) in its own
                 process running :class:`recovery.runner.SubtaskRunner` — what a Spark
                 task runs, without Spark's JVM around it. Parallelism 1.
+``spillway-chained`` the same pipeline with ``Pipeline(chaining=True)``: source+parse
+                and count+sink are two chains (two processes) joined by the one keyed
+                channel.
 ``handwritten`` one confluent-kafka consumer + transactional producer loop doing the
                 same decode → parse → count → encode, with the dirty counts written to a
                 compacted changelog topic and the input offsets sent in each transaction.
@@ -29,12 +32,12 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from bench import workload
 
-ENGINES = ("spillway", "handwritten", "quix", "sss")
+ENGINES = ("spillway", "spillway-chained", "handwritten", "quix", "sss")
 # Set to a directory: each Spillway subtask writes its cProfile stats there (profiling).
 PROFILE_ENV = "SPILLWAY_BENCH_PROFILE"
 CHANGELOG_SUFFIX = "-changelog"
@@ -54,6 +57,7 @@ class Job:
     guarantee: str = "exactly-once"
     connector: str = ""  # spark-sql-kafka-0-10 version; "" = the pyspark version
     traced: bool = False  # spillway only: the B2 variant (see spillway_pipeline)
+    chaining: bool = False  # spillway only: Pipeline(chaining=True)
 
 
 def _say(word: str) -> None:
@@ -132,7 +136,11 @@ def _traced_init() -> list[Any]:
 
 
 def spillway_pipeline(
-    input_topic: str, output_topic: str, traced: bool = False, parallelism: int = 1
+    input_topic: str,
+    output_topic: str,
+    traced: bool = False,
+    parallelism: int = 1,
+    chaining: bool = False,
 ) -> Any:
     """source → parse → count per page (updates) → Kafka, ``parallelism`` subtasks each.
 
@@ -140,7 +148,7 @@ def spillway_pipeline(
     """
     from spark_jobs.pipeline import Pipeline
 
-    p = Pipeline("bench-throughput")
+    p = Pipeline("bench-throughput", chaining=chaining)
     events = p.read_kafka(
         "source", input_topic, schema=EVENT_SCHEMA, bounded=not traced, parallelism=parallelism
     )
@@ -177,13 +185,18 @@ def run_options(job: Job) -> Any:
     return RunOptions(checkpoint_interval_s=job.commit_interval_s, **extra)
 
 
+def _plan(job: Job) -> Any:
+    pipeline = spillway_pipeline(job.input, job.output, job.traced, chaining=job.chaining)
+    return pipeline.plan(job.name)
+
+
 def _spillway_subtask(
     job: Job, index: int, ready: Any, go: multiprocessing.synchronize.Event
 ) -> None:
     from channels.config import KafkaSettings
     from recovery.runner import SubtaskRunner
 
-    plan = spillway_pipeline(job.input, job.output, job.traced).plan(job.name)
+    plan = _plan(job)
     subtask = plan.subtasks()[index]
     runner = SubtaskRunner(plan, subtask, KafkaSettings(job.bootstrap), run_options(job), 0)
     ready.put(index)
@@ -204,7 +217,7 @@ def run_spillway(job: Job) -> None:
     from channels.config import KafkaSettings
     from spark_jobs.driver import prepare_topics
 
-    plan = spillway_pipeline(job.input, job.output, job.traced).plan(job.name)
+    plan = _plan(job)
     prepare_topics(plan, KafkaSettings(job.bootstrap))
     ctx = multiprocessing.get_context("spawn")
     go, ready = ctx.Event(), ctx.Queue()
@@ -436,8 +449,14 @@ def run_sss(job: Job) -> None:
         proc.wait(60)
 
 
+def run_spillway_chained(job: Job) -> None:
+    """:func:`run_spillway` with forward edges chained (one process per chain)."""
+    run_spillway(replace(job, chaining=True))
+
+
 RUNNERS: dict[str, Callable[[Job], None]] = {
     "spillway": run_spillway,
+    "spillway-chained": run_spillway_chained,
     "handwritten": run_handwritten,
     "quix": run_quix,
     "sss": run_sss,

@@ -239,14 +239,16 @@ def summarise(doc: dict[str, Any]) -> dict[str, Any]:
         out["b1"] = {
             e: {k: asdict(spread([r[e][k] for r in b1])) for k in figures} for e in engines
         }
-        if "spillway" in engines:
+        mine = [e for e in ("spillway", "spillway-chained") if e in engines]
+        if mine:
             out["b1_ratios"] = {
-                f"spillway/{e}": {
-                    k: asdict(spread(ratios([r["spillway"][k] for r in b1], [r[e][k] for r in b1])))
+                f"{s}/{e}": {
+                    k: asdict(spread(ratios([r[s][k] for r in b1], [r[e][k] for r in b1])))
                     for k in ("records_per_s", "per_cpu_s")
                 }
+                for s in mine
                 for e in engines
-                if e != "spillway"
+                if not e.startswith("spillway")
             }
     if b4 := doc.get("b4"):
         out["b4"] = restore.summarise(b4)
