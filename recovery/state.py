@@ -29,11 +29,42 @@ CHANGELOG_TOPIC_CONFIG = {
 }
 
 
+# Shared encoders (json.dumps with options builds one per call); same text as before.
+_KEY_TEXT = json.JSONEncoder(separators=(",", ":"), sort_keys=True).encode
+_VALUE_TEXT = json.JSONEncoder(separators=(",", ":")).encode
+_ATOMS = (str, int, float, bool, type(None))
+
+
 def _encode_key(key: Any) -> str:
+    # Plain ASCII strings (the usual key) skip the encoder; the text is what it would give.
+    plain = type(key) is str and key.isascii() and key.isprintable()
+    if plain and '"' not in key and "\\" not in key:
+        return f'"{key}"'
     try:
-        return json.dumps(key, separators=(",", ":"), sort_keys=True)
+        return _KEY_TEXT(key)
     except TypeError as e:
         raise SpillwayError(f"state key {key!r} is not JSON-serializable: {e}") from e
+
+
+def _restores_as_itself(value: Any) -> bool:
+    """True when ``json.loads(json.dumps(value)) == value`` with the same types: atoms
+    (finite floats) and lists / str-keyed dicts of them."""
+    if isinstance(value, list):
+        items: Iterable[Any] = value
+    elif isinstance(value, dict):
+        if not all(type(k) is str for k in value):
+            return False
+        items = value.values()
+    else:
+        items = (value,)
+    for v in items:
+        t = type(v)
+        if t is float:
+            if v != v or v in (float("inf"), float("-inf")):
+                return False
+        elif t not in _ATOMS:
+            return False
+    return True
 
 
 def _decode_key(text: str) -> Any:
@@ -86,12 +117,17 @@ class ChangelogState:
         """
         k = _encode_key(key)
         try:
-            text = json.dumps(value, separators=(",", ":"))
+            text = _VALUE_TEXT(value)
         except (TypeError, ValueError) as e:
             raise RecordError(
                 f"state value for key {key!r} in {self.tp} is not JSON-serializable: {e}"
             ) from e
-        self._data[k] = (key, json.loads(text))
+        # A flat value comes back from JSON as itself: keep a copy instead of re-parsing.
+        if _restores_as_itself(value):
+            stored = value.copy() if isinstance(value, (list, dict)) else value
+        else:
+            stored = json.loads(text)
+        self._data[k] = (key, stored)
         self._dirty[k] = text
 
     def delete(self, key: Any) -> None:

@@ -174,10 +174,23 @@ class TumblingWindowLogic:
         return out
 
 
+_ATOMS = frozenset({str, int, float, bool, type(None)})
+
+
 def _copy(value: Any) -> Any:
     """A private copy of a mutable accumulator: ``add`` may change it in place (as Flink's
-    AggregateFunction may), and a call that fails half-way must not change state."""
-    return copy.deepcopy(value) if isinstance(value, (list, dict)) else value
+    AggregateFunction may), and a call that fails half-way must not change state.
+
+    Flat lists and dicts of immutable values (the usual accumulator) are copied shallowly,
+    which is a deep copy for them and far cheaper than ``copy.deepcopy``.
+    """
+    if isinstance(value, list):
+        flat = all(type(v) in _ATOMS for v in value)
+    elif isinstance(value, dict):
+        flat = all(type(v) in _ATOMS for v in value.values())
+    else:
+        return value
+    return value.copy() if flat else copy.deepcopy(value)
 
 
 def _by_key(items: Iterable[tuple[Any, Any]]) -> list[tuple[Any, Any]]:

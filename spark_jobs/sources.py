@@ -17,6 +17,8 @@ from offsets.store import check_retention
 from recovery.plan import Context, Record, Rejected
 from spark_jobs.lines import LineError, field_types, parse_csv, parse_csv_header, parse_jsonl
 
+_from_json = json.JSONDecoder().decode
+
 
 class GeneratorSource:
     """Records ``make(i)`` for ``i`` in ``0..count-1``; subtask k of p takes ``i ≡ k (mod p)``.
@@ -264,7 +266,8 @@ class KafkaTopicSource:
             if self.bounded and off >= self._ends.get(p, 0):
                 continue
             try:
-                out.append(json.loads(m.value() or b"null"))
+                # str first: json.loads(bytes) sniffs the encoding per call; UTF-8 is ours.
+                out.append(_from_json((m.value() or b"null").decode()))
             except ValueError as e:
                 raise RecordError(f"{self.topic}[{p}] offset {off}: value is not JSON ({e})") from e
             self._next[p] = off + 1
