@@ -13,12 +13,16 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from confluent_kafka import Message
+
 from channels.errors import RecordError, SpillwayError
 from channels.ids import Offset, TopicPartition
 from channels.kafka.consumer import AssignedConsumer
 from channels.kafka.producer import TransactionalProducer
 
 _DELETED = object()
+# Messages per consume call while restoring; librdkafka fetches ahead meanwhile.
+_RESTORE_BATCH = 1000
 
 CHANGELOG_TOPIC_CONFIG = {
     "cleanup.policy": "compact",
@@ -100,6 +104,26 @@ class ChangelogState:
         self._data.pop(k, None)
         self._dirty[k] = _DELETED
 
+    def _apply(self, batch: list[Message], upto: int, abandoned: set[str]) -> int:
+        """Copy one batch (offset order) into ``_data``; keys at or past ``upto`` go to
+        ``abandoned``. Returns how many records were applied."""
+        last = batch[-1].offset() or 0
+        if last >= upto:  # rare: mostly a rewind, which reads past `upto` on purpose
+            cut = next(i for i, m in enumerate(batch) if (m.offset() or 0) >= upto)
+            abandoned.update((m.key() or b"").decode() for m in batch[cut:])
+            batch = batch[:cut]
+        # The hot loop of a restore: offsets are checked once per batch above, values are
+        # copied as bytes (decoded on first use), so each record costs one key decode.
+        data = self._data
+        for m in batch:
+            v = m.value()
+            k = (m.key() or b"").decode()
+            if v is None:
+                data.pop(k, None)
+            else:
+                data[k] = v
+        return len(batch)
+
     def items(self) -> Iterable[tuple[Any, Any]]:
         """All live (key, value) pairs."""
         return [
@@ -149,19 +173,14 @@ class ChangelogState:
         if low < end:
             consumer.assign({self.tp: Offset(low)})
             deadline = time.monotonic() + timeout_s
+            pos: int | None = low
             while True:
-                for m in consumer.consume(1000, 0.2):
-                    off = m.offset() or 0
-                    k = (m.key() or b"").decode()
-                    if off >= upto:
-                        abandoned.add(k)
-                        continue
-                    n += 1
-                    v = m.value()
-                    if v is None:
-                        self._data.pop(k, None)
-                    else:
-                        self._data[k] = v
+                # Never more than is left below `end`: the last batch then comes back as
+                # soon as it is complete instead of waiting out the timeout.
+                want = _RESTORE_BATCH if pos is None else min(_RESTORE_BATCH, end - pos)
+                batch = consumer.consume(want, 0.2)
+                if batch:
+                    n += self._apply(batch, upto, abandoned)
                 pos = consumer.position(self.tp)
                 if pos is not None and pos >= end:
                     break
