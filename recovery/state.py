@@ -33,15 +33,15 @@ CHANGELOG_TOPIC_CONFIG = {
 }
 
 
-def _encode_key(key: Any) -> str:
+def _encode_key(key: Any) -> bytes:
     try:
-        return json.dumps(key, separators=(",", ":"), sort_keys=True)
+        return json.dumps(key, separators=(",", ":"), sort_keys=True).encode()
     except TypeError as e:
         raise SpillwayError(f"state key {key!r} is not JSON-serializable: {e}") from e
 
 
-def _decode_key(text: str) -> Any:
-    return _tuples(json.loads(text))
+def _decode_key(raw: bytes) -> Any:
+    return _tuples(json.loads(raw))
 
 
 def _tuples(v: Any) -> Any:
@@ -54,11 +54,12 @@ class ChangelogState:
 
     def __init__(self, tp: TopicPartition) -> None:
         self.tp = tp
-        # key text -> (key, value); or the raw changelog value (JSON bytes) of a restored
-        # key not used since: a restore only copies bytes, as Kafka Streams' does into
-        # RocksDB, and each key is decoded when first read.
-        self._data: dict[str, tuple[Any, Any] | bytes] = {}
-        self._dirty: dict[str, Any] = {}  # key -> JSON text, or _DELETED
+        # Keyed by the changelog key (JSON bytes) -> (key, value); or the raw changelog
+        # value (JSON bytes) of a restored key not used since: a restore only copies the
+        # message's bytes, as Kafka Streams' does into RocksDB, and each key is decoded
+        # when first read.
+        self._data: dict[bytes, tuple[Any, Any] | bytes] = {}
+        self._dirty: dict[bytes, Any] = {}  # key -> JSON text, or _DELETED
 
     def get(self, key: Any, default: Any = None) -> Any:
         """The value of ``key``, or ``default``."""
@@ -68,14 +69,15 @@ class ChangelogState:
             return default
         return (self._decoded(k, hit) if isinstance(hit, bytes) else hit)[1]
 
-    def _decoded(self, k: str, raw: bytes) -> tuple[Any, Any]:
+    def _decoded(self, k: bytes, raw: bytes) -> tuple[Any, Any]:
         try:
             entry = (_decode_key(k), json.loads(raw))
         except ValueError as e:
             # Reported on first use rather than during the restore (values are not parsed
             # then); either way the subtask stops before using the key.
             raise SpillwayError(
-                f"changelog {self.tp} holds a corrupt record for state key {k}: {e}. The "
+                f"changelog {self.tp} holds a corrupt record for state key "
+                f"{k.decode(errors='replace')}: {e}. The "
                 "changelog topic was written by something other than this subtask"
             ) from e
         self._data[k] = entry
@@ -104,20 +106,20 @@ class ChangelogState:
         self._data.pop(k, None)
         self._dirty[k] = _DELETED
 
-    def _apply(self, batch: list[Message], upto: int, abandoned: set[str]) -> int:
+    def _apply(self, batch: list[Message], upto: int, abandoned: set[bytes]) -> int:
         """Copy one batch (offset order) into ``_data``; keys at or past ``upto`` go to
         ``abandoned``. Returns how many records were applied."""
         last = batch[-1].offset() or 0
         if last >= upto:  # rare: mostly a rewind, which reads past `upto` on purpose
             cut = next(i for i, m in enumerate(batch) if (m.offset() or 0) >= upto)
-            abandoned.update((m.key() or b"").decode() for m in batch[cut:])
+            abandoned.update(m.key() or b"" for m in batch[cut:])
             batch = batch[:cut]
-        # The hot loop of a restore: offsets are checked once per batch above, values are
-        # copied as bytes (decoded on first use), so each record costs one key decode.
+        # The hot loop of a restore: offsets are checked once per batch above, and keys
+        # and values stay the message's bytes objects (decoded on first use).
         data = self._data
         for m in batch:
             v = m.value()
-            k = (m.key() or b"").decode()
+            k = m.key() or b""
             if v is None:
                 data.pop(k, None)
             else:
@@ -142,7 +144,7 @@ class ChangelogState:
         n = 0
         for k, v in self._dirty.items():
             value = None if v is _DELETED else v.encode()
-            producer.produce(self.tp.topic, self.tp.partition, k.encode(), value)
+            producer.produce(self.tp.topic, self.tp.partition, k, value)
             n += 1
         self._dirty.clear()
         return n
@@ -169,7 +171,7 @@ class ChangelogState:
         low, high = consumer.watermarks(self.tp)
         end = high if rewrite else upto
         n = 0
-        abandoned: set[str] = set()
+        abandoned: set[bytes] = set()
         if low < end:
             consumer.assign({self.tp: Offset(low)})
             deadline = time.monotonic() + timeout_s
