@@ -8,7 +8,9 @@ each in a fresh process (``python -m bench.restore ROLE ...``):
               an :class:`~channels.kafka.consumer.AssignedConsumer` (what a restarting
               subtask does);
 ``raw``       a plain confluent-kafka read_committed ``Consumer`` that consumes the same
-              partition in batches of 1000 (as ``restore`` does) and only counts.
+              partition in batches of 1000 (as ``restore`` does) and only counts; its
+              fetch settings are AssignedConsumer's (``fetch.wait.max.ms``,
+              ``fetch.queue.backoff.ms``), the rest librdkafka's defaults.
 
 Each role reports its own wall time and CPU time (``RUSAGE_SELF``: all its threads,
 librdkafka's included) around the read; the broker's CPU time is read around the whole
@@ -113,6 +115,9 @@ def read_raw(bootstrap: str, end: int, group: str) -> tuple[int, float, float]:
             "isolation.level": "read_committed",
             "enable.auto.commit": False,
             "fetch.wait.max.ms": 100,
+            # As AssignedConsumer: with librdkafka's default (1 s) this consumer too stalls
+            # whenever its queue fills faster than it counts, and the ceiling is no ceiling.
+            "fetch.queue.backoff.ms": 20,
         }
     )
     consumer.assign([CkTopicPartition(TOPIC, 0, 0)])

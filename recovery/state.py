@@ -13,12 +13,16 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from confluent_kafka import Message
+
 from channels.errors import RecordError, SpillwayError
 from channels.ids import Offset, TopicPartition
 from channels.kafka.consumer import AssignedConsumer
 from channels.kafka.producer import TransactionalProducer
 
 _DELETED = object()
+# Messages per consume call while restoring; librdkafka fetches ahead meanwhile.
+_RESTORE_BATCH = 1000
 
 CHANGELOG_TOPIC_CONFIG = {
     "cleanup.policy": "compact",
@@ -35,13 +39,13 @@ _VALUE_TEXT = json.JSONEncoder(separators=(",", ":")).encode
 _ATOMS = (str, int, float, bool, type(None))
 
 
-def _encode_key(key: Any) -> str:
-    # Plain ASCII strings (the usual key) skip the encoder; the text is what it would give.
+def _encode_key(key: Any) -> bytes:
+    # Plain ASCII strings (the usual key) skip the encoder; the bytes are what it gives.
     plain = type(key) is str and key.isascii() and key.isprintable()
     if plain and '"' not in key and "\\" not in key:
-        return f'"{key}"'
+        return f'"{key}"'.encode()
     try:
-        return _KEY_TEXT(key)
+        return _KEY_TEXT(key).encode()
     except TypeError as e:
         raise SpillwayError(f"state key {key!r} is not JSON-serializable: {e}") from e
 
@@ -67,8 +71,8 @@ def _restores_as_itself(value: Any) -> bool:
     return True
 
 
-def _decode_key(text: str) -> Any:
-    return _tuples(json.loads(text))
+def _decode_key(raw: bytes) -> Any:
+    return _tuples(json.loads(raw))
 
 
 def _tuples(v: Any) -> Any:
@@ -81,11 +85,12 @@ class ChangelogState:
 
     def __init__(self, tp: TopicPartition) -> None:
         self.tp = tp
-        # key text -> (key, value); or the raw changelog value (JSON bytes) of a restored
-        # key not used since: a restore only copies bytes, as Kafka Streams' does into
-        # RocksDB, and each key is decoded when first read.
-        self._data: dict[str, tuple[Any, Any] | bytes] = {}
-        self._dirty: dict[str, Any] = {}  # key -> JSON text, or _DELETED
+        # Keyed by the changelog key (JSON bytes) -> (key, value); or the raw changelog
+        # value (JSON bytes) of a restored key not used since: a restore only copies the
+        # message's bytes, as Kafka Streams' does into RocksDB, and each key is decoded
+        # when first read.
+        self._data: dict[bytes, tuple[Any, Any] | bytes] = {}
+        self._dirty: dict[bytes, Any] = {}  # key -> JSON text, or _DELETED
 
     def get(self, key: Any, default: Any = None) -> Any:
         """The value of ``key``, or ``default``."""
@@ -95,14 +100,15 @@ class ChangelogState:
             return default
         return (self._decoded(k, hit) if isinstance(hit, bytes) else hit)[1]
 
-    def _decoded(self, k: str, raw: bytes) -> tuple[Any, Any]:
+    def _decoded(self, k: bytes, raw: bytes) -> tuple[Any, Any]:
         try:
             entry = (_decode_key(k), json.loads(raw))
         except ValueError as e:
             # Reported on first use rather than during the restore (values are not parsed
             # then); either way the subtask stops before using the key.
             raise SpillwayError(
-                f"changelog {self.tp} holds a corrupt record for state key {k}: {e}. The "
+                f"changelog {self.tp} holds a corrupt record for state key "
+                f"{k.decode(errors='replace')}: {e}. The "
                 "changelog topic was written by something other than this subtask"
             ) from e
         self._data[k] = entry
@@ -136,6 +142,26 @@ class ChangelogState:
         self._data.pop(k, None)
         self._dirty[k] = _DELETED
 
+    def _apply(self, batch: list[Message], upto: int, abandoned: set[bytes]) -> int:
+        """Copy one batch (offset order) into ``_data``; keys at or past ``upto`` go to
+        ``abandoned``. Returns how many records were applied."""
+        last = batch[-1].offset() or 0
+        if last >= upto:  # rare: mostly a rewind, which reads past `upto` on purpose
+            cut = next(i for i, m in enumerate(batch) if (m.offset() or 0) >= upto)
+            abandoned.update(m.key() or b"" for m in batch[cut:])
+            batch = batch[:cut]
+        # The hot loop of a restore: offsets are checked once per batch above, and keys
+        # and values stay the message's bytes objects (decoded on first use).
+        data = self._data
+        for m in batch:
+            v = m.value()
+            k = m.key() or b""
+            if v is None:
+                data.pop(k, None)
+            else:
+                data[k] = v
+        return len(batch)
+
     def items(self) -> Iterable[tuple[Any, Any]]:
         """All live (key, value) pairs."""
         return [
@@ -154,7 +180,7 @@ class ChangelogState:
         n = 0
         for k, v in self._dirty.items():
             value = None if v is _DELETED else v.encode()
-            producer.produce(self.tp.topic, self.tp.partition, k.encode(), value)
+            producer.produce(self.tp.topic, self.tp.partition, k, value)
             n += 1
         self._dirty.clear()
         return n
@@ -181,23 +207,18 @@ class ChangelogState:
         low, high = consumer.watermarks(self.tp)
         end = high if rewrite else upto
         n = 0
-        abandoned: set[str] = set()
+        abandoned: set[bytes] = set()
         if low < end:
             consumer.assign({self.tp: Offset(low)})
             deadline = time.monotonic() + timeout_s
+            pos: int | None = low
             while True:
-                for m in consumer.consume(1000, 0.2):
-                    off = m.offset() or 0
-                    k = (m.key() or b"").decode()
-                    if off >= upto:
-                        abandoned.add(k)
-                        continue
-                    n += 1
-                    v = m.value()
-                    if v is None:
-                        self._data.pop(k, None)
-                    else:
-                        self._data[k] = v
+                # Never more than is left below `end`: the last batch then comes back as
+                # soon as it is complete instead of waiting out the timeout.
+                want = _RESTORE_BATCH if pos is None else min(_RESTORE_BATCH, end - pos)
+                batch = consumer.consume(want, 0.2)
+                if batch:
+                    n += self._apply(batch, upto, abandoned)
                 pos = consumer.position(self.tp)
                 if pos is not None and pos >= end:
                     break

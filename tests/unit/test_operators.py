@@ -415,9 +415,11 @@ class _ChangelogMsg:
 class _ChangelogConsumer:
     """A changelog partition as a list, read in offset order from the assigned offset."""
 
-    def __init__(self, log: list[tuple[str, bytes | None]]) -> None:
+    def __init__(self, log: list[tuple[str, bytes | None]], *, batch: int | None = None) -> None:
         self.log = [_ChangelogMsg(i, k, v) for i, (k, v) in enumerate(log)]
         self.next = 0
+        self.batch = batch  # None: always 2 messages, whatever is asked for
+        self.asked: list[int] = []
 
     def watermarks(self, tp: TopicPartition) -> tuple[int, int]:
         return 0, len(self.log)
@@ -426,7 +428,9 @@ class _ChangelogConsumer:
         self.next = int(next(iter(starts.values())))
 
     def consume(self, n: int, timeout: float) -> list[_ChangelogMsg]:
-        out = self.log[self.next : self.next + 2]  # small batches: positions matter
+        self.asked.append(n)
+        size = 2 if self.batch is None else min(n, self.batch)  # small: positions matter
+        out = self.log[self.next : self.next + size]
         self.next += len(out)
         return out
 
@@ -476,6 +480,18 @@ def test_state_restore_after_rewind_rewrites_every_key_and_buries_abandoned_ones
         (b'"z"', None),
         (b'["k",2]', b'{"n":2}'),
     ]
+
+
+@pytest.mark.parametrize("rewrite", [False, True])
+def test_state_restore_never_asks_for_more_than_is_left(rewrite: bool) -> None:
+    # A real consumer waits out its timeout when asked for more messages than will come,
+    # so the last batch of a restore asks for exactly what is left below the end.
+    consumer = _ChangelogConsumer(CHANGELOG, batch=3)
+    s = new_state()
+    assert s.restore(cast(Any, consumer), Offset(5), rewrite=rewrite) == 5
+    assert consumer.asked == ([7, 4, 1] if rewrite else [5, 2])
+    assert sorted(s.items(), key=repr) == [("b", 5), ("c", [1, 2]), (("k", 2), {"n": 2})]
+    assert s.dirty_count() == (4 if rewrite else 0)
 
 
 def test_state_corrupt_changelog_value_is_reported_on_first_use() -> None:

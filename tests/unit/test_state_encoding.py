@@ -28,7 +28,7 @@ KEYS: list[Any] = [
 
 @pytest.mark.parametrize("key", KEYS)
 def test_key_text_is_the_json_text(key: Any) -> None:
-    assert _encode_key(key) == json.dumps(key, separators=(",", ":"), sort_keys=True)
+    assert _encode_key(key) == json.dumps(key, separators=(",", ":"), sort_keys=True).encode()
 
 
 @pytest.mark.parametrize(
