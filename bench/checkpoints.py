@@ -115,6 +115,9 @@ class Sample:
     backlog: float  # emitted − processed by slow, at the trigger
     in_flight: int | None  # from the checkpoint records (None: pruned before it was read)
     subtask_durations_s: dict[str, float] = field(default_factory=dict)
+    # Seconds from the trigger: its produce acknowledged, the coordinator saw the last
+    # report, and per subtask seen / start / committed / reported (recovery.globalckpt).
+    phases: dict[str, Any] = field(default_factory=dict)
 
 
 # -- statistics --------------------------------------------------------------------------
@@ -327,6 +330,7 @@ class Run:
                 ),
                 in_flight=self._in_flight(int(c["id"])),
                 subtask_durations_s=dict(c.get("subtask_durations_s", {})),
+                phases=dict(c.get("phases", {})),
             )
             for c in completed
             if not c.get("savepoint")
@@ -428,6 +432,31 @@ def summarise(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
             r["ratio_p99"] = r["p99_s"] / base["p99_s"]
     rows.sort(key=lambda r: (r["target"], MODES.index(r["mode"])))
     return rows
+
+
+def slowest(runs: list[dict[str, Any]], k: int = 3) -> str:
+    """Where the time of each run's ``k`` slowest checkpoints (at the target) went."""
+    lines = []
+    for run in runs:
+        hold = [c for c in run["checkpoints"] if c["phase"] == "hold"]
+        for c in sorted(hold, key=lambda c: -float(c["duration_s"]))[:k]:
+            ph = c.get("phases") or {}
+            head = f"  {run['mode']} {run['target']:,} #{c['id']}: {c['duration_s']:.3f} s"
+            if not ph:
+                lines.append(head + " (no phase timings recorded)")
+                continue
+            lines.append(
+                f"{head}; trigger acked {ph['trigger_acked_s']:.3f}, "
+                f"completion detected {ph['detected_s']:.3f}"
+            )
+            for sub, t in ph.get("subtasks", {}).items():
+                cells = " ".join(
+                    f"{key} {t[key + '_s']:.3f}"
+                    for key in ("seen", "start", "committed", "reported")
+                    if key + "_s" in t
+                )
+                lines.append(f"      {sub:<12} {cells} (via {t.get('via')})")
+    return "\n".join(lines)
 
 
 def _k(x: float) -> str:
@@ -699,6 +728,9 @@ def run(s: Settings, broker_source: str) -> int:
     print(table(rows))
     print()
     print(NOTES)
+    print()
+    print("slowest checkpoints at the target, seconds from the trigger:")
+    print(slowest(runs))
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     png = RESULTS_DIR / f"checkpoints-{stamp}.png"
     plotted = plot(runs, rows, png, COORDINATOR_TIMEOUT_S)

@@ -60,6 +60,8 @@ class GlobalProgress:
     done: dict[int, dict[str, tuple[int, float]]] = field(default_factory=dict)
     # n -> subtask -> (bytes the checkpoint wrote itself, channel bytes spilled before it)
     written: dict[int, dict[str, tuple[int, int]]] = field(default_factory=dict)
+    # n -> subtask -> wall times of its phases (the ``timing`` of its checkpointed event)
+    timing: dict[int, dict[str, dict[str, Any]]] = field(default_factory=dict)
 
     def observe(self, event: dict[str, Any]) -> None:
         """Feed one event of the job's log."""
@@ -78,6 +80,11 @@ class GlobalProgress:
                     int(event["bytes"]),
                     int(event.get("spilled_bytes", 0)),
                 )
+            if "timing" in event:  # absent in re-announcements and older subtasks' events
+                self.timing.setdefault(int(event["global"]), {})[sub] = {
+                    **event["timing"],
+                    "reported": float(event["time"]),
+                }
         elif event.get("event") in ("finished", "skipped"):
             self.finished[sub] = int(event.get("checkpoint") or 0)
 
@@ -85,6 +92,22 @@ class GlobalProgress:
         """True when every subtask has committed n or has finished."""
         got = self.done.get(n, {})
         return all(s in got or s in self.finished for s in self.subtasks)
+
+    def phases(self, n: int, started: float) -> dict[str, dict[str, Any]]:
+        """Per subtask, seconds from the trigger (``started``) to each phase of checkpoint n.
+
+        ``seen``: its signal poll delivered the trigger (or it read barrier n first:
+        ``via`` says which); ``start``: it began the checkpoint; ``committed``: the
+        transaction commit returned; ``reported``: its ``checkpointed`` event was stamped.
+        """
+        out: dict[str, dict[str, Any]] = {}
+        for sub, t in sorted(self.timing.get(n, {}).items()):
+            row: dict[str, Any] = {"via": t.get("via")}
+            for key in ("seen", "start", "committed", "reported"):
+                if key in t:
+                    row[f"{key}_s"] = round(float(t[key]) - started, 4)
+            out[sub] = row
+        return out
 
     def summary(self, n: int, started: float) -> dict[str, Any]:
         """The record of completed checkpoint ``n``."""
@@ -250,6 +273,7 @@ def trigger_and_wait(
         run=coordinator.run_id,
         n=n,
     )
+    acked = time.time()
     deadline = time.monotonic() + coordinator.timeout_s
     while not (stop is not None and stop.is_set()) and time.monotonic() < deadline:
         for m in events.consume(500, 0.1):
@@ -257,8 +281,16 @@ def trigger_and_wait(
             if e.get("run") == coordinator.run_id:
                 coordinator.progress.observe(e)
         if coordinator.progress.complete(n):
+            detected = time.time()
             summary = coordinator.progress.summary(n, started)
             summary["savepoint"] = savepoint
+            # Where the time went: the trigger's produce acknowledged, each subtask's
+            # phases, the coordinator read the last report (seconds from the trigger).
+            summary["phases"] = {
+                "trigger_acked_s": round(acked - started, 4),
+                "detected_s": round(detected - started, 4),
+                "subtasks": coordinator.progress.phases(n, started),
+            }
             coordinator._record(summary)
             return True
     if not (stop is not None and stop.is_set()):

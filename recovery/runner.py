@@ -684,15 +684,26 @@ class SubtaskRunner:
 
     def _global_checkpoint(self, n: int) -> None:
         """Checkpoint ``n`` of the job, with barrier n forwarded in the same transaction."""
+        start, start_mono = time.time(), time.monotonic()
+        seen = self._signals.seen_at(n) if self._signals else None
         for w in self.writers:
             w.barrier(n)
         self._checkpoint(finished=False, global_id=n)
         self._global_last = n
         self._global_times.taken(time.monotonic())
+        # Wall times of the phases (the coordinator reports them per checkpoint);
+        # _last_ckpt is set right after the commit returned.
+        timing = {
+            "via": "barrier" if seen is None else "trigger",
+            "seen": start if seen is None else seen,
+            "start": start,
+            "committed": start + (self._last_ckpt - start_mono),
+        }
         self.events.emit(
             "checkpointed",
             bytes=self._ckpt_bytes[0],
             spilled_bytes=self._ckpt_bytes[1],
+            timing=timing,
             **{"global": n, "checkpoint": self._seq.last},
         )
 
