@@ -13,9 +13,15 @@ benchmark watches the checkpoints. After the backlog is reached, it waits until 
 least ``--min-window`` seconds have passed (at most ``--max-window`` seconds), then asks
 the job to stop (the ``stop-requested`` event that SIGTERM would append) and waits for it.
 
-Per completed global checkpoint (``recovery.globalckpt.read_completed``) it records:
+Per completed global checkpoint (``recovery.globalckpt.read_completed``, read while the
+job runs: the coordinator keeps only the newest 10 records) it records:
 
-* ``duration_s`` — the coordinator's figure: trigger → the last subtask committed it;
+* ``duration_s`` — the coordinator's figure: trigger → the last subtask reported it
+  committed;
+* ``phases`` — where that time went, in seconds from the trigger: the trigger's produce
+  acknowledged, the coordinator saw the last report, and per subtask when its signal
+  poll delivered the trigger (or it read barrier n first), began, committed and reported;
+  the slowest checkpoints are listed under the table;
 * ``backlog`` — records the generator had emitted minus records ``slow`` had processed
   (passed through its map function), both at the trigger time, from the progress logs
   both operators write (see :mod:`bench.pipelines`; accurate to a few hundred records).
@@ -172,6 +178,9 @@ class Run:
         # position, the records slow had output. Cached as soon as they appear: each
         # subtask retains only its last few checkpoint records.
         self._cuts: dict[str, dict[int, int]] = {name: {} for name in self.stores}
+        # Completed global checkpoints by id, cached likewise: the coordinator keeps only
+        # the last ``keep_global`` (10) records, and the window can hold more.
+        self._completed: dict[int, dict[str, Any]] = {}
         self._outcome: dict[str, Any] = {}
 
     def _say(self, msg: str) -> None:
@@ -230,7 +239,9 @@ class Run:
 
     def _poll_completed(self) -> list[dict[str, Any]]:
         self._poll_cuts()
-        return read_completed(self.kafka, self.jid)
+        for c in read_completed(self.kafka, self.jid):
+            self._completed.setdefault(int(c["id"]), c)
+        return [self._completed[n] for n in sorted(self._completed)]
 
     def measure(self) -> dict[str, Any]:
         """Run the job, watch it, stop it; return everything measured."""

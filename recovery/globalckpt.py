@@ -226,10 +226,7 @@ class Coordinator:
             events.close()
 
     def _drain(self, events: AssignedConsumer) -> None:
-        for m in events.consume(500, 0):
-            e = json.loads(m.value() or b"{}")
-            if e.get("run") == self.run_id:
-                self.progress.observe(e)
+        feed(events, self.run_id, self.progress, 0)
 
     def _record(self, summary: dict[str, Any]) -> None:
         self.producer.produce(
@@ -255,6 +252,19 @@ class Coordinator:
         )
 
 
+def feed(events: AssignedConsumer, run_id: str, progress: GlobalProgress, wait_s: float) -> None:
+    """Observe the events of run ``run_id`` that arrived, waiting up to ``wait_s`` for one.
+
+    Returns as soon as one is there: a batch ``consume(500, wait_s)`` would wait out the
+    whole ``wait_s`` unless 500 arrived, so every completion would be seen that late.
+    """
+    msgs = events.consume(1, wait_s) if wait_s > 0 else []
+    for m in [*msgs, *events.consume(500, 0)]:
+        e = json.loads(m.value() or b"{}")
+        if e.get("run") == run_id:
+            progress.observe(e)
+
+
 def trigger_and_wait(
     coordinator: Coordinator,
     events: AssignedConsumer,
@@ -276,10 +286,7 @@ def trigger_and_wait(
     acked = time.time()
     deadline = time.monotonic() + coordinator.timeout_s
     while not (stop is not None and stop.is_set()) and time.monotonic() < deadline:
-        for m in events.consume(500, 0.1):
-            e = json.loads(m.value() or b"{}")
-            if e.get("run") == coordinator.run_id:
-                coordinator.progress.observe(e)
+        feed(events, coordinator.run_id, coordinator.progress, 0.1)
         if coordinator.progress.complete(n):
             detected = time.time()
             summary = coordinator.progress.summary(n, started)

@@ -665,15 +665,8 @@ class SubtaskRunner:
             self.sink.committed(position)
         self.result.checkpoints += 1
         self._last_ckpt = time.monotonic()
-        if cid % 10 == 0:
-            try:
-                self.store.prune(
-                    self.subtask.index,
-                    self.options.keep_checkpoints,
-                    self.options.keep_global if self._global else 0,
-                )
-            except Exception:  # pruning is housekeeping: retry at the next tenth checkpoint
-                log.warning("%s could not prune old checkpoints", self.subtask, exc_info=True)
+        if global_id is None:
+            self._prune(cid)  # a global checkpoint reports itself first (_global_checkpoint)
         if stopping:
             self.lifecycle.to(Phase.STOPPED)
             return
@@ -706,6 +699,23 @@ class SubtaskRunner:
             timing=timing,
             **{"global": n, "checkpoint": self._seq.last},
         )
+        # After the report: the prune takes ~0.2 s, which the global checkpoint's
+        # completion must not wait for.
+        if self._seq.last is not None:
+            self._prune(int(self._seq.last))
+
+    def _prune(self, cid: int) -> None:
+        """Every tenth checkpoint, delete the checkpoint records no longer kept."""
+        if cid % 10 != 0:
+            return
+        try:
+            self.store.prune(
+                self.subtask.index,
+                self.options.keep_checkpoints,
+                self.options.keep_global if self._global else 0,
+            )
+        except Exception:  # pruning is housekeeping: retry at the next tenth checkpoint
+            log.warning("%s could not prune old checkpoints", self.subtask, exc_info=True)
 
     def _crash_point(self, point: str) -> None:
         if point == "during-commit":

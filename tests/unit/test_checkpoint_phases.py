@@ -5,10 +5,12 @@ No broker: events are fed as the event log would deliver them.
 
 from __future__ import annotations
 
-from typing import Any
+import json
+from typing import Any, cast
 
 from bench.checkpoints import slowest
-from recovery.globalckpt import GlobalProgress
+from channels.kafka.consumer import AssignedConsumer
+from recovery.globalckpt import GlobalProgress, feed
 
 
 def _checkpointed(sub: str, n: int, reported: float, **timing: Any) -> dict[str, Any]:
@@ -86,3 +88,40 @@ def test_slowest_lists_the_slowest_checkpoints_at_the_target_with_their_phases()
     assert slowest([run], k=2).splitlines()[-1] == (
         "  unaligned 100,000 #2: 0.050 s (no phase timings recorded)"
     )
+
+
+class _Msg:
+    def __init__(self, doc: dict[str, Any]) -> None:
+        self._value = json.dumps(doc).encode()
+
+    def value(self) -> bytes:
+        return self._value
+
+
+class _Events:
+    """What ``feed`` reads: a queue of arrived events, and the calls made to read them."""
+
+    def __init__(self, docs: list[dict[str, Any]]) -> None:
+        self.queue = [_Msg(d) for d in docs]
+        self.calls: list[tuple[int, float]] = []
+
+    def consume(self, max_messages: int, timeout_s: float) -> list[_Msg]:
+        self.calls.append((max_messages, timeout_s))
+        out, self.queue = self.queue[:max_messages], self.queue[max_messages:]
+        return out
+
+
+def test_feed_waits_for_the_first_event_only_and_keeps_this_runs_events() -> None:
+    docs = [
+        {**_checkpointed("a[0]", 1, 5.0), "run": "r1"},
+        {**_checkpointed("b[0]", 1, 5.1), "run": "old"},  # an earlier run of the job
+        {**_checkpointed("b[0]", 1, 5.2), "run": "r1"},
+    ]
+    events = _Events(docs)
+    progress = GlobalProgress(frozenset({"a[0]", "b[0]"}))
+    feed(cast(AssignedConsumer, events), "r1", progress, 0.1)
+    # One event is waited for (not a full batch, which would wait out the timeout);
+    # the rest are taken without waiting.
+    assert events.calls == [(1, 0.1), (500, 0)]
+    assert progress.complete(1)
+    assert progress.done[1]["b[0]"] == (2, 5.2)
