@@ -29,8 +29,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import Producer
+from tenacity import retry, retry_if_exception_type, stop_after_attempt
 
 from channels.config import KafkaSettings
+from channels.errors import RetentionGapError
 from channels.ids import JobId, Offset, TopicPartition
 from channels.kafka.admin import Admin, TopicSpec
 from channels.kafka.consumer import AssignedConsumer
@@ -136,7 +138,22 @@ class GlobalProgress:
 def read_completed(
     settings: KafkaSettings, job: JobId, timeout_s: float = 5.0
 ) -> list[dict[str, Any]]:
-    """Every completed global checkpoint of ``job``, oldest first."""
+    """Every completed global checkpoint of ``job`` (the retained ones), oldest first."""
+    return _read_completed(settings, job, timeout_s)
+
+
+@retry(
+    retry=retry_if_exception_type(RetentionGapError),
+    stop=stop_after_attempt(3),
+    before_sleep=lambda state: log.info(
+        "completed checkpoints were pruned while being read; reading again (%s)",
+        state.outcome.exception() if state.outcome else None,
+    ),
+    reraise=True,
+)
+def _read_completed(settings: KafkaSettings, job: JobId, timeout_s: float) -> list[dict[str, Any]]:
+    # A running coordinator prunes the oldest records after each completed checkpoint:
+    # the low watermark read here can be gone by the time it is fetched. Read again.
     tp = TopicPartition(checkpoints_topic(job), 0)
     consumer = AssignedConsumer(settings, f"spillway.{job}.checkpoints-reader")
     out: list[dict[str, Any]] = []
