@@ -202,8 +202,11 @@ class Coordinator:
             target=self._run, name="checkpoint-coordinator", daemon=True
         )
         self.completed: list[int] = []
-        # Kept for the coordinator's life: triggers go out without a client set-up first.
+        # Kept for the coordinator's life: triggers go out without a client set-up first,
+        # and a new admin client's first request now and then stalls for 1-3 s (it prunes
+        # after every completed checkpoint, so such a stall delayed the next trigger).
         self.producer = Producer({**settings.base(), "enable.idempotence": True, "linger.ms": 0})
+        self.admin = Admin(settings)
 
     def start(self) -> None:
         """Start triggering."""
@@ -246,21 +249,29 @@ class Coordinator:
         feed(events, self.run_id, self.progress, 0)
 
     def _record(self, summary: dict[str, Any]) -> None:
+        t0 = time.monotonic()
         self.producer.produce(
             checkpoints_topic(self.job), json.dumps(summary).encode(), str(summary["id"]).encode()
         )
         self.producer.flush(10)
+        t1 = time.monotonic()
         self.completed.append(int(summary["id"]))
         try:
             # One plain (non-transactional) record per checkpoint: offsets are dense, so the
             # last `keep` records start at high - keep.
             tp = TopicPartition(checkpoints_topic(self.job), 0)
-            admin = Admin(self.settings)
-            _, high = admin.watermarks([tp])[tp]
+            _, high = self.admin.watermarks([tp])[tp]
             if high > self.keep:
-                admin.delete_records_before({tp: high - self.keep})
+                self.admin.delete_records_before({tp: high - self.keep})
         except Exception:  # housekeeping: the next completed checkpoint tries again
             log.warning("could not prune completed checkpoints of %s", self.job, exc_info=True)
+        if time.monotonic() - t0 > 0.5:  # delays the next trigger by as much
+            log.warning(
+                "recording global checkpoint %d took %.2fs (%.2fs of it pruning)",
+                summary["id"],
+                time.monotonic() - t0,
+                time.monotonic() - t1,
+            )
         log.info(
             "global checkpoint %d of %s complete in %.3fs",
             summary["id"],
