@@ -41,8 +41,8 @@ class CheckpointStore:
         self.parallelism = parallelism
         self._job = job
         self._consumer: AssignedConsumer | None = None
-        # Kept like the reader: a new client's first request now and then stalls for 1-3 s
-        # (bench.checkpoints), and a prune runs on the subtask's checkpoint path.
+        # Kept like the reader: requests of a new admin client now and then stalled for
+        # exactly 1.0 or 3.0 s in bench.checkpoints (one per prune, every 10 checkpoints).
         self._admin: Admin | None = None
 
     def topic_spec(self) -> TopicSpec:
