@@ -13,9 +13,15 @@ benchmark watches the checkpoints. After the backlog is reached, it waits until 
 least ``--min-window`` seconds have passed (at most ``--max-window`` seconds), then asks
 the job to stop (the ``stop-requested`` event that SIGTERM would append) and waits for it.
 
-Per completed global checkpoint (``recovery.globalckpt.read_completed``) it records:
+Per completed global checkpoint (``recovery.globalckpt.read_completed``, read while the
+job runs: the coordinator keeps only the newest 10 records) it records:
 
-* ``duration_s`` — the coordinator's figure: trigger → the last subtask committed it;
+* ``duration_s`` — the coordinator's figure: trigger → the last subtask reported it
+  committed;
+* ``phases`` — where that time went, in seconds from the trigger: the trigger's produce
+  acknowledged, the coordinator saw the last report, and per subtask when its signal
+  poll delivered the trigger (or it read barrier n first), began, committed and reported;
+  the slowest checkpoints are listed under the table;
 * ``backlog`` — records the generator had emitted minus records ``slow`` had processed
   (passed through its map function), both at the trigger time, from the progress logs
   both operators write (see :mod:`bench.pipelines`; accurate to a few hundred records).
@@ -115,6 +121,9 @@ class Sample:
     backlog: float  # emitted − processed by slow, at the trigger
     in_flight: int | None  # from the checkpoint records (None: pruned before it was read)
     subtask_durations_s: dict[str, float] = field(default_factory=dict)
+    # Seconds from the trigger: its produce acknowledged, the coordinator saw the last
+    # report, and per subtask seen / start / committed / reported (recovery.globalckpt).
+    phases: dict[str, Any] = field(default_factory=dict)
 
 
 # -- statistics --------------------------------------------------------------------------
@@ -169,6 +178,9 @@ class Run:
         # position, the records slow had output. Cached as soon as they appear: each
         # subtask retains only its last few checkpoint records.
         self._cuts: dict[str, dict[int, int]] = {name: {} for name in self.stores}
+        # Completed global checkpoints by id, cached likewise: the coordinator keeps only
+        # the last ``keep_global`` (10) records, and the window can hold more.
+        self._completed: dict[int, dict[str, Any]] = {}
         self._outcome: dict[str, Any] = {}
 
     def _say(self, msg: str) -> None:
@@ -227,7 +239,9 @@ class Run:
 
     def _poll_completed(self) -> list[dict[str, Any]]:
         self._poll_cuts()
-        return read_completed(self.kafka, self.jid)
+        for c in read_completed(self.kafka, self.jid):
+            self._completed.setdefault(int(c["id"]), c)
+        return [self._completed[n] for n in sorted(self._completed)]
 
     def measure(self) -> dict[str, Any]:
         """Run the job, watch it, stop it; return everything measured."""
@@ -327,6 +341,7 @@ class Run:
                 ),
                 in_flight=self._in_flight(int(c["id"])),
                 subtask_durations_s=dict(c.get("subtask_durations_s", {})),
+                phases=dict(c.get("phases", {})),
             )
             for c in completed
             if not c.get("savepoint")
@@ -428,6 +443,31 @@ def summarise(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
             r["ratio_p99"] = r["p99_s"] / base["p99_s"]
     rows.sort(key=lambda r: (r["target"], MODES.index(r["mode"])))
     return rows
+
+
+def slowest(runs: list[dict[str, Any]], k: int = 3) -> str:
+    """Where the time of each run's ``k`` slowest checkpoints (at the target) went."""
+    lines = []
+    for run in runs:
+        hold = [c for c in run["checkpoints"] if c["phase"] == "hold"]
+        for c in sorted(hold, key=lambda c: -float(c["duration_s"]))[:k]:
+            ph = c.get("phases") or {}
+            head = f"  {run['mode']} {run['target']:,} #{c['id']}: {c['duration_s']:.3f} s"
+            if not ph:
+                lines.append(head + " (no phase timings recorded)")
+                continue
+            lines.append(
+                f"{head}; trigger acked {ph['trigger_acked_s']:.3f}, "
+                f"completion detected {ph['detected_s']:.3f}"
+            )
+            for sub, t in ph.get("subtasks", {}).items():
+                cells = " ".join(
+                    f"{key} {t[key + '_s']:.3f}"
+                    for key in ("seen", "start", "committed", "reported")
+                    if key + "_s" in t
+                )
+                lines.append(f"      {sub:<12} {cells} (via {t.get('via')})")
+    return "\n".join(lines)
 
 
 def _k(x: float) -> str:
@@ -699,6 +739,9 @@ def run(s: Settings, broker_source: str) -> int:
     print(table(rows))
     print()
     print(NOTES)
+    print()
+    print("slowest checkpoints at the target, seconds from the trigger:")
+    print(slowest(runs))
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     png = RESULTS_DIR / f"checkpoints-{stamp}.png"
     plotted = plot(runs, rows, png, COORDINATOR_TIMEOUT_S)

@@ -148,12 +148,14 @@ class JobSignals:
 
     The driver appends ``stop-requested`` when it receives SIGTERM and the checkpoint
     coordinator appends ``checkpoint-trigger`` events; subtasks poll this between steps
-    (one non-blocking poll, at most every ``every_s`` seconds: a trigger is seen within
-    about 20 ms).
+    (one non-blocking poll, at most every ``every_s`` seconds). The poll only takes what
+    the consumer already fetched (0.6 µs when nothing is new, measured), so 5 ms costs
+    nothing and keeps the wait it adds to every global checkpoint small (20 ms was up to
+    a third of a typical unaligned checkpoint in bench.checkpoints).
     """
 
     def __init__(
-        self, settings: KafkaSettings, job: JobId, run_id: str, every_s: float = 0.02
+        self, settings: KafkaSettings, job: JobId, run_id: str, every_s: float = 0.005
     ) -> None:
         self.run_id = run_id
         self._tp = TopicPartition(events_topic(job), 0)
@@ -163,6 +165,8 @@ class JobSignals:
         self._trigger = -1
         self._every_s = every_s
         self._last = 0.0
+        # Wall time this subtask's poll first delivered the highest trigger (for timing).
+        self._seen_at: tuple[int, float] | None = None
 
     def _poll(self) -> None:
         now = time.monotonic()
@@ -175,8 +179,9 @@ class JobSignals:
                 continue
             if e.get("event") == "stop-requested":
                 self._stop = True
-            elif e.get("event") == "checkpoint-trigger":
-                self._trigger = max(self._trigger, int(e["n"]))
+            elif e.get("event") == "checkpoint-trigger" and int(e["n"]) > self._trigger:
+                self._trigger = int(e["n"])
+                self._seen_at = (self._trigger, time.time())
 
     def requested(self) -> bool:
         """True once the driver asked this run to stop."""
@@ -187,6 +192,10 @@ class JobSignals:
         """The highest global checkpoint id triggered for this run so far (-1: none)."""
         self._poll()
         return self._trigger
+
+    def seen_at(self, n: int) -> float | None:
+        """Wall time a poll first delivered trigger ``n`` (None: not seen, or superseded)."""
+        return self._seen_at[1] if self._seen_at and self._seen_at[0] == n else None
 
     def close(self) -> None:
         """Release the consumer."""

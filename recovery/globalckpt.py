@@ -29,8 +29,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import Producer
+from tenacity import retry, retry_if_exception_type, stop_after_attempt
 
 from channels.config import KafkaSettings
+from channels.errors import RetentionGapError
 from channels.ids import JobId, Offset, TopicPartition
 from channels.kafka.admin import Admin, TopicSpec
 from channels.kafka.consumer import AssignedConsumer
@@ -60,6 +62,8 @@ class GlobalProgress:
     done: dict[int, dict[str, tuple[int, float]]] = field(default_factory=dict)
     # n -> subtask -> (bytes the checkpoint wrote itself, channel bytes spilled before it)
     written: dict[int, dict[str, tuple[int, int]]] = field(default_factory=dict)
+    # n -> subtask -> wall times of its phases (the ``timing`` of its checkpointed event)
+    timing: dict[int, dict[str, dict[str, Any]]] = field(default_factory=dict)
 
     def observe(self, event: dict[str, Any]) -> None:
         """Feed one event of the job's log."""
@@ -78,6 +82,11 @@ class GlobalProgress:
                     int(event["bytes"]),
                     int(event.get("spilled_bytes", 0)),
                 )
+            if "timing" in event:  # absent in re-announcements and older subtasks' events
+                self.timing.setdefault(int(event["global"]), {})[sub] = {
+                    **event["timing"],
+                    "reported": float(event["time"]),
+                }
         elif event.get("event") in ("finished", "skipped"):
             self.finished[sub] = int(event.get("checkpoint") or 0)
 
@@ -85,6 +94,22 @@ class GlobalProgress:
         """True when every subtask has committed n or has finished."""
         got = self.done.get(n, {})
         return all(s in got or s in self.finished for s in self.subtasks)
+
+    def phases(self, n: int, started: float) -> dict[str, dict[str, Any]]:
+        """Per subtask, seconds from the trigger (``started``) to each phase of checkpoint n.
+
+        ``seen``: its signal poll delivered the trigger (or it read barrier n first:
+        ``via`` says which); ``start``: it began the checkpoint; ``committed``: the
+        transaction commit returned; ``reported``: its ``checkpointed`` event was stamped.
+        """
+        out: dict[str, dict[str, Any]] = {}
+        for sub, t in sorted(self.timing.get(n, {}).items()):
+            row: dict[str, Any] = {"via": t.get("via")}
+            for key in ("seen", "start", "committed", "reported"):
+                if key in t:
+                    row[f"{key}_s"] = round(float(t[key]) - started, 4)
+            out[sub] = row
+        return out
 
     def summary(self, n: int, started: float) -> dict[str, Any]:
         """The record of completed checkpoint ``n``."""
@@ -113,7 +138,22 @@ class GlobalProgress:
 def read_completed(
     settings: KafkaSettings, job: JobId, timeout_s: float = 5.0
 ) -> list[dict[str, Any]]:
-    """Every completed global checkpoint of ``job``, oldest first."""
+    """Every completed global checkpoint of ``job`` (the retained ones), oldest first."""
+    return _read_completed(settings, job, timeout_s)
+
+
+@retry(
+    retry=retry_if_exception_type(RetentionGapError),
+    stop=stop_after_attempt(3),
+    before_sleep=lambda state: log.info(
+        "completed checkpoints were pruned while being read; reading again (%s)",
+        state.outcome.exception() if state.outcome else None,
+    ),
+    reraise=True,
+)
+def _read_completed(settings: KafkaSettings, job: JobId, timeout_s: float) -> list[dict[str, Any]]:
+    # A running coordinator prunes the oldest records after each completed checkpoint:
+    # the low watermark read here can be gone by the time it is fetched. Read again.
     tp = TopicPartition(checkpoints_topic(job), 0)
     consumer = AssignedConsumer(settings, f"spillway.{job}.checkpoints-reader")
     out: list[dict[str, Any]] = []
@@ -162,8 +202,11 @@ class Coordinator:
             target=self._run, name="checkpoint-coordinator", daemon=True
         )
         self.completed: list[int] = []
-        # Kept for the coordinator's life: triggers go out without a client set-up first.
+        # Kept for the coordinator's life: triggers go out without a client set-up first,
+        # and a new admin client's first request now and then stalls for 1-3 s (it prunes
+        # after every completed checkpoint, so such a stall delayed the next trigger).
         self.producer = Producer({**settings.base(), "enable.idempotence": True, "linger.ms": 0})
+        self.admin = Admin(settings)
 
     def start(self) -> None:
         """Start triggering."""
@@ -203,33 +246,51 @@ class Coordinator:
             events.close()
 
     def _drain(self, events: AssignedConsumer) -> None:
-        for m in events.consume(500, 0):
-            e = json.loads(m.value() or b"{}")
-            if e.get("run") == self.run_id:
-                self.progress.observe(e)
+        feed(events, self.run_id, self.progress, 0)
 
     def _record(self, summary: dict[str, Any]) -> None:
+        t0 = time.monotonic()
         self.producer.produce(
             checkpoints_topic(self.job), json.dumps(summary).encode(), str(summary["id"]).encode()
         )
         self.producer.flush(10)
+        t1 = time.monotonic()
         self.completed.append(int(summary["id"]))
         try:
             # One plain (non-transactional) record per checkpoint: offsets are dense, so the
             # last `keep` records start at high - keep.
             tp = TopicPartition(checkpoints_topic(self.job), 0)
-            admin = Admin(self.settings)
-            _, high = admin.watermarks([tp])[tp]
+            _, high = self.admin.watermarks([tp])[tp]
             if high > self.keep:
-                admin.delete_records_before({tp: high - self.keep})
+                self.admin.delete_records_before({tp: high - self.keep})
         except Exception:  # housekeeping: the next completed checkpoint tries again
             log.warning("could not prune completed checkpoints of %s", self.job, exc_info=True)
+        if time.monotonic() - t0 > 0.5:  # delays the next trigger by as much
+            log.warning(
+                "recording global checkpoint %d took %.2fs (%.2fs of it pruning)",
+                summary["id"],
+                time.monotonic() - t0,
+                time.monotonic() - t1,
+            )
         log.info(
             "global checkpoint %d of %s complete in %.3fs",
             summary["id"],
             self.job,
             summary["duration_s"],
         )
+
+
+def feed(events: AssignedConsumer, run_id: str, progress: GlobalProgress, wait_s: float) -> None:
+    """Observe the events of run ``run_id`` that arrived, waiting up to ``wait_s`` for one.
+
+    Returns as soon as one is there: a batch ``consume(500, wait_s)`` would wait out the
+    whole ``wait_s`` unless 500 arrived, so every completion would be seen that late.
+    """
+    msgs = events.consume(1, wait_s) if wait_s > 0 else []
+    for m in [*msgs, *events.consume(500, 0)]:
+        e = json.loads(m.value() or b"{}")
+        if e.get("run") == run_id:
+            progress.observe(e)
 
 
 def trigger_and_wait(
@@ -250,15 +311,21 @@ def trigger_and_wait(
         run=coordinator.run_id,
         n=n,
     )
+    acked = time.time()
     deadline = time.monotonic() + coordinator.timeout_s
     while not (stop is not None and stop.is_set()) and time.monotonic() < deadline:
-        for m in events.consume(500, 0.1):
-            e = json.loads(m.value() or b"{}")
-            if e.get("run") == coordinator.run_id:
-                coordinator.progress.observe(e)
+        feed(events, coordinator.run_id, coordinator.progress, 0.1)
         if coordinator.progress.complete(n):
+            detected = time.time()
             summary = coordinator.progress.summary(n, started)
             summary["savepoint"] = savepoint
+            # Where the time went: the trigger's produce acknowledged, each subtask's
+            # phases, the coordinator read the last report (seconds from the trigger).
+            summary["phases"] = {
+                "trigger_acked_s": round(acked - started, 4),
+                "detected_s": round(detected - started, 4),
+                "subtasks": coordinator.progress.phases(n, started),
+            }
             coordinator._record(summary)
             return True
     if not (stop is not None and stop.is_set()):
