@@ -95,13 +95,20 @@ class ChannelWriter:
         does not fit the schema (or the size limit) raises and leaves the writer unchanged.
         """
         groups: dict[int, list[Any]] = {}
-        for r in records:
-            for p in self._targets(r):
-                group = groups.get(p)
-                if group is None:
-                    groups[p] = [r]
-                else:
-                    group.append(r)
+        if self.channel.downstream_parallelism == 1:
+            # One downstream subtask: every partitioner routes everything to it, so no
+            # record needs its key hashed (a keyed operator downstream computes keys anyway).
+            only = list(records)
+            if only:
+                groups[0] = only
+        else:
+            for r in records:
+                for p in self._targets(r):
+                    group = groups.get(p)
+                    if group is None:
+                        groups[p] = [r]
+                    else:
+                        group.append(r)
         encoded = [(p, self._blocks(p, group)) for p, group in groups.items()]
         now = self._clock()
         for p, blocks in encoded:

@@ -21,6 +21,7 @@ from channels.kafka.consumer import AssignedConsumer
 from channels.kafka.producer import TransactionalProducer
 
 _DELETED = object()
+_PENDING = object()  # dirty, encoded from the stored value when flushed
 # Messages per consume call while restoring; librdkafka fetches ahead meanwhile.
 _RESTORE_BATCH = 1000
 
@@ -90,7 +91,7 @@ class ChangelogState:
         # message's bytes, as Kafka Streams' does into RocksDB, and each key is decoded
         # when first read.
         self._data: dict[bytes, tuple[Any, Any] | bytes] = {}
-        self._dirty: dict[bytes, Any] = {}  # key -> JSON text, or _DELETED
+        self._dirty: dict[bytes, Any] = {}  # key -> JSON text, _PENDING or _DELETED
 
     def get(self, key: Any, default: Any = None) -> Any:
         """The value of ``key``, or ``default``."""
@@ -122,18 +123,19 @@ class ChangelogState:
         key drift), and a value JSON cannot hold fails here, naming the key.
         """
         k = _encode_key(key)
+        if _restores_as_itself(value):
+            # A flat value always encodes and comes back from JSON as itself: keep a
+            # private copy and encode it once per checkpoint (flush_to), not per put.
+            self._data[k] = (key, value.copy() if isinstance(value, (list, dict)) else value)
+            self._dirty[k] = _PENDING
+            return
         try:
             text = _VALUE_TEXT(value)
         except (TypeError, ValueError) as e:
             raise RecordError(
                 f"state value for key {key!r} in {self.tp} is not JSON-serializable: {e}"
             ) from e
-        # A flat value comes back from JSON as itself: keep a copy instead of re-parsing.
-        if _restores_as_itself(value):
-            stored = value.copy() if isinstance(value, (list, dict)) else value
-        else:
-            stored = json.loads(text)
-        self._data[k] = (key, stored)
+        self._data[k] = (key, json.loads(text))
         self._dirty[k] = text
 
     def delete(self, key: Any) -> None:
@@ -179,7 +181,14 @@ class ChangelogState:
         """Write changed keys to the changelog inside the open transaction; return how many."""
         n = 0
         for k, v in self._dirty.items():
-            value = None if v is _DELETED else v.encode()
+            if v is _DELETED:
+                value = None
+            elif v is _PENDING:
+                entry = self._data[k]
+                assert isinstance(entry, tuple)  # put() stored it decoded
+                value = _VALUE_TEXT(entry[1]).encode()
+            else:
+                value = v.encode()
             producer.produce(self.tp.topic, self.tp.partition, k, value)
             n += 1
         self._dirty.clear()

@@ -77,3 +77,32 @@ def test_copy_of_an_accumulator_is_independent() -> None:
     c = _copy(nested)
     c[0].append("y")
     assert nested == [["x"], 1]
+
+
+class _Capture:
+    def __init__(self) -> None:
+        self.sent: dict[bytes, bytes | None] = {}
+
+    def produce(self, topic: str, partition: int, key: bytes, value: bytes | None) -> None:
+        self.sent[key] = value
+
+
+def test_flush_writes_the_value_each_key_had_at_its_last_put() -> None:
+    state = ChangelogState(TopicPartition("t", 0))
+    acc = ["news", 1]
+    state.put("a", acc)
+    acc[1] = 50  # changed after put: not what the changelog gets
+    state.put("b", ("x", 2))  # not flat: encoded at put
+    state.put("c", {"n": 1})
+    state.put("c", {"n": 2})
+    state.put("d", 1)
+    state.delete("d")
+    out = _Capture()
+    assert state.flush_to(out) == 4  # type: ignore[arg-type]
+    assert out.sent == {
+        b'"a"': b'["news",1]',
+        b'"b"': b'["x",2]',
+        b'"c"': b'{"n":2}',
+        b'"d"': None,
+    }
+    assert state.dirty_count() == 0
