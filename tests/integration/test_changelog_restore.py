@@ -20,6 +20,10 @@ def _checkpoint(producer: TransactionalProducer, state: ChangelogState, *, abort
     producer.begin()
     state.flush_to(producer)
     if abort:
+        # Written first, so the log really holds the aborted records a restore must skip
+        # (an abort can otherwise purge them unsent; it also failed now and then with
+        # INVALID_TXN_STATE when messages were still in flight).
+        producer.flush()
         producer.abort()
     else:
         producer.commit()
