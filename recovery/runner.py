@@ -289,7 +289,7 @@ class SubtaskRunner:
                 if self.sink is not None:
                     # The final commit may have happened without its files being
                     # published (crash between commit and rename): publish them now.
-                    self.sink.open(self.ctx, _sink_position(ckpt.source, self.source), self.out)
+                    self.sink.open(self.ctx, self._split_position(ckpt.source)[1], self.out)
                 self.lifecycle.to(Phase.FINISHED)
                 self.result.status = "skipped"
                 log.info(
@@ -363,12 +363,11 @@ class SubtaskRunner:
             if taken:
                 restored_global = max(taken)
                 self._global_last = restored_global[0]
-        position = dict(ckpt.source) if ckpt else {}
+        source_position, sink_position = self._split_position(ckpt.source if ckpt else {})
         if self.source is not None:
-            src = position.get("source", {}) if self.sink is not None else position
-            self.source.open(self.ctx, src)
+            self.source.open(self.ctx, source_position)
         if self.sink is not None:
-            self.sink.open(self.ctx, _sink_position(position, self.source), self.out)
+            self.sink.open(self.ctx, sink_position, self.out)
         if self.logic is not None:
             self.logic.open(self.ctx)
         self._wm_out = ckpt.watermark if ckpt else None
@@ -625,11 +624,9 @@ class SubtaskRunner:
             # at-least-once: outputs are durable before the checkpoint says so.
             self.out.flush()
         spilled = self.producer.txn_bytes  # channel data written since the last checkpoint
-        position: dict[str, Any] = {}
-        if self.source is not None:
-            position = self.source.position()
-        if self.sink is not None:
-            position = _join_positions(position, self.sink.prepare(int(cid)), self.source)
+        source_position = self.source.position() if self.source is not None else {}
+        sink_position = self.sink.prepare(int(cid)) if self.sink is not None else {}
+        position = self._join_position(source_position, sink_position)
         if self.state is not None and self.state.flush_to(self.producer):
             self.producer.flush()
             last = self.producer.last_offset(self.state.tp)
@@ -674,7 +671,7 @@ class SubtaskRunner:
         self._ckpt_bytes = (self.producer.txn_bytes - spilled, spilled)
         self.faults.reached("after-final-commit" if finished else "after-commit")
         if self.sink is not None:
-            self.sink.committed(_sink_position(position, self.source))
+            self.sink.committed(sink_position)
         self.result.checkpoints += 1
         self._last_ckpt = time.monotonic()
         self._prune(cid)
@@ -685,6 +682,19 @@ class SubtaskRunner:
             self.producer.begin()
             self._produced = False
         self.lifecycle.after_checkpoint()
+
+    # A checkpoint's ``source`` field holds the source's position, or the sink's, or, for a
+    # chain from a source to a sink, both side by side.
+    def _join_position(self, source: dict[str, Any], sink: dict[str, Any]) -> dict[str, Any]:
+        if self.source is not None and self.sink is not None:
+            return {"source": source, "sink": sink}
+        return sink if self.sink is not None else source
+
+    def _split_position(self, position: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(source's, sink's) part of a checkpoint's ``source`` field (see _join_position)."""
+        if self.source is not None and self.sink is not None:
+            return dict(position.get("source", {})), dict(position.get("sink", {}))
+        return dict(position), dict(position)
 
     def _global_checkpoint(self, n: int) -> None:
         """Checkpoint ``n`` of the job, with barrier n forwarded in the same transaction."""
@@ -795,14 +805,3 @@ class SubtaskRunner:
                 self.reader.close()
             except Exception:
                 log.warning("closing reader of %s failed", self.subtask, exc_info=True)
-
-
-# A chain from a source to a sink keeps both positions in the checkpoint, side by side.
-def _join_positions(
-    source: dict[str, Any], sink: dict[str, Any], has_source: object
-) -> dict[str, Any]:
-    return {"source": source, "sink": sink} if has_source is not None else sink
-
-
-def _sink_position(position: Mapping[str, Any], has_source: object) -> dict[str, Any]:
-    return dict(position.get("sink", {})) if has_source is not None else dict(position)

@@ -51,9 +51,10 @@ def _encode_key(key: Any) -> bytes:
         raise SpillwayError(f"state key {key!r} is not JSON-serializable: {e}") from e
 
 
-def _restores_as_itself(value: Any) -> bool:
+def restores_as_itself(value: Any) -> bool:
     """True when ``json.loads(json.dumps(value)) == value`` with the same types: atoms
-    (finite floats) and lists / str-keyed dicts of them."""
+    (finite floats) and lists / str-keyed dicts of them. Such a value is also copied
+    completely by a shallow copy (its items are immutable)."""
     if isinstance(value, list):
         items: Iterable[Any] = value
     elif isinstance(value, dict):
@@ -123,7 +124,7 @@ class ChangelogState:
         key drift), and a value JSON cannot hold fails here, naming the key.
         """
         k = _encode_key(key)
-        if _restores_as_itself(value):
+        if restores_as_itself(value):
             # A flat value always encodes and comes back from JSON as itself: keep a
             # private copy and encode it once per checkpoint (flush_to), not per put.
             self._data[k] = (key, value.copy() if isinstance(value, (list, dict)) else value)

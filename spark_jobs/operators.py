@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from recovery.plan import Context, Record
+from recovery.state import restores_as_itself
 
 
 class _Stateless:
@@ -174,9 +175,6 @@ class TumblingWindowLogic:
         return out
 
 
-_ATOMS = frozenset({str, int, float, bool, type(None)})
-
-
 def _copy(value: Any) -> Any:
     """A private copy of a mutable accumulator: ``add`` may change it in place (as Flink's
     AggregateFunction may), and a call that fails half-way must not change state.
@@ -184,13 +182,9 @@ def _copy(value: Any) -> Any:
     Flat lists and dicts of immutable values (the usual accumulator) are copied shallowly,
     which is a deep copy for them and far cheaper than ``copy.deepcopy``.
     """
-    if isinstance(value, list):
-        flat = all(type(v) in _ATOMS for v in value)
-    elif isinstance(value, dict):
-        flat = all(type(v) in _ATOMS for v in value.values())
-    else:
+    if not isinstance(value, (list, dict)):
         return value
-    return value.copy() if flat else copy.deepcopy(value)
+    return value.copy() if restores_as_itself(value) else copy.deepcopy(value)
 
 
 def _by_key(items: Iterable[tuple[Any, Any]]) -> list[tuple[Any, Any]]:

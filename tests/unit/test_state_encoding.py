@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from channels.ids import TopicPartition
-from recovery.state import ChangelogState, _encode_key, _restores_as_itself
+from recovery.state import ChangelogState, _encode_key, restores_as_itself
 from spark_jobs.operators import _copy
 
 KEYS: list[Any] = [
@@ -46,7 +46,7 @@ def test_key_text_is_the_json_text(key: Any) -> None:
     ],
 )
 def test_restores_as_itself(value: Any, flat: bool) -> None:
-    assert _restores_as_itself(value) is flat
+    assert restores_as_itself(value) is flat
     if flat:
         assert json.loads(json.dumps(value)) == value
 
