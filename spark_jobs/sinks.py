@@ -9,21 +9,19 @@ in-progress file of the subtask, so files of an aborted attempt never appear.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from channels import jsontext
 from channels.errors import SpillwayError
 from channels.kafka.producer import TransactionalProducer
 from channels.partitioners import key_bytes
 from recovery.plan import Context, Record
 
 _SUFFIX = ".inprogress"
-# One encoder for every record: json.dumps builds a new JSONEncoder per call when given
-# options, which costs as much as encoding a small record. Output is identical.
-_to_json = json.JSONEncoder(sort_keys=True).encode
+_to_json = jsontext.dumps  # compact, key-sorted UTF-8 JSON (see channels.jsontext)
 
 
 class JsonlFileSink:
@@ -78,8 +76,8 @@ class JsonlFileSink:
         if self._fh is None:
             # "x": never truncate a file another incarnation (a zombie) created; if one did,
             # this attempt fails and its retry's open() clears the zombie's file first.
-            self._fh = open(self._dir / self._name(self._next, tmp=True), "x", encoding="utf-8")  # noqa: SIM115
-        self._fh.write("".join(_to_json(r) + "\n" for r in records))
+            self._fh = open(self._dir / self._name(self._next, tmp=True), "xb")  # noqa: SIM115
+        self._fh.write(b"".join([_to_json(r) + b"\n" for r in records]))
         self._count += len(records)
 
     def prepare(self, checkpoint_id: int) -> dict[str, Any]:
@@ -120,10 +118,13 @@ class KafkaTopicSink:
     def write(self, records: Sequence[Record]) -> None:
         """Produce each record (keyed if a key function was given; librdkafka partitions)."""
         assert self._producer is not None
-        produce, topic, key = self._producer.produce, self.topic, self.key
-        for r in records:
-            k = None if key is None else key_bytes(key(r))
-            produce(topic, -1, k, _to_json(r).encode(), track=False)
+        key = self.key
+        if key is None:
+            self._producer.produce_many(self.topic, [(None, _to_json(r)) for r in records])
+        else:
+            self._producer.produce_many(
+                self.topic, [(key_bytes(key(r)), _to_json(r)) for r in records]
+            )
 
     def prepare(self, checkpoint_id: int) -> dict[str, Any]:
         """Nothing beyond the transaction."""
@@ -158,6 +159,6 @@ class ConsoleSink:
         """Print what the checkpoint committed (up to ``limit`` lines in all)."""
         for r in self._buf:
             if self._printed < self.limit:
-                print(self._prefix + _to_json(r), flush=True)
+                print(self._prefix + _to_json(r).decode(), flush=True)
                 self._printed += 1
         self._buf.clear()

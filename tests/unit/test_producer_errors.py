@@ -77,3 +77,33 @@ def test_other_fatal_errors_stop_with_the_cause() -> None:
     p = _producer(_FlushRaisesWrapped(err))
     with pytest.raises(SpillwayError, match="fatal error"):
         p.flush(0.1)
+
+
+class _QueueFullOnce:
+    """A producer whose local queue is full for the first positional produce call."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, bytes | None, bytes | None, int]] = []
+        self.full = True
+        self.polls = 0
+
+    def produce(self, topic: str, value: Any = None, key: Any = None, **kw: Any) -> None:
+        if self.full and not kw:
+            self.full = False
+            raise BufferError("queue full")
+        self.sent.append((topic, key, value, kw.get("partition", -1)))
+
+    def poll(self, timeout: float = 0.0) -> int:
+        self.polls += 1
+        return 0
+
+
+def test_produce_many_sends_every_message_once_even_when_the_queue_is_full() -> None:
+    fake = _QueueFullOnce()
+    p = _producer(fake)
+    p.txn_bytes = 0
+    msgs = [(b"k1", b"v1"), (None, b"v22"), (b"k3", b"v333")]
+    p.produce_many("out", msgs)
+    assert [(t, k, v) for t, k, v, _ in fake.sent] == [("out", k, v) for k, v in msgs]
+    assert all(part == -1 for *_, part in fake.sent)  # librdkafka's partitioner places them
+    assert p.txn_bytes == 2 + 2 + 3 + 2 + 4

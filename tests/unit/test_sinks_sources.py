@@ -57,7 +57,7 @@ def test_sink_prepare_leaves_only_an_inprogress_file(tmp_path: Path) -> None:
     assert info == {"next": 1, "pending": "part-0000-00000000.jsonl.inprogress"}
     assert files(out) == ["part-0000-00000000.jsonl.inprogress"]
     assert (out / info["pending"]).read_text(encoding="utf-8") == (
-        '{"a": 1}\n{"a": 0, "b": 2}\n{"a": 3}\n'
+        '{"a":1}\n{"a":0,"b":2}\n{"a":3}\n'
     )
 
 
