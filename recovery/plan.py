@@ -7,6 +7,7 @@ not depend on how pipelines are written.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -196,9 +197,10 @@ class JobPlan:
             ],
         }
 
-    @property
+    @functools.cached_property
     def fingerprint(self) -> str:
-        """Stable fingerprint of :meth:`description`; stored in every checkpoint."""
+        """Stable fingerprint of :meth:`description`; stored in every checkpoint (computed
+        once: the plan does not change, and hashing it per checkpoint showed in profiles)."""
         return fingerprint(self.description())
 
     def topics(

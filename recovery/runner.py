@@ -32,6 +32,7 @@ from offsets.tracker import CheckpointSequence
 from recovery.deadletter import DeadLetters
 from recovery.events import EventLog, JobSignals
 from recovery.faults import Faults
+from recovery.gcpolicy import streaming_collector
 from recovery.lifecycle import Lifecycle, Phase
 from recovery.plan import JobPlan, Logic, Record, Sink, Source
 from recovery.state import ChangelogState
@@ -234,29 +235,8 @@ class SubtaskRunner:
                 return self.result
             self.lifecycle.to(Phase.RUNNING)
             self.producer.begin()
-            while True:
-                ended = self._step()
-                for w in self.writers:
-                    w.tick()
-                # Aligned mode: only sources act on the trigger; the others on barriers.
-                if self._global and not ended and not (self._aligned and self.reader):
-                    assert self._signals is not None
-                    n = self._signals.trigger()
-                    if n > self._global_last:
-                        self._global_checkpoint(n)
-                if ended:
-                    self._finish()
-                    return self.result
-                now = time.monotonic()
-                if now - self._last_ckpt >= self.options.checkpoint_interval_s:
-                    stopping = self._should_stop()
-                    if not stopping and self._global_times.expected_soon(now):
-                        continue  # the next global checkpoint will do; see GlobalCadence
-                    self._checkpoint(finished=False, stopping=stopping)
-                    if stopping:
-                        self.result.status = "stopped"
-                        self.events.emit("stopped", checkpoint=self._seq.last)
-                        return self.result
+            with streaming_collector():
+                return self._loop()
         except BaseException as e:
             self.lifecycle.phase = Phase.FAILED
             self.result.status = "failed"
@@ -268,6 +248,32 @@ class SubtaskRunner:
             raise
         finally:
             self._close()
+
+    def _loop(self) -> SubtaskResult:
+        """Step, tick the writers, checkpoint when due; returns when finished or stopped."""
+        while True:
+            ended = self._step()
+            for w in self.writers:
+                w.tick()
+            # Aligned mode: only sources act on the trigger; the others on barriers.
+            if self._global and not ended and not (self._aligned and self.reader):
+                assert self._signals is not None
+                n = self._signals.trigger()
+                if n > self._global_last:
+                    self._global_checkpoint(n)
+            if ended:
+                self._finish()
+                return self.result
+            now = time.monotonic()
+            if now - self._last_ckpt >= self.options.checkpoint_interval_s:
+                stopping = self._should_stop()
+                if not stopping and self._global_times.expected_soon(now):
+                    continue  # the next global checkpoint will do; see GlobalCadence
+                self._checkpoint(finished=False, stopping=stopping)
+                if stopping:
+                    self.result.status = "stopped"
+                    self.events.emit("stopped", checkpoint=self._seq.last)
+                    return self.result
 
     def _restore(self) -> bool:
         t0 = time.monotonic()
