@@ -38,7 +38,7 @@ from confluent_kafka import TopicPartition as CkTopicPartition
 from bench import peers, workload
 from bench.checkpoints import percentile
 from bench.stats import spread
-from channels.envelope import Kind, RecordCodec, read_kind
+from channels.envelope import Decoders, Kind, read_header
 
 WARMUP_S = 3.0
 HOPS = ("source", "parse", "count", "sink")
@@ -104,12 +104,13 @@ class Observer(threading.Thread):
 
 def channel_decoder(schema: dict[str, Any]) -> Any:
     """The seqs of one channel message (none for barriers and other control messages)."""
-    codec = RecordCodec(schema)
+    decoders = Decoders(schema)
 
     def decode(m: Any) -> list[int]:
-        if read_kind(m.headers()) is not Kind.DATA:
+        kind, version = read_header(m.headers())
+        if kind is not Kind.DATA:
             return []
-        return [int(r["seq"]) for r in codec.decode_batch(m.value())]
+        return [int(r["seq"]) for r in decoders.decode(version, m.value())]
 
     return decode
 

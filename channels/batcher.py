@@ -1,13 +1,15 @@
 """Per-partition batching of encoded records, bounded by size and linger time. Pure.
 
 The batcher only decides *when* a batch is complete; writing it is the caller's job.
-This keeps the flushing rules unit-testable without a broker. A batch is a list of Avro
-array blocks: single records become one-record blocks when the batch is taken, and
-whole blocks (many records encoded in one call) are added as they are.
+This keeps the flushing rules unit-testable without a broker. A batch is a list of
+encoded blocks, framed into one message value by the channel codec's ``frame`` when the
+batch is taken (Avro by default). Single records (:meth:`Batcher.add`, Avro only) become
+one-record Avro blocks; whole blocks (many records encoded in one call) are added as they are.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from channels.envelope import ARRAY_OVERHEAD, block_of, frame_blocks
@@ -22,17 +24,30 @@ class _Open:
     size: int = 0
     opened_at: float = 0.0
 
-    def frame(self) -> bytes:
+    def frame(self, frame: Callable[[Sequence[bytes]], bytes]) -> bytes:
         blocks = [*self.blocks, block_of(self.records)] if self.records else self.blocks
-        return frame_blocks(blocks)
+        return frame(blocks)
 
 
 class Batcher:
-    """Collects encoded records per partition into Avro-array batches of at most ``max_bytes``."""
+    """Collects encoded records per partition into batches of at most ``max_bytes``.
 
-    def __init__(self, max_bytes: int, linger_s: float, *, topic: str = "?") -> None:
+    ``frame`` turns a batch's blocks into a message value and ``overhead`` is what it adds
+    (defaults: Avro array framing).
+    """
+
+    def __init__(
+        self,
+        max_bytes: int,
+        linger_s: float,
+        *,
+        topic: str = "?",
+        frame: Callable[[Sequence[bytes]], bytes] = frame_blocks,
+        overhead: int = ARRAY_OVERHEAD,
+    ) -> None:
         self.max_bytes = max_bytes
-        self.max_record = max_bytes - ARRAY_OVERHEAD
+        self.max_record = max_bytes - overhead
+        self._frame = frame
         self.linger_s = linger_s
         self.topic = topic
         self._open: dict[int, _Open] = {}
@@ -84,7 +99,7 @@ class Batcher:
             batch = self._open[partition] = _Open(opened_at=now)
             return batch, None
         if batch.size + n > self.max_record:
-            full = batch.frame()
+            full = batch.frame(self._frame)
             self._open[partition] = fresh = _Open(opened_at=now)
             return fresh, full
         return batch, None
@@ -103,4 +118,4 @@ class Batcher:
         return sum(b.count for b in self._open.values())
 
     def _take(self, partition: int) -> bytes:
-        return self._open.pop(partition).frame()
+        return self._open.pop(partition).frame(self._frame)

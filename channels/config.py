@@ -156,6 +156,9 @@ class ChannelSettings:
 
     max_batch_bytes: int = 256 * 1024
     linger_s: float = 0.05
+    # "arrow": Arrow IPC batches where the channel's schema is flat, Avro elsewhere;
+    # "avro": Avro everywhere. Readers decode both (channels.envelope).
+    codec: str = "arrow"
 
     def __post_init__(self) -> None:
         if not 1024 <= self.max_batch_bytes <= 16 * 1024 * 1024:
@@ -164,3 +167,5 @@ class ChannelSettings:
             )
         if not 0 <= self.linger_s <= 60:
             raise ConfigError(f"linger_s must be between 0 and 60 seconds, got {self.linger_s}")
+        if self.codec not in ("arrow", "avro"):
+            raise ConfigError(f"channel codec must be 'arrow' or 'avro', got {self.codec!r}")

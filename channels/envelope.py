@@ -5,11 +5,16 @@ A Kafka message in a channel is one of:
 * **data**: the value is an Avro *array* of the channel's record schema, in Avro's
   binary encoding (a block count, the items, a terminating 0). Any consumer that has
   the record schema decodes it with ``schemaless_reader(buf, {"type": "array", "items": schema})``.
+* **data, Arrow** (format version 2): for flat record schemas the value is an Arrow IPC
+  stream of the same records (:mod:`channels.arrowcodec`), readable with
+  ``pyarrow.ipc.open_stream(value)`` alone.
 * **control**: end-of-stream, watermark or checkpoint barrier, with an 8-byte value.
 
-Headers: ``spw.v`` (format version, ``b"1"``) and ``spw.k`` (kind: ``d``, ``e``, ``w``, ``b``).
-The message key is the writer's subtask index in ASCII, so channel ``i → j`` is
-"partition j, key i". A reader rejects versions it does not know instead of guessing.
+Headers: ``spw.v`` (format version: ``b"1"``, or ``b"2"`` for Arrow data) and ``spw.k``
+(kind: ``d``, ``e``, ``w``, ``b``). The message key is the writer's subtask index in
+ASCII, so channel ``i → j`` is "partition j, key i". A reader rejects versions it does not
+know instead of guessing; every reader decodes both data encodings, whatever its own
+writers use, so changing the codec needs no migration.
 """
 
 from __future__ import annotations
@@ -19,13 +24,17 @@ import io
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
-from channels.errors import SchemaMismatchError
+from channels.arrowcodec import ArrowCodec, arrow_schema
+from channels.errors import ConfigError, SchemaMismatchError
 
 VERSION = b"1"
+ARROW_VERSION = b"2"
+VERSIONS = (VERSION, ARROW_VERSION)
+CODECS = ("arrow", "avro")
 H_VERSION = "spw.v"
 H_KIND = "spw.k"
 ARRAY_OVERHEAD = 20  # count varint (<= 10 bytes) + terminating 0, with room to spare
@@ -42,28 +51,35 @@ class Kind(enum.Enum):
     BARRIER = b"b"
 
 
-def headers(kind: Kind) -> list[tuple[str, bytes]]:
-    """The headers of a message of ``kind``."""
-    return [(H_VERSION, VERSION), (H_KIND, kind.value)]
+def headers(kind: Kind, version: bytes = VERSION) -> list[tuple[str, bytes]]:
+    """The headers of a message of ``kind`` (``version``: the data encoding's)."""
+    return [(H_VERSION, version), (H_KIND, kind.value)]
 
 
-def read_kind(raw_headers: Sequence[tuple[str, bytes | None]] | None) -> Kind:
-    """The kind of a message; :class:`SchemaMismatchError` unless it is a v1 channel message."""
+def read_header(raw_headers: Sequence[tuple[str, bytes | None]] | None) -> tuple[Kind, bytes]:
+    """Kind and format version of a message; :class:`SchemaMismatchError` unless it is a
+    channel message of a version this Spillway reads."""
     version = kind = None
     for name, value in raw_headers or ():
         if name == H_VERSION:
             version = value
         elif name == H_KIND:
             kind = value
-    if version != VERSION:
+    if version not in VERSIONS:
         raise SchemaMismatchError(
-            f"message has channel format version {version!r}, this Spillway reads {VERSION!r}; "
-            "upgrade Spillway or check that the topic is a Spillway channel"
+            f"message has channel format version {version!r}, this Spillway reads "
+            f"{b', '.join(VERSIONS)!r}; upgrade Spillway or check that the topic is a "
+            "Spillway channel"
         )
     try:
-        return Kind(kind)
+        return Kind(kind), version
     except ValueError:
         raise SchemaMismatchError(f"unknown channel message kind {kind!r}") from None
+
+
+def read_kind(raw_headers: Sequence[tuple[str, bytes | None]] | None) -> Kind:
+    """The kind of a message (see :func:`read_header`)."""
+    return read_header(raw_headers)[0]
 
 
 def writer_key(index: int) -> bytes:
@@ -90,15 +106,48 @@ def decode_i64(value: bytes | None) -> int:
     return int(_I64.unpack(value)[0])
 
 
+class BlockCodec(Protocol):
+    """How a writer encodes a channel's records: blocks, framed into one message value."""
+
+    @property
+    def version(self) -> bytes:
+        """The ``spw.v`` of data messages in this encoding."""
+        ...
+
+    @property
+    def overhead(self) -> int:
+        """Bytes a message adds around its blocks."""
+        ...
+
+    def encode_block(self, records: Sequence[Any]) -> bytes:
+        """One block of ``records``; :class:`SchemaMismatchError` naming a record that does
+        not fit."""
+        ...
+
+    def frame(self, blocks: Sequence[bytes]) -> bytes:
+        """A data message's value made of ``blocks``, in order."""
+        ...
+
+    def decode_batch(self, value: bytes) -> list[Any]:
+        """All records of a data message in this encoding, in write order."""
+        ...
+
+
 @dataclass(frozen=True)
 class RecordCodec:
     """Encodes single records and decodes whole batches with one Avro schema."""
 
     schema: dict[str, Any]
+    version: bytes = VERSION
+    overhead: int = ARRAY_OVERHEAD
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_parsed", parse_schema(self.schema))
         object.__setattr__(self, "_array", parse_schema({"type": "array", "items": self.schema}))
+
+    def frame(self, blocks: Sequence[bytes]) -> bytes:
+        """A data message's value: ``blocks`` and the array terminator."""
+        return frame_blocks(blocks)
 
     def encode(self, record: Any) -> bytes:
         """Avro binary of one record; :class:`SchemaMismatchError` if it does not fit the schema."""
@@ -139,6 +188,56 @@ class RecordCodec:
             ) from e
         assert isinstance(records, list)
         return records
+
+
+class ArrowBlockCodec(ArrowCodec):
+    """:class:`~channels.arrowcodec.ArrowCodec` as a channel codec (format version 2)."""
+
+    version = ARROW_VERSION
+
+
+def writer_codec(schema: dict[str, Any], codec: str) -> BlockCodec:
+    """The codec a writer uses for ``schema``: ``"arrow"`` where the schema is flat (see
+    :func:`channels.arrowcodec.arrow_schema`), Avro otherwise; ``"avro"``: always Avro."""
+    if codec not in CODECS:
+        raise ConfigError(f"channel codec must be one of {', '.join(CODECS)}, got {codec!r}")
+    flat = arrow_schema(schema) if codec == "arrow" else None
+    return RecordCodec(schema) if flat is None else ArrowBlockCodec(schema, flat)
+
+
+class Decoders:
+    """Decodes a channel's data messages in whichever encoding each message says it has."""
+
+    def __init__(self, schema: dict[str, Any]) -> None:
+        self.schema = schema
+        self._avro = RecordCodec(schema)
+        flat = arrow_schema(schema)
+        self._arrow = ArrowBlockCodec(schema, flat) if flat is not None else None
+
+    def decode(self, version: bytes, value: bytes) -> list[Any]:
+        """The records of a data message of format ``version``."""
+        if version == VERSION:
+            return self._avro.decode_batch(value)
+        if self._arrow is None:
+            raise SchemaMismatchError(
+                f"an Arrow data message for schema {self.schema.get('name', '?')!r}, which "
+                "is not flat: the writer's schema differs from this reader's"
+            )
+        return self._arrow.decode_batch(value)
+
+
+def decode_data(
+    raw_headers: Sequence[tuple[str, bytes | None]] | None, value: bytes, schema: dict[str, Any]
+) -> list[Any]:
+    """The records of one data message (any encoding), given the channel's schema.
+
+    For tools and tests that read a channel topic directly; a reader keeps a
+    :class:`Decoders` per input instead.
+    """
+    kind, version = read_header(raw_headers)
+    if kind is not Kind.DATA:
+        raise SchemaMismatchError(f"not a data message: {kind.name}")
+    return Decoders(schema).decode(version, value)
 
 
 def frame_batch(encoded: Sequence[bytes]) -> bytes:

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from channels.envelope import H_KIND, Kind, RecordCodec, decode_i64, read_kind, writer_of
+from channels.envelope import H_KIND, Decoders, Kind, decode_i64, read_header, writer_of
 from channels.errors import RecordError, SchemaMismatchError
 from channels.ids import Offset, TopicPartition
 from channels.kafka.consumer import AssignedConsumer
@@ -88,7 +88,7 @@ class ChannelReader:
         self._consumer = consumer
         self._tolerate_bad = tolerate_bad
         self._inputs = {i.tp: i for i in inputs}
-        self._codecs = {i.tp: RecordCodec(i.schema) for i in inputs}
+        self._codecs = {i.tp: Decoders(i.schema) for i in inputs}
         self._positions: dict[TopicPartition, Offset] = {}
         self._pending: list[Any] = []  # consumed, not yet returned (after a barrier)
         self.state = ReaderState()
@@ -223,12 +223,12 @@ class ChannelReader:
         value: bytes | None,
         raw_headers: Any,
     ) -> Delivery:
-        kind = read_kind(raw_headers)
+        kind, version = read_header(raw_headers)
         writer = writer_of(key)
         if kind is Kind.DATA:
             if value is None:
                 raise SchemaMismatchError("data message without a value")
-            return Delivery(tp, off, writer, kind, self._codecs[tp].decode_batch(value))
+            return Delivery(tp, off, writer, kind, self._codecs[tp].decode(version, value))
         v = decode_i64(value)
         if kind is Kind.END_OF_STREAM:
             self.state.ended.setdefault(tp, set()).add(writer)

@@ -15,13 +15,11 @@ from typing import Any
 
 from channels.batcher import Batcher
 from channels.config import ChannelSettings
-from channels.envelope import Kind, RecordCodec, encode_i64, headers, writer_key
+from channels.envelope import VERSION, Kind, encode_i64, headers, writer_codec, writer_key
 from channels.errors import RecordError
 from channels.ids import TopicPartition
 from channels.kafka.producer import TransactionalProducer
 from channels.partitioners import Partitioner
-
-_DATA_HEADERS = headers(Kind.DATA)
 
 
 @dataclass(frozen=True)
@@ -48,9 +46,16 @@ class ChannelWriter:
         self.channel = channel
         self.writer_index = writer_index
         self._producer = producer
-        self._codec = RecordCodec(channel.schema)
+        self._codec = writer_codec(channel.schema, settings.codec)
+        self._data_headers = headers(Kind.DATA, self._codec.version)
         self._key = writer_key(writer_index)
-        self._batcher = Batcher(settings.max_batch_bytes, settings.linger_s, topic=channel.topic)
+        self._batcher = Batcher(
+            settings.max_batch_bytes,
+            settings.linger_s,
+            topic=channel.topic,
+            frame=self._codec.frame,
+            overhead=self._codec.overhead,
+        )
         self._clock = clock
         self._counts = [0] * channel.downstream_parallelism
         self._marks = [0] * channel.downstream_parallelism
@@ -79,7 +84,10 @@ class ChannelWriter:
 
     def write(self, record: Any) -> None:
         """Encode, route and buffer one record; write any batch it completes."""
-        encoded = self._codec.encode(record)
+        if self._codec.version != VERSION:
+            self.write_many([record])  # Arrow: blocks only (a record alone is a block)
+            return
+        encoded = self._codec.encode(record)  # type: ignore[attr-defined]
         now = self._clock()
         for p in self._targets(record):
             full = self._batcher.add(p, encoded, now)
@@ -89,7 +97,7 @@ class ChannelWriter:
 
     def write_many(self, records: Iterable[Any]) -> None:
         """Write records in order, as :meth:`write` would, encoding each partition's share in
-        one fastavro call (per-record Python work dominates the cost of a channel).
+        one codec call (per-record Python work dominates the cost of a channel).
 
         All-or-nothing: every record is encoded before any is buffered, so a record that
         does not fit the schema (or the size limit) raises and leaves the writer unchanged.
@@ -166,4 +174,4 @@ class ChannelWriter:
             self._producer.produce(self.channel.topic, p, self._key, value, hdrs)
 
     def _send(self, partition: int, batch: bytes) -> None:
-        self._producer.produce(self.channel.topic, partition, self._key, batch, _DATA_HEADERS)
+        self._producer.produce(self.channel.topic, partition, self._key, batch, self._data_headers)

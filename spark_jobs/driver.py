@@ -67,6 +67,7 @@ class JobConfig:
     # "at-least-once" writes outputs without transactions (see RunOptions.guarantee):
     # cheaper, but a restarted subtask repeats downstream what it sent after its checkpoint.
     guarantee: str = "exactly-once"
+    channel_codec: str = "arrow"  # see ChannelSettings.codec
 
     def settings(self) -> KafkaSettings:
         """Kafka settings of this run."""
@@ -95,7 +96,7 @@ class JobConfig:
         return RunOptions(
             checkpoint_interval_s=self.checkpoint_interval_s,
             transaction_timeout_ms=self.transaction_timeout_ms,
-            channel=ChannelSettings(),
+            channel=ChannelSettings(codec=self.channel_codec),
             from_checkpoint=from_checkpoint,
             run_id=run_id,
             dead_letter=self.dead_letter,

@@ -50,6 +50,13 @@ def add_parser(subparsers: Any) -> None:
         "sent after the last checkpoint downstream, nothing is lost)",
     )
     p.add_argument(
+        "--channel-codec",
+        choices=("arrow", "avro"),
+        default="arrow",
+        help="encoding of channel batches: arrow = Arrow IPC where a channel's schema is flat "
+        "(primitive fields), Avro elsewhere; avro = Avro everywhere. Readers take both",
+    )
+    p.add_argument(
         "--transaction-timeout-ms",
         type=int,
         default=60_000,
@@ -93,6 +100,7 @@ def _run(args: argparse.Namespace) -> int:
         global_interval_s=args.global_interval,
         guarantee=args.guarantee,
         transaction_timeout_ms=args.transaction_timeout_ms,
+        channel_codec=args.channel_codec,
     )
     results = run_on_spark(config, rewind_to=args.from_checkpoint)
     for r in results:

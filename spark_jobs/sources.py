@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import glob
-import json
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from channels import jsontext
 from channels.errors import ConfigError, RecordError
 from channels.ids import Offset, TopicPartition
 from channels.kafka.admin import Admin
@@ -17,7 +17,7 @@ from offsets.store import check_retention
 from recovery.plan import Context, Record, Rejected
 from spark_jobs.lines import LineError, field_types, parse_csv, parse_csv_header, parse_jsonl
 
-_from_json = json.JSONDecoder().decode
+_from_json = jsontext.loads
 
 
 class GeneratorSource:
@@ -266,8 +266,7 @@ class KafkaTopicSource:
             if self.bounded and off >= self._ends.get(p, 0):
                 continue
             try:
-                # str first: json.loads(bytes) sniffs the encoding per call; UTF-8 is ours.
-                out.append(_from_json((m.value() or b"null").decode()))
+                out.append(_from_json(m.value() or b"null"))
             except ValueError as e:
                 raise RecordError(f"{self.topic}[{p}] offset {off}: value is not JSON ({e})") from e
             self._next[p] = off + 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 from fastavro import schemaless_reader
@@ -14,10 +15,12 @@ from channels.config import ChannelSettings, KafkaSettings
 from channels.envelope import (
     Kind,
     RecordCodec,
+    decode_data,
     decode_i64,
     encode_i64,
     frame_batch,
     headers,
+    read_header,
     read_kind,
     writer_key,
     writer_of,
@@ -175,35 +178,45 @@ class _FakeProducer:
 
     def __init__(self) -> None:
         self.messages: list[tuple[int, bytes]] = []
+        self.headers: list[Any] = []
 
     def produce(
         self, topic: str, partition: int, key: bytes, value: bytes, headers: object
     ) -> None:
         self.messages.append((partition, value))
+        self.headers.append(headers)
+
+    def decoded(self, partition: int) -> list[Any]:
+        return [
+            r
+            for (p, v), h in zip(self.messages, self.headers, strict=True)
+            if p == partition
+            for r in decode_data(h, v, SCHEMA)
+        ]
 
 
-def test_write_many_blocks_and_single_writes_keep_order_and_split_big_groups() -> None:
-    from typing import Any, cast
+@pytest.mark.parametrize("codec", ["arrow", "avro"])
+def test_write_many_blocks_and_single_writes_keep_order_and_split_big_groups(codec: str) -> None:
+    from typing import cast
 
     from channels.writer import ChannelWriter, OutputChannel
 
     producer = _FakeProducer()
     channel = OutputChannel("t", SCHEMA, KeyHash(lambda r: r["key"], 2), 2)
-    writer = ChannelWriter(
-        cast(Any, producer), channel, 0, ChannelSettings(max_batch_bytes=1024), clock=lambda: 0.0
-    )
+    settings = ChannelSettings(max_batch_bytes=1024, codec=codec)
+    writer = ChannelWriter(cast(Any, producer), channel, 0, settings, clock=lambda: 0.0)
     records = [{"key": f"k{i % 5}", "seq": i} for i in range(2000)]
     writer.write(records[0])
     writer.write_many(records[1:1500])  # far more than one 1 KiB message per partition
     writer.write(records[1500])
     writer.write_many(records[1501:])
     writer.flush_batches()
-    codec = RecordCodec(SCHEMA)
     assert all(len(v) <= 1024 for _, v in producer.messages)
+    version = b"2" if codec == "arrow" else b"1"
+    assert all(read_header(h) == (Kind.DATA, version) for h in producer.headers)
     route = KeyHash(lambda r: r["key"], 2)
     for p in range(2):
-        got = [r for part, v in producer.messages if part == p for r in codec.decode_batch(v)]
-        assert got == [r for r in records if route.targets(r)[0] == p]
+        assert producer.decoded(p) == [r for r in records if route.targets(r)[0] == p]
     assert sum(writer.counts) == 2000
 
 
@@ -213,6 +226,16 @@ def test_write_many_names_the_record_that_does_not_fit_the_schema() -> None:
     from channels.writer import ChannelWriter, OutputChannel
 
     channel = OutputChannel("t", SCHEMA, Forward(0, 1), 1)
-    writer = ChannelWriter(cast(Any, _FakeProducer()), channel, 0, ChannelSettings())
-    with pytest.raises(SchemaMismatchError, match="'seq': 'x'"):
-        writer.write_many([{"key": "a", "seq": 1}, {"key": "b", "seq": "x"}])
+    for codec in ("arrow", "avro"):
+        producer = _FakeProducer()
+        writer = ChannelWriter(cast(Any, producer), channel, 0, ChannelSettings(codec=codec))
+        with pytest.raises(SchemaMismatchError, match="'seq': 'x'"):
+            writer.write_many([{"key": "a", "seq": 1}, {"key": "b", "seq": "x"}])
+        with pytest.raises(SchemaMismatchError, match=r"record \{'key': 'a'\}.*seq"):
+            writer.write_many([{"key": "a"}])
+        with pytest.raises(SchemaMismatchError, match=r"record \{'key': None"):
+            writer.write_many([{"key": None, "seq": 3}])
+        with pytest.raises(SchemaMismatchError, match=r"record \['a', 1\] does not match"):
+            writer.write_many([["a", 1]])
+        writer.flush_batches()
+        assert producer.messages == []  # nothing of a failed call was buffered
