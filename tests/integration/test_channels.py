@@ -51,13 +51,14 @@ def make_topic(settings: KafkaSettings, job: str) -> str:
 
 
 def writer_for(
-    settings: KafkaSettings, job: str, topic: str, index: int
+    settings: KafkaSettings, job: str, topic: str, index: int, codec: str = "arrow"
 ) -> tuple[TransactionalProducer, ChannelWriter]:
     sub = SubtaskId(JobId(job), OperatorName("up"), index)
     producer = TransactionalProducer(settings, sub.transactional_id, transaction_timeout_ms=20_000)
     producer.start()
     out = OutputChannel(topic, SCHEMA, KeyHash(lambda r: r["key"], DOWN), DOWN)
-    return producer, ChannelWriter(producer, out, index, ChannelSettings(max_batch_bytes=4096))
+    channel_settings = ChannelSettings(max_batch_bytes=4096, codec=codec)
+    return producer, ChannelWriter(producer, out, index, channel_settings)
 
 
 def reader_for(settings: KafkaSettings, job: str, topic: str, index: int) -> ChannelReader:
@@ -76,12 +77,22 @@ def read_until_ended(reader: ChannelReader, timeout_s: float = 30) -> list[dict[
     return records
 
 
-def write_all(settings: KafkaSettings, job: str, topic: str, per_writer: int) -> None:
+def write_all(
+    settings: KafkaSettings,
+    job: str,
+    topic: str,
+    per_writer: int,
+    codecs: tuple[str, ...] = ("arrow",),
+) -> None:
     for i in range(UP):
-        producer, writer = writer_for(settings, job, topic, i)
+        producer, writer = writer_for(settings, job, topic, i, codecs[i % len(codecs)])
         producer.begin()
         for seq in range(per_writer):
-            writer.write({"key": f"k{seq % 17}", "writer": i, "seq": seq})
+            record = {"key": f"k{seq % 17}", "writer": i, "seq": seq}
+            if seq % 2:
+                writer.write(record)
+            else:
+                writer.write_many([record])
             if seq % 1000 == 999:  # several transactions per writer
                 writer.flush_batches()
                 producer.commit()
@@ -91,13 +102,16 @@ def write_all(settings: KafkaSettings, job: str, topic: str, per_writer: int) ->
         producer.close()
 
 
+# Mixed: writers of one channel on different codecs (a rolling change of --channel-codec);
+# every reader decodes each message by its header.
+@pytest.mark.parametrize("codecs", [("arrow",), ("avro",), ("avro", "arrow")])
 def test_every_record_arrives_exactly_once_in_its_partition_in_writer_order(
-    kafka_bootstrap: str, unique: str
+    kafka_bootstrap: str, unique: str, codecs: tuple[str, ...]
 ) -> None:
     settings = KafkaSettings(kafka_bootstrap)
     topic = make_topic(settings, unique)
     per_writer = 2500
-    write_all(settings, unique, topic, per_writer)
+    write_all(settings, unique, topic, per_writer, codecs)
 
     seen: list[dict[str, Any]] = []
     route = KeyHash(lambda r: r["key"], DOWN)
@@ -268,7 +282,12 @@ def test_schema_mismatch_and_oversized_records_are_clear_errors(
     producer.begin()
     with pytest.raises(SchemaMismatchError, match="Event"):
         writer.write({"key": "a", "writer": "two", "seq": 1})
-    with pytest.raises(RecordTooLargeError, match="exceeds the channel limit of 4076 bytes"):
+    # The limit is max_batch_bytes less the codec's framing (Avro 20 bytes, Arrow's schema).
+    too_big = (
+        r"record of 102\d\d bytes .* exceeds the channel limit of \d{4} bytes "
+        r"\(max_batch_bytes=4096\)"
+    )
+    with pytest.raises(RecordTooLargeError, match=too_big):
         writer.write({"key": "x" * 10_000, "writer": 2, "seq": 1})
     writer.write({"key": "a", "writer": 2, "seq": 1})
     writer.end_of_stream()
