@@ -15,6 +15,9 @@ the two lines. Engines:
 ``handwritten`` one confluent-kafka consumer + transactional producer loop doing the
                 same decode → parse → count → encode, with the dirty counts written to a
                 compacted changelog topic and the input offsets sent in each transaction.
+                JSON with the standard library, as such a loop is usually written.
+``handwritten-orjson`` the same loop with orjson for JSON in and out, as Spillway's
+                source and sinks use: the strictest baseline (no target is set on it).
 ``quix``        Quix Streams, ``processing_guarantee="exactly-once"``, ``group_by`` page
                 (a repartition topic) and a stateful count (RocksDB + changelog).
 ``sss``         PySpark Structured Streaming Kafka→Kafka, ``local[2]``, built-in SQL
@@ -37,7 +40,7 @@ from typing import Any
 
 from bench import workload
 
-ENGINES = ("spillway", "spillway-chained", "handwritten", "quix", "sss")
+ENGINES = ("spillway", "spillway-chained", "handwritten", "handwritten-orjson", "quix", "sss")
 # Set to a directory: each Spillway subtask writes its cProfile stats there (profiling).
 PROFILE_ENV = "SPILLWAY_BENCH_PROFILE"
 CHANGELOG_SUFFIX = "-changelog"
@@ -58,6 +61,7 @@ class Job:
     connector: str = ""  # spark-sql-kafka-0-10 version; "" = the pyspark version
     traced: bool = False  # spillway only: the B2 variant (see spillway_pipeline)
     chaining: bool = False  # spillway only: Pipeline(chaining=True)
+    orjson: bool = False  # handwritten only: orjson instead of the stdlib's json
 
 
 def _say(word: str) -> None:
@@ -280,6 +284,12 @@ def run_handwritten(job: Job) -> None:
     consumer.assign([TopicPartition(job.input, p, 0) for p in parts])
     producer.init_transactions()
     exactly_once = job.guarantee == "exactly-once"
+    loads: Callable[[bytes], Any] = json.loads
+    encode: Callable[[Any], bytes] = workload.encode
+    if job.orjson:
+        import orjson
+
+        loads, encode = orjson.loads, orjson.dumps  # the same compact text as encode
     counts: dict[str, list[Any]] = {}
     dirty: set[str] = set()
     nexts = dict.fromkeys(parts, 0)
@@ -289,7 +299,7 @@ def run_handwritten(job: Job) -> None:
 
     def commit() -> None:
         for page in dirty:
-            producer.produce(changelog, workload.encode({"v": counts[page]}), page.encode())
+            producer.produce(changelog, encode({"v": counts[page]}), page.encode())
         dirty.clear()
         offsets = [TopicPartition(job.input, p, o) for p, o in nexts.items()]
         if exactly_once:
@@ -304,7 +314,7 @@ def run_handwritten(job: Job) -> None:
         for m in consumer.consume(1000, 0.1):
             if m.error():
                 raise RuntimeError(f"consume: {m.error()}")
-            view = workload.parse(json.loads(m.value() or b"{}"))
+            view = workload.parse(loads(m.value() or b"{}"))
             page = view["page"]
             acc = counts.get(page)
             if acc is None:
@@ -314,7 +324,7 @@ def run_handwritten(job: Job) -> None:
             out = {"page": page, "section": acc[0], "views": acc[1]}
             while True:
                 try:
-                    producer.produce(job.output, workload.encode(out), page.encode())
+                    producer.produce(job.output, encode(out), page.encode())
                     break
                 except BufferError:
                     producer.poll(0.05)
@@ -454,10 +464,16 @@ def run_spillway_chained(job: Job) -> None:
     run_spillway(replace(job, chaining=True))
 
 
+def run_handwritten_orjson(job: Job) -> None:
+    """:func:`run_handwritten` with orjson for JSON in and out."""
+    run_handwritten(replace(job, orjson=True))
+
+
 RUNNERS: dict[str, Callable[[Job], None]] = {
     "spillway": run_spillway,
     "spillway-chained": run_spillway_chained,
     "handwritten": run_handwritten,
+    "handwritten-orjson": run_handwritten_orjson,
     "quix": run_quix,
     "sss": run_sss,
 }

@@ -23,6 +23,7 @@ LABELS = {
     "spillway": "Spillway (4 subtask processes)",
     "spillway-chained": "Spillway, chaining=True (2 subtask processes)",
     "handwritten": "hand-written confluent-kafka loop",
+    "handwritten-orjson": "hand-written loop with orjson (no target)",
     "quix": "Quix Streams (exactly-once)",
     "sss": "Spark Structured Streaming, local[2] (at-least-once sink)",
 }

@@ -66,7 +66,9 @@ class Settings:
 
     runs: int = 3
     b0_records: int = 1_000_000
-    b1_records: int = 200_000
+    # 400k: the fastest engines need ~4 s, i.e. several 1-s commits per run (at 200k a
+    # run had become about one commit interval long).
+    b1_records: int = 400_000
     engines: tuple[str, ...] = peers.ENGINES
     commit_interval_s: float = 1.0
     b4_records: int = 1_500_000
@@ -75,7 +77,7 @@ class Settings:
     b2_intervals: tuple[float, ...] = (0.1, 1.0, 5.0)
     b2_rate: float = 2000.0
     b2_seconds: float = 10.0
-    b2_records: int = 100_000  # per throughput run (EOS overhead)
+    b2_records: int = 400_000  # per throughput run (EOS overhead): several commits at 1 s
     b3_rate: float = localized.Settings.rate
 
 
