@@ -84,33 +84,29 @@ class ArrowCodec:
         """One record-batch message of ``records``; :class:`SchemaMismatchError` naming the
         first record that does not fit the schema."""
         try:
-            # set(map(type)) runs in C; dict subclasses take the isinstance path.
-            if set(map(type, records)) - {dict} and not all(isinstance(r, dict) for r in records):
-                raise TypeError("a record must be a dict")
-            batch = pa.RecordBatch.from_pylist(list(records), schema=self._schema)
-            for i in self._required:
-                if batch.column(i).null_count:
-                    raise ValueError(f"field {self._schema.field(i).name!r} is missing or None")
+            batch = self._batch(records)
         except _CONVERSION_ERRORS:
             for r in records:  # name the record that does not fit
-                self._check_one(r)
+                try:
+                    self._batch([r])
+                except _CONVERSION_ERRORS as e:
+                    text = repr(r)
+                    short = text if len(text) <= 120 else text[:117] + "..."
+                    raise SchemaMismatchError(
+                        f"record {short} does not match schema {self._name!r}: {e}"
+                    ) from e
             raise
         return batch.serialize().to_pybytes()  # type: ignore[no-any-return]
 
-    def _check_one(self, record: Any) -> None:
-        try:
-            if not isinstance(record, dict):
-                raise TypeError(f"a record must be a dict, got {type(record).__name__}")
-            batch = pa.RecordBatch.from_pylist([record], schema=self._schema)
-            for i in self._required:
-                if batch.column(i).null_count:
-                    raise ValueError(f"field {self._schema.field(i).name!r} is missing or None")
-        except _CONVERSION_ERRORS as e:
-            text = repr(record)
-            short = text if len(text) <= 120 else text[:117] + "..."
-            raise SchemaMismatchError(
-                f"record {short} does not match schema {self._name!r}: {e}"
-            ) from e
+    def _batch(self, records: Sequence[Any]) -> pa.RecordBatch:
+        # set(map(type)) runs in C; dict subclasses take the isinstance path.
+        if set(map(type, records)) - {dict} and not all(isinstance(r, dict) for r in records):
+            raise TypeError("a record must be a dict")
+        batch = pa.RecordBatch.from_pylist(list(records), schema=self._schema)
+        for i in self._required:
+            if batch.column(i).null_count:
+                raise ValueError(f"field {self._schema.field(i).name!r} is missing or None")
+        return batch
 
     def frame(self, blocks: Sequence[bytes]) -> bytes:
         """A data message's value: an Arrow IPC stream of ``blocks``."""
