@@ -340,6 +340,16 @@ def summarise(rounds: list[dict[str, Any]]) -> dict[str, Any]:
         out["local"][k] = sp([r["local"][k] for r in rounds])
     for side in ("local", "whole"):  # kill → every killed subtask started again
         out[side]["restart_s"] = sp([r[side]["runner"]["restart_after_kill_s"] for r in rounds])
+    # Pooled over rounds: where a kill lands in a subtask's checkpoint cycle makes one
+    # round's L anything from 0 to a full interval of its input, while W sums N such
+    # draws; ΣL/ΣW weighs every kill alike (a median of per-round ratios does not).
+    local_sum = sum(r["local"]["replayed"] for r in rounds)
+    whole_sum = sum(r["whole"]["replayed"] for r in rounds)
+    if whole_sum:
+        out["replayed_pooled_ratio"] = local_sum / whole_sum
+        # L against W's average per subtask: 1.0 when a lone restart replays what each
+        # subtask of a whole-job restart replays, i.e. only its own share.
+        out["replayed_vs_per_subtask"] = local_sum / (whole_sum / out["subtasks"])
     with contextlib.suppress(ValueError):  # a round with no whole-job replay has no ratio
         out["replayed_ratio"] = sp(
             ratios(

@@ -241,7 +241,10 @@ def b3_block(doc: dict[str, Any], json_path: str) -> str:
     n = b["subtasks"]
     loads = [r[k][0] for r in doc["b3"] for k in ("load_before", "load_after")]
     ratio = b.get("replayed_ratio")
-    met_ratio = ratio is not None and ratio["median"] <= 1 / n
+    pooled = b.get("replayed_pooled_ratio")
+    # Judged on ΣL/ΣW (see localized.summarise); older results have only the median.
+    judged = pooled if pooled is not None else (ratio["median"] if ratio else None)
+    met_ratio = judged is not None and judged <= 1 / n
     loc, whole = b["local"], b["whole"]
 
     def rec(side: dict[str, Any]) -> str:
@@ -271,7 +274,8 @@ def b3_block(doc: dict[str, Any], json_path: str) -> str:
         "| figure | L: one subtask killed | W: whole job restarted | target |",
         "|---|---|---|---|",
         f"| records replayed | {_cell(loc['replayed'])} | {_cell(whole['replayed'])} | "
-        f"L/W {_cell(ratio, '{:.3f}') if ratio else '–'} vs 1/N = {1 / n:.3f}: "
+        f"{'' if pooled is None else f'ΣL/ΣW {pooled:.3f}; '}"
+        f"per round L/W {_cell(ratio, '{:.3f}') if ratio else '–'}; vs 1/N = {1 / n:.3f}: "
         f"{yes[met_ratio]} |",
         f"| seconds until latency is back within 10 % | {rec(loc)} | {rec(whole)} | "
         f"L <= 10 s: {yes[rec_ok]} |",
@@ -285,6 +289,16 @@ def b3_block(doc: dict[str, Any], json_path: str) -> str:
         "",
         "Replayed: records readable in a killed subtask's input before the kill whose result "
         "it had not committed by then (seen by read_committed observers of every hop). "
+        "Judged on ΣL/ΣW over the rounds: one round's L is anything from 0 to a checkpoint "
+        "interval of count[0]'s input, depending on where the kill lands in its cycle, while "
+        "W adds up N such draws, so E[L/W] = 1/N and a per-round median scatters around it"
+        + (
+            ""
+            if b.get("replayed_vs_per_subtask") is None
+            else f"; L / (W/N) = {b['replayed_vs_per_subtask']:.2f} (1.0: the lone restart "
+            "replays what each subtask of the whole-job restart replays)"
+        )
+        + ". "
         "Latency back: the end of the last 2-s window (by arrival time) whose 0.9-quantile of "
         "end-to-end latency exceeds 1.1× that of the 10 s before the kill — in L over "
         "the records through count[0], in W over all records. Dip: the output rate of the "

@@ -12,6 +12,10 @@ each in a fresh process (``python -m bench.restore ROLE ...``):
               fetch settings are AssignedConsumer's (``fetch.wait.max.ms``,
               ``fetch.queue.backoff.ms``), the rest librdkafka's defaults.
 
+``dict``      (command line only, not in ``make bench``) the ``raw`` consumer storing each
+              message's value in a dict under its key: what any in-memory restore must
+              at least do, so the floor for ``spillway``.
+
 Each role reports its own wall time and CPU time (``RUSAGE_SELF``: all its threads,
 librdkafka's included) around the read; the broker's CPU time is read around the whole
 process.
@@ -36,7 +40,8 @@ from bench import measure
 from bench.stats import ratios, spread
 
 TOPIC = "bench-b4-changelog"
-ROLES = ("spillway", "raw")
+ROLES = ("spillway", "raw")  # make bench's B4
+CLI_ROLES = (*ROLES, "dict")
 RECORD_BYTES = 200
 BATCH = 1000
 
@@ -108,6 +113,15 @@ def restore_spillway(bootstrap: str, end: int, group: str) -> tuple[int, float, 
 
 def read_raw(bootstrap: str, end: int, group: str) -> tuple[int, float, float]:
     """Consume the whole partition, counting: (records, seconds, CPU seconds)."""
+    return _read(bootstrap, end, group, keep=False)
+
+
+def read_into_dict(bootstrap: str, end: int, group: str) -> tuple[int, float, float]:
+    """Consume the whole partition into a dict of key → value: (records, s, CPU s)."""
+    return _read(bootstrap, end, group, keep=True)
+
+
+def _read(bootstrap: str, end: int, group: str, keep: bool) -> tuple[int, float, float]:
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -123,18 +137,25 @@ def read_raw(bootstrap: str, end: int, group: str) -> tuple[int, float, float]:
     consumer.assign([CkTopicPartition(TOPIC, 0, 0)])
     tp = CkTopicPartition(TOPIC, 0)
     n, size = 0, 0
+    kept: dict[bytes | None, bytes | None] = {}
     c0, t0 = _cpu(), time.monotonic()
     while True:
-        for m in consumer.consume(BATCH, 0.2):
-            n += 1
-            size += len(m.value() or b"")
+        msgs = consumer.consume(BATCH, 0.2)
+        if keep:
+            for m in msgs:
+                n += 1
+                kept[m.key()] = m.value()
+        else:
+            for m in msgs:  # unchanged since the B4 runs in docs/benchmarks.md
+                n += 1
+                size += len(m.value() or b"")
         pos = consumer.position([tp])[0].offset
         if pos >= end:
             break
     seconds, cpu = time.monotonic() - t0, _cpu() - c0
     consumer.close()
-    if n != end:
-        raise RuntimeError(f"read {n} records, expected {end}")
+    if n != end or (keep and len(kept) != end):
+        raise RuntimeError(f"read {n} records ({len(kept)} kept), expected {end}")
     return n, seconds, cpu
 
 
@@ -172,12 +193,12 @@ def summarise(rounds: list[dict[str, Any]]) -> dict[str, Any]:
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m bench.restore ROLE BOOTSTRAP RECORDS``: prints ``[records, s, cpu_s]``."""
     ap = argparse.ArgumentParser(prog="python -m bench.restore")
-    ap.add_argument("role", choices=ROLES)
+    ap.add_argument("role", choices=CLI_ROLES)
     ap.add_argument("bootstrap")
     ap.add_argument("records", type=int)
     a = ap.parse_args(argv)
     group = f"bench-b4-{a.role}-{time.time_ns()}"
-    reader = restore_spillway if a.role == "spillway" else read_raw
+    reader = {"spillway": restore_spillway, "raw": read_raw, "dict": read_into_dict}[a.role]
     print(json.dumps(list(reader(a.bootstrap, a.records, group))))
     return 0
 

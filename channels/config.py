@@ -144,6 +144,9 @@ class KafkaSettings:
         return {k: (_MASK if is_secret(k) else v) for k, v in self.client.items()}
 
 
+CODECS = ("arrow", "avro")  # channel data encodings (channels.envelope.writer_codec)
+
+
 @dataclass(frozen=True)
 class ChannelSettings:
     """How records are batched into Kafka messages.
@@ -167,5 +170,7 @@ class ChannelSettings:
             )
         if not 0 <= self.linger_s <= 60:
             raise ConfigError(f"linger_s must be between 0 and 60 seconds, got {self.linger_s}")
-        if self.codec not in ("arrow", "avro"):
-            raise ConfigError(f"channel codec must be 'arrow' or 'avro', got {self.codec!r}")
+        if self.codec not in CODECS:
+            raise ConfigError(
+                f"channel codec must be one of {', '.join(CODECS)}, got {self.codec!r}"
+            )

@@ -24,17 +24,17 @@ import io
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
 from channels.arrowcodec import ArrowCodec, arrow_schema
+from channels.config import CODECS
 from channels.errors import ConfigError, SchemaMismatchError
 
 VERSION = b"1"
 ARROW_VERSION = b"2"
 VERSIONS = (VERSION, ARROW_VERSION)
-CODECS = ("arrow", "avro")
 H_VERSION = "spw.v"
 H_KIND = "spw.k"
 ARRAY_OVERHEAD = 20  # count varint (<= 10 bytes) + terminating 0, with room to spare
@@ -138,8 +138,8 @@ class RecordCodec:
     """Encodes single records and decodes whole batches with one Avro schema."""
 
     schema: dict[str, Any]
-    version: bytes = VERSION
-    overhead: int = ARRAY_OVERHEAD
+    version: ClassVar[bytes] = VERSION
+    overhead: ClassVar[int] = ARRAY_OVERHEAD
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_parsed", parse_schema(self.schema))

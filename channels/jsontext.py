@@ -44,6 +44,8 @@ _LONG_RUN = b"0" * 19
 
 def _has_long_digit_run(text: bytes) -> bool:
     return _LONG_RUN in text.translate(_DIGITS_ONLY)
+
+
 _stdlib = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
 
 
