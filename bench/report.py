@@ -370,6 +370,7 @@ def plot(doc: dict[str, Any], stem: Path) -> list[Path]:
         ax.bar(engines, med, yerr=err, capsize=6, color="tab:blue")
         ax.set_title(title)
         ax.grid(axis="y", alpha=0.3)
+        ax.tick_params(axis="x", labelrotation=20)  # six engine names do not fit flat
     fig.suptitle(f"B1, {doc['settings']['b1_records']:,} records, median and min–max")
     fig.tight_layout()
     path = stem.with_name(stem.name + "-b1.png")
