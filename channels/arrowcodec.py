@@ -37,6 +37,18 @@ _PRIMITIVES: dict[str, pa.DataType] = {
     "string": pa.string(),
     "bytes": pa.binary(),
 }
+# The Python types each Arrow type takes from a record. pyarrow converts more than Avro
+# does (1.5 into an int64 as 1, "é" into binary, b"x" into a string, True into a double):
+# anything else is refused before pyarrow sees it, so nothing is changed silently.
+_TAKES: dict[pa.DataType, frozenset[type]] = {
+    pa.bool_(): frozenset({bool}),
+    pa.int32(): frozenset({int}),
+    pa.int64(): frozenset({int}),
+    pa.float32(): frozenset({float, int}),
+    pa.float64(): frozenset({float, int}),
+    pa.string(): frozenset({str}),
+    pa.binary(): frozenset({bytes}),
+}
 # What Arrow's IPC stream ends with (continuation marker, zero length).
 _EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
 _CONVERSION_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError)
@@ -77,6 +89,9 @@ class ArrowCodec:
         self._schema = schema
         self._header = schema.serialize().to_pybytes()
         self._required = [i for i, f in enumerate(schema) if not f.nullable]
+        self._takes = [
+            (f.name, _TAKES[f.type] | ({type(None)} if f.nullable else frozenset())) for f in schema
+        ]
         # Room for the schema message and the end-of-stream marker in every message.
         self.overhead = len(self._header) + len(_EOS)
 
@@ -102,6 +117,11 @@ class ArrowCodec:
         # set(map(type)) runs in C; dict subclasses take the isinstance path.
         if set(map(type, records)) - {dict} and not all(isinstance(r, dict) for r in records):
             raise TypeError("a record must be a dict")
+        for name, takes in self._takes:
+            wrong = set(map(type, [r.get(name) for r in records])) - takes
+            if wrong:
+                got = ", ".join(sorted(t.__name__ for t in wrong))
+                raise TypeError(f"field {name!r} holds {got}, not {self._schema.field(name).type}")
         batch = pa.RecordBatch.from_pylist(list(records), schema=self._schema)
         for i in self._required:
             if batch.column(i).null_count:

@@ -46,7 +46,9 @@ def _has_long_digit_run(text: bytes) -> bool:
     return _LONG_RUN in text.translate(_DIGITS_ONLY)
 
 
-_stdlib = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
+# The fallback escapes non-ASCII: a lone surrogate (which JSON text may hold and the
+# source may read) cannot be encoded as UTF-8, and orjson refuses it.
+_stdlib = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode
 
 
 def dumps(value: Any) -> bytes:

@@ -166,3 +166,27 @@ def test_avro_data_stays_readable_with_the_schema_alone() -> None:
     codec = writer_codec(FLAT, "avro")
     value = codec.frame([codec.encode_block(ROWS)])
     assert schemaless_reader(io.BytesIO(value), {"type": "array", "items": FLAT}, None) == ROWS
+
+
+@pytest.mark.parametrize(
+    ("field_type", "value"),
+    [
+        (["null", "long"], 1.5),
+        ("long", 1.5),
+        ("long", True),
+        ("double", True),
+        ("bytes", "é"),
+        ("string", b"abc"),
+        (["null", "boolean"], 1),
+    ],
+)
+def test_arrow_refuses_what_it_would_convert_silently(field_type: Any, value: Any) -> None:
+    schema = {"type": "record", "name": "R", "fields": [{"name": "x", "type": field_type}]}
+    with pytest.raises(SchemaMismatchError, match=r"record \{'x': "):
+        writer_codec(schema, "arrow").encode_block([{"x": value}])
+
+
+def test_ints_are_taken_for_floats_as_avro_does() -> None:
+    schema = {"type": "record", "name": "R", "fields": [{"name": "x", "type": "double"}]}
+    codec = writer_codec(schema, "arrow")
+    assert codec.decode_batch(codec.frame([codec.encode_block([{"x": 3}])])) == [{"x": 3.0}]

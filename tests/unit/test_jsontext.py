@@ -72,3 +72,9 @@ def test_loads_rejects_what_is_not_json_with_a_value_error(text: bytes) -> None:
 )
 def test_loads_keeps_integers_at_and_beyond_64_bits_exact(n: int) -> None:
     assert jsontext.loads(f'{{"n": {n}, "l": [{n}]}}'.encode()) == {"n": n, "l": [n]}
+
+
+def test_a_lone_surrogate_is_written_escaped() -> None:
+    value = jsontext.loads(b'{"name":"\\ud83d"}')
+    assert jsontext.dumps(value) == b'{"name":"\\ud83d"}'
+    assert jsontext.loads(jsontext.dumps(value)) == value
