@@ -47,6 +47,10 @@ class ChannelWriter:
         self.writer_index = writer_index
         self._producer = producer
         self._codec = writer_codec(channel.schema, settings.codec)
+        if self._codec.overhead > settings.max_batch_bytes // 4:
+            # A wide schema's Arrow schema message (in every message) would leave little or
+            # no room for records in a small batch: Avro frames with 20 bytes.
+            self._codec = writer_codec(channel.schema, "avro")
         self._data_headers = headers(Kind.DATA, self._codec.version)
         self._key = writer_key(writer_index)
         self._batcher = Batcher(

@@ -239,3 +239,22 @@ def test_write_many_names_the_record_that_does_not_fit_the_schema() -> None:
             writer.write_many([["a", 1]])
         writer.flush_batches()
         assert producer.messages == []  # nothing of a failed call was buffered
+
+
+def test_a_wide_schema_in_small_batches_keeps_avro() -> None:
+    from typing import cast
+
+    from channels.writer import ChannelWriter, OutputChannel
+
+    wide = {
+        "type": "record",
+        "name": "Wide",
+        "fields": [{"name": f"f{i}", "type": ["null", "long"]} for i in range(40)],
+    }
+    channel = OutputChannel("t", wide, Forward(0, 1), 1)
+    producer = _FakeProducer()
+    writer = ChannelWriter(cast(Any, producer), channel, 0, ChannelSettings(max_batch_bytes=1024))
+    writer.write_many([{f"f{i}": i for i in range(40)}])
+    writer.flush_batches()
+    assert [read_header(h)[1] for h in producer.headers] == [b"1"]
+    assert decode_data(producer.headers[0], producer.messages[0][1], wide)[0]["f39"] == 39
