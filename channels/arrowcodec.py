@@ -49,6 +49,14 @@ _TAKES: dict[pa.DataType, frozenset[type]] = {
     pa.string(): frozenset({str}),
     pa.binary(): frozenset({bytes}),
 }
+
+
+def short_repr(record: Any) -> str:
+    """``repr(record)``, cut to 120 characters for error messages."""
+    text = repr(record)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
 # What Arrow's IPC stream ends with (continuation marker, zero length).
 _EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
 _CONVERSION_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError)
@@ -105,10 +113,8 @@ class ArrowCodec:
                 try:
                     self._batch([r])
                 except _CONVERSION_ERRORS as e:
-                    text = repr(r)
-                    short = text if len(text) <= 120 else text[:117] + "..."
                     raise SchemaMismatchError(
-                        f"record {short} does not match schema {self._name!r}: {e}"
+                        f"record {short_repr(r)} does not match schema {self._name!r}: {e}"
                     ) from e
             raise
         return batch.serialize().to_pybytes()  # type: ignore[no-any-return]

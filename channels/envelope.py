@@ -28,7 +28,7 @@ from typing import Any, ClassVar, Protocol
 
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
-from channels.arrowcodec import ArrowCodec, arrow_schema
+from channels.arrowcodec import ArrowCodec, arrow_schema, short_repr
 from channels.config import CODECS
 from channels.errors import ConfigError, SchemaMismatchError
 
@@ -156,7 +156,7 @@ class RecordCodec:
             schemaless_writer(buf, self._parsed, record)  # type: ignore[attr-defined]
         except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as e:
             raise SchemaMismatchError(
-                f"record {_short(record)} does not match schema "
+                f"record {short_repr(record)} does not match schema "
                 f"{self.schema.get('name', self.schema)!r}: {e}"
             ) from e
         return buf.getvalue()
@@ -263,8 +263,3 @@ def _zigzag_varint(n: int) -> bytes:
         z >>= 7
     out.append(z)
     return bytes(out)
-
-
-def _short(record: Any) -> str:
-    text = repr(record)
-    return text if len(text) <= 120 else text[:117] + "..."

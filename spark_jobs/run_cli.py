@@ -7,6 +7,7 @@ import json
 import os
 from typing import Any
 
+from channels.config import CODECS
 from channels.errors import ConfigError
 from recovery.cli import add_bootstrap, client_settings
 
@@ -51,7 +52,7 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument(
         "--channel-codec",
-        choices=("arrow", "avro"),
+        choices=CODECS,
         default="arrow",
         help="encoding of channel batches: arrow = Arrow IPC where a channel's schema is flat "
         "(primitive fields), Avro elsewhere; avro = Avro everywhere. Readers take both",
