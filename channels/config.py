@@ -40,6 +40,11 @@ def scrub_secrets(text: str) -> str:
     return text
 
 
+def remember_secrets(values: Iterable[str]) -> None:
+    """Mask these values from now on wherever :func:`scrub_secrets` is applied."""
+    _known_secrets.update(v for v in values if v)
+
+
 class SecretFilter(logging.Filter):
     """A handler filter that masks known secret values in the message and its traceback."""
 

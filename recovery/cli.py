@@ -15,9 +15,12 @@ from channels.ids import job_id
 from channels.kafka.admin import Admin
 from recovery.events import last_submission
 from recovery.globalckpt import read_completed, savepoint
+from recovery.heartbeat import LOST_AFTER_S
+from recovery.jobconf import parse_conf, recorded_conf
 from recovery.loader import load_plan
+from recovery.plandoc import PlanDoc
 from recovery.replay import replay_subtask
-from recovery.status import as_json, job_status, render
+from recovery.status import as_json, job_status, plan_of, render, submission
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
@@ -43,6 +46,26 @@ def add_bootstrap(parser: argparse.ArgumentParser) -> None:
         help="properties file of librdkafka client settings, one KEY=VALUE per line; keeps "
         "passwords off the command line (default: $SPILLWAY_KAFKA_CONFIG_FILE)",
     )
+
+
+def add_pipeline_conf(parser: argparse.ArgumentParser, *, env: bool) -> None:
+    """``--conf KEY=VALUE`` (and, with ``env``, ``--env NAME``): see :mod:`recovery.jobconf`."""
+    parser.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="pipeline setting, read by the pipeline with spark_jobs.pipeline.conf(KEY) on "
+        "the driver and in every task; repeatable",
+    )
+    if env:
+        parser.add_argument(
+            "--env",
+            action="append",
+            default=[],
+            metavar="NAME",
+            help="forward this environment variable of yours to every task; repeatable",
+        )
 
 
 def client_settings(args: argparse.Namespace) -> dict[str, str]:
@@ -73,6 +96,7 @@ def add_parser(subparsers: Any) -> None:
     rp.add_argument(
         "--allow-duplicates", action="store_true", help="allow rewinding to an older checkpoint"
     )
+    add_pipeline_conf(rp, env=False)
     add_bootstrap(rp)
     rp.set_defaults(run=_replay)
 
@@ -97,13 +121,27 @@ def add_parser(subparsers: Any) -> None:
 
     st = subparsers.add_parser("status", help="state of every subtask and channel of a job")
     st.add_argument("--job", required=True)
-    st.add_argument("--pipeline", default=None, help="MODULE:PIPELINE (default: as submitted)")
+    st.add_argument(
+        "--pipeline",
+        default=None,
+        help="MODULE:PIPELINE: build the plan here instead of using the one recorded at "
+        "submission (only for jobs submitted by versions that did not record it)",
+    )
     st.add_argument("--json", action="store_true", help="machine-readable output")
+    st.add_argument(
+        "--lost-after",
+        type=float,
+        default=LOST_AFTER_S,
+        metavar="S",
+        help="a restoring or running subtask not heard from (event or heartbeat) for S "
+        "seconds is shown as lost (default %(default)s)",
+    )
     add_bootstrap(st)
     st.set_defaults(run=_status)
 
 
 def _replay(args: argparse.Namespace) -> int:
+    conf = parse_conf(args.conf)
     result = replay_subtask(
         kafka_settings(args),
         args.job,
@@ -112,6 +150,7 @@ def _replay(args: argparse.Namespace) -> int:
         pipeline=args.pipeline,
         checkpoint=args.checkpoint,
         allow_duplicates=args.allow_duplicates,
+        conf=conf,
     )
     print(json.dumps(result.__dict__, indent=2))
     return 0 if result.status in ("finished", "skipped", "stopped") else 1
@@ -164,15 +203,13 @@ def _acls(args: argparse.Namespace) -> int:
 
 def _status(args: argparse.Namespace) -> int:
     settings = kafka_settings(args)
-    ref = args.pipeline
-    if ref is None:
-        sub = last_submission(settings, job_id(args.job))
-        if sub is None:
-            raise ConfigError(
-                f"job {args.job!r} was never submitted to {args.bootstrap}; check --job/--bootstrap"
-            )
-        ref = str(sub["pipeline"])
-    rows = job_status(settings, load_plan(ref, args.job))
+    job = job_id(args.job)
+    events, submitted = submission(settings, job)
+    if args.pipeline is None:
+        plan = plan_of(job, submitted)
+    else:  # explicit: imports the pipeline here, in this process's environment
+        plan = PlanDoc.of(load_plan(args.pipeline, args.job, conf=recorded_conf(submitted)))
+    rows = job_status(settings, job, plan, events, lost_after=args.lost_after)
     print(json.dumps(as_json(rows), indent=2) if args.json else render(rows))
     return 0
 

@@ -13,13 +13,14 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from confluent_kafka import Producer
+from confluent_kafka import KafkaError, Producer
 
 from channels.config import KafkaSettings, scrub_secrets
 from channels.ids import JobId, Offset, SubtaskId, TopicPartition
 from channels.kafka.admin import TopicSpec
 from channels.kafka.consumer import AssignedConsumer
 from channels.naming import PREFIX
+from recovery.heartbeat import Heartbeat, heartbeats_topic
 
 
 def events_topic(job: JobId) -> str:
@@ -33,7 +34,7 @@ def events_topic_spec(job: JobId) -> TopicSpec:
 
 
 class EventLog:
-    """Appends JSON events for one subtask."""
+    """Appends JSON events for one subtask, and heartbeats from its first event until close."""
 
     def __init__(
         self, settings: KafkaSettings, subtask: SubtaskId, attempt: int, run_id: str | None = None
@@ -43,24 +44,45 @@ class EventLog:
         self.run_id = run_id
         self._topic = events_topic(subtask.job)
         self._producer = Producer({**settings.base(), "enable.idempotence": True, "linger.ms": 0})
+        self._heartbeat = Heartbeat(
+            self._producer, heartbeats_topic(subtask.job), str(subtask).encode(), self._identity
+        )
+        self._beating = False
 
-    def emit(self, kind: str, **fields: Any) -> None:
-        """Append an event and wait (briefly) until it is stored."""
-        doc = {
-            "event": kind,
+    def _identity(self) -> dict[str, Any]:
+        # Heartbeats and events of one incarnation match on these (recovery.status).
+        return {
             "operator": self.subtask.operator,
             "index": self.subtask.index,
             "attempt": self.attempt,
             "run": self.run_id,
             "pid": os.getpid(),
             "host": socket.gethostname(),
-            "time": time.time(),
-            **fields,
         }
+
+    def emit(self, kind: str, **fields: Any) -> None:
+        """Append an event and wait (briefly, at most 10 s) until it is stored."""
+        doc = {"event": kind, **self._identity(), "time": time.time(), **fields}
         # Scrubbed: an error message recorded here must not carry a secret to every reader.
         text = scrub_secrets(json.dumps(doc))
-        self._producer.produce(self._topic, text.encode(), str(self.subtask).encode())
-        self._producer.flush(10)
+        done: list[KafkaError | None] = []
+        self._producer.produce(
+            self._topic,
+            text.encode(),
+            str(self.subtask).encode(),
+            on_delivery=lambda err, _msg: done.append(err),
+        )
+        # Waits for this event only, not for heartbeats queued beside it (flush would).
+        deadline = time.monotonic() + 10
+        while not done and time.monotonic() < deadline:
+            self._producer.poll(0.05)
+        if not self._beating:
+            self._beating = True
+            self._heartbeat.start()
+
+    def close(self) -> None:
+        """Stop the heartbeats (queued ones are dropped: only live subtasks need them)."""
+        self._heartbeat.stop()
 
 
 def read_events(

@@ -8,13 +8,20 @@ imported where it runs instead of being pickled with its closures.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
 
 from channels.errors import ConfigError, PipelineDefinitionError
+from recovery import jobconf
 from recovery.plan import JobPlan
 
 
-def load_plan(pipeline_ref: str, job_id: str) -> JobPlan:
-    """Import ``pipeline_ref`` and compile it for ``job_id`` (validating the graph)."""
+def load_plan(pipeline_ref: str, job_id: str, conf: Mapping[str, str] | None = None) -> JobPlan:
+    """Import ``pipeline_ref`` and compile it for ``job_id`` (validating the graph).
+
+    ``conf``: the job's pipeline settings (``--conf``), what :func:`recovery.jobconf.conf`
+    returns while the pipeline is imported and built (none if not given).
+    """
+    jobconf.install(conf or {})
     module_name, sep, attr = pipeline_ref.partition(":")
     if not sep or not module_name or not attr:
         raise ConfigError(

@@ -8,11 +8,13 @@ checkpoint and catches up on its own input channels, exactly as a Spark retry wo
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 
 from channels.config import KafkaSettings
 from channels.errors import ConfigError
 from channels.ids import SubtaskId, job_id, operator_name
 from recovery.events import last_submission
+from recovery.jobconf import replay_conf
 from recovery.loader import load_plan
 from recovery.runner import RunOptions, SubtaskResult, SubtaskRunner
 
@@ -31,8 +33,13 @@ def replay_subtask(
     checkpoint: int | None = None,
     checkpoint_interval_s: float = 1.0,
     allow_duplicates: bool = False,
+    conf: Mapping[str, str] | None = None,
 ) -> SubtaskResult:
-    """Run ``job/operator[index]`` from its latest (or ``checkpoint``) to the end of its input."""
+    """Run ``job/operator[index]`` from its latest (or ``checkpoint``) to the end of its input.
+
+    The plan is built with the pipeline settings the job was submitted with (``--conf``),
+    overridden by ``conf``; see :func:`recovery.jobconf.replay_conf`.
+    """
     jid = job_id(job)
     ref = pipeline
     submitted = last_submission(settings, jid)
@@ -46,7 +53,7 @@ def replay_subtask(
             )
         ref = str(submitted["pipeline"])
         checkpoint_interval_s = float(submitted.get("checkpoint_interval_s", checkpoint_interval_s))
-    plan = load_plan(ref, job)
+    plan = load_plan(ref, job, replay_conf(job, submitted, conf or {}))
     try:
         op = plan.operator(operator)
     except KeyError:

@@ -796,7 +796,7 @@ class SubtaskRunner:
     def _close(self) -> None:
         if self._pruning is not None:
             self._pruning.join(self.settings.request_timeout_s)  # before its store closes
-        closers = [self.producer.close, self.store.close]
+        closers = [self.events.close, self.producer.close, self.store.close]
         if self.out is not self.producer:
             closers.append(self.out.close)
         if self._signals is not None:

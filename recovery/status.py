@@ -1,29 +1,59 @@
 """``status``: where every subtask and channel of a job stands.
 
-Per subtask: running / finished / failed (from the event log), last checkpoint id and
-age, replay debt per input partition (offsets between the checkpointed position and the
-partition's end — what a restart would re-read; transaction markers count as offsets
-too) and changelog size. A finished subtask has no debt: a restart skips it.
+Per subtask: state (from the event log), the attempt, host and pid of its current
+incarnation, how long ago it was last seen alive, last checkpoint id and age, replay debt
+per input partition (offsets between the checkpointed position and the partition's end —
+what a restart would re-read; transaction markers count as offsets too), changelog size
+and restarts. A finished subtask has no debt: a restart skips it.
+
+The job's shape comes from the plan description the driver recorded when it submitted
+the job (:mod:`recovery.plandoc`), so status imports no user code and needs nothing
+from the job's environment. The bookkeeping (events → rows, the liveness rule) is pure
+and lives apart from the reads in :func:`job_status`.
+
+States: ``not started``, ``restoring`` (fenced, restoring), ``running``, ``finished``
+(also a skipped re-run of a finished subtask), ``stopped``, ``failed`` and ``lost``: the
+current incarnation was restoring or running but has given no sign of life (event or
+heartbeat) for ``lost_after`` seconds — its process is gone (or frozen).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from channels.config import KafkaSettings
-from channels.ids import JobId, TopicPartition
+from channels.errors import ConfigError
+from channels.ids import JobId, OperatorName, TopicPartition
+from channels.kafka.admin import Admin
 from channels.kafka.consumer import AssignedConsumer
+from offsets.checkpoint import Checkpoint
 from offsets.store import CheckpointStore
 from offsets.tracker import PositionTracker
-from recovery.events import read_events
-from recovery.plan import JobPlan
+from recovery.events import events_topic, read_events
+from recovery.heartbeat import LOST_AFTER_S, heartbeats_topic, read_heartbeats
+from recovery.plandoc import PlanDoc
+
+# Events that set a subtask's state; any other event (checkpointed, ...) only shows it alive.
+_STATES = {
+    "fencing": "restoring",
+    "started": "running",
+    "finished": "finished",
+    "skipped": "finished",
+    "failed": "failed",
+    "stopped": "stopped",
+}
+LIVE_STATES = frozenset({"restoring", "running"})
+
+# One incarnation (process) of a subtask: (run, attempt, pid, host).
+Incarnation = tuple[Any, Any, Any, Any]
 
 
 @dataclass
 class SubtaskStatus:
-    """One row of ``spillway status``."""
+    """One row of ``spillway status`` (``--json`` prints these fields)."""
 
     subtask: str
     state: str
@@ -33,56 +63,202 @@ class SubtaskStatus:
     replay_debt: dict[str, int] = field(default_factory=dict)
     changelog_records: int | None = None
     restarts: int = 0
+    host: str | None = None
+    pid: int | None = None
+    seen_age_s: float | None = None  # since the current incarnation's last event or heartbeat
 
 
-def job_status(settings: KafkaSettings, plan: JobPlan) -> list[SubtaskStatus]:
-    """The status of every subtask of ``plan``'s job."""
-    last_event: dict[str, dict[str, Any]] = {}
-    starts: dict[str, int] = {}
-    for e in read_events(settings, plan.job):
-        if "operator" not in e:
+@dataclass
+class SubtaskLog:
+    """What the event log says about one subtask."""
+
+    state: str = "not started"
+    incarnation: Incarnation | None = None  # of the newest event that counts
+    last_event: float | None = None  # wall time of that incarnation's newest event
+    restarts: int = 0
+
+
+def _incarnation(doc: Mapping[str, Any]) -> Incarnation:
+    return (doc.get("run"), doc.get("attempt"), doc.get("pid"), doc.get("host"))
+
+
+def fold_events(events: Iterable[Mapping[str, Any]]) -> dict[str, SubtaskLog]:
+    """The event log (oldest first) per subtask ``operator[index]``.
+
+    Every attempt emits ``fencing`` first; a later ``fencing`` by another incarnation
+    supersedes the earlier ones, whose last words (a fenced zombie's ``failed``) no longer
+    count. Restarts: incarnations that fenced, minus the first, not counting re-runs that
+    found the subtask finished (``skipped``).
+    """
+    logs: dict[str, SubtaskLog] = {}
+    fenced: dict[str, list[Incarnation]] = {}
+    skipped: dict[str, set[Incarnation]] = {}
+    for e in events:
+        if "operator" not in e or "index" not in e:
+            continue  # job-level event
+        key = f"{e['operator']}[{e['index']}]"
+        log = logs.setdefault(key, SubtaskLog())
+        inc = _incarnation(e)
+        kind = e.get("event")
+        order = fenced.setdefault(key, [])
+        if kind == "fencing" and inc not in order:
+            order.append(inc)
+        elif inc in order[:-1]:
+            continue  # a superseded incarnation
+        if kind == "skipped":
+            skipped.setdefault(key, set()).add(inc)
+        if isinstance(kind, str) and kind in _STATES:
+            log.state = _STATES[kind]
+        if log.incarnation != inc:
+            log.incarnation, log.last_event = inc, None
+        t = e.get("time")
+        if isinstance(t, int | float):
+            log.last_event = max(float(t), log.last_event or 0.0)
+    for key, log in logs.items():
+        ran = [i for i in fenced.get(key, []) if i not in skipped.get(key, set())]
+        log.restarts = max(0, len(ran) - 1)
+    return logs
+
+
+def newest_heartbeats(
+    heartbeats: Iterable[Mapping[str, Any]],
+) -> dict[tuple[str, Incarnation], float]:
+    """Newest heartbeat time per (``operator[index]``, incarnation)."""
+    out: dict[tuple[str, Incarnation], float] = {}
+    for h in heartbeats:
+        t = h.get("time")
+        if "operator" not in h or not isinstance(t, int | float):
             continue
-        key = f"{plan.job}/{e['operator']}[{e['index']}]"
-        last_event[key] = e
-        if e.get("event") == "started":
-            starts[key] = starts.get(key, 0) + 1
-    probe = AssignedConsumer(settings, f"spillway.{plan.job}.status")
+        k = (f"{h['operator']}[{h.get('index')}]", _incarnation(h))
+        out[k] = max(float(t), out.get(k, 0.0))
+    return out
+
+
+def liveness(state: str, last_seen: float | None, now: float, lost_after: float) -> str:
+    """``lost`` for a restoring or running subtask not seen for ``lost_after`` s, else ``state``."""
+    if state in LIVE_STATES and (last_seen is None or now - last_seen > lost_after):
+        return "lost"
+    return state
+
+
+def subtask_row(
+    job: JobId,
+    name: str,
+    index: int,
+    inputs: Iterable[str],
+    log: SubtaskLog | None,
+    ckpt: Checkpoint | None,
+    ends: Mapping[TopicPartition, int],
+    beats: Mapping[tuple[str, Incarnation], float] | None,
+    now: float,
+    lost_after: float = LOST_AFTER_S,
+) -> SubtaskStatus:
+    """One row from what was read. ``beats`` None: no heartbeats exist, liveness unknown."""
+    log = log or SubtaskLog()
+    key = f"{name}[{index}]"
+    state = log.state
+    seen = log.last_event
+    if log.incarnation is not None and beats is not None:
+        beat = beats.get((key, log.incarnation))
+        if beat is not None:
+            seen = max(beat, seen or 0.0)
+    if ckpt is not None and ckpt.finished:
+        state = "finished"
+    elif beats is not None:
+        state = liveness(state, seen, now, lost_after)
+    debt: dict[str, int] = {}
+    if state != "finished":
+        tps = [TopicPartition(t, index) for t in inputs]
+        start = dict(ckpt.inputs) if ckpt else {}
+        owed = PositionTracker(tps, start).replay_debt(ends)
+        debt = {str(tp): n for tp, n in owed.items()}
+    _run, attempt, pid, host = log.incarnation or (None, None, None, None)
+    return SubtaskStatus(
+        subtask=f"{job}/{key}",
+        state=state,
+        attempt=attempt,
+        checkpoint=int(ckpt.checkpoint_id) if ckpt else None,
+        checkpoint_age_s=round(now - ckpt.wall_time, 1) if ckpt else None,
+        replay_debt=debt,
+        changelog_records=int(ckpt.changelog) if ckpt and ckpt.changelog is not None else None,
+        restarts=log.restarts,
+        host=host,
+        pid=pid,
+        seen_age_s=round(now - seen, 1) if seen is not None else None,
+    )
+
+
+def submission(settings: KafkaSettings, job: JobId) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The event log of ``job`` and its newest ``submitted`` event.
+
+    :class:`ConfigError` ``job X was never submitted`` if there is neither; the event
+    topic's existence is checked first (one metadata request; nothing is created).
+    """
+    never = ConfigError(
+        f"job {job} was never submitted to {settings.bootstrap_servers}; "
+        "check --job and --bootstrap"
+    )
+    if events_topic(job) not in Admin(settings).partition_counts():
+        raise never
+    events = list(read_events(settings, job))
+    subs = [e for e in events if e.get("event") == "submitted"]
+    if not subs:
+        raise never
+    return events, subs[-1]
+
+
+def plan_of(job: JobId, submitted: Mapping[str, Any]) -> PlanDoc:
+    """The plan description recorded in ``submitted``."""
+    doc = submitted.get("plan")
+    if not isinstance(doc, dict):
+        raise ConfigError(
+            f"job {job} was submitted by a Spillway version that did not record its plan; "
+            "pass --pipeline MODULE:PIPELINE (in the job's environment)"
+        )
+    return PlanDoc.from_json(doc, f"the submitted event of job {job}")
+
+
+def job_status(
+    settings: KafkaSettings,
+    job: JobId,
+    plan: PlanDoc,
+    events: Iterable[Mapping[str, Any]],
+    lost_after: float = LOST_AFTER_S,
+) -> list[SubtaskStatus]:
+    """The status of every subtask of ``job`` (shaped as ``plan``), given its event log."""
+    logs = fold_events(events)
+    beats: dict[tuple[str, Incarnation], float] | None = None
+    if heartbeats_topic(job) in Admin(settings).partition_counts():
+        beats = newest_heartbeats(read_heartbeats(settings, job, plan.subtask_count()))
+    probe = AssignedConsumer(settings, f"spillway.{job}.status")
     rows: list[SubtaskStatus] = []
     try:
         for op in plan.operators:
-            store = CheckpointStore(settings, JobId(plan.job), op.name, op.parallelism)
+            store = CheckpointStore(settings, job, OperatorName(op.name), op.parallelism)
             try:
                 for i in range(op.parallelism):
-                    key = f"{plan.job}/{op.name}[{i}]"
-                    ev = last_event.get(key)
                     ckpt = store.latest(i)
-                    state = _state_of(ev)
-                    if ckpt is not None and ckpt.finished:
-                        state = "finished"
-                    debt: dict[str, int] = {}
-                    if state != "finished":
-                        tps = [
-                            TopicPartition(plan.topic_of(edge), i)
-                            for edge in plan.inputs_of(op.name)
-                        ]
-                        start = dict(ckpt.inputs) if ckpt else {}
-                        ends = {tp: probe.watermarks(tp)[1] for tp in tps}
-                        owed = PositionTracker(tps, start).replay_debt(ends)
-                        debt = {str(tp): n for tp, n in owed.items()}
+                    finished = ckpt is not None and ckpt.finished
+                    ends = (
+                        {}
+                        if finished
+                        else {
+                            tp: probe.watermarks(tp)[1]
+                            for tp in (TopicPartition(c.topic, i) for c in op.inputs)
+                        }
+                    )
                     rows.append(
-                        SubtaskStatus(
-                            subtask=key,
-                            state=state,
-                            attempt=ev.get("attempt") if ev else None,
-                            checkpoint=int(ckpt.checkpoint_id) if ckpt else None,
-                            checkpoint_age_s=round(time.time() - ckpt.wall_time, 1)
-                            if ckpt
-                            else None,
-                            replay_debt=debt,
-                            changelog_records=(
-                                int(ckpt.changelog) if ckpt and ckpt.changelog is not None else None
-                            ),
-                            restarts=max(0, starts.get(key, 0) - 1),
+                        subtask_row(
+                            job,
+                            op.name,
+                            i,
+                            [c.topic for c in op.inputs],
+                            logs.get(f"{op.name}[{i}]"),
+                            ckpt,
+                            ends,
+                            beats,
+                            time.time(),
+                            lost_after,
                         )
                     )
             finally:
@@ -92,27 +268,18 @@ def job_status(settings: KafkaSettings, plan: JobPlan) -> list[SubtaskStatus]:
     return rows
 
 
-def _state_of(event: dict[str, Any] | None) -> str:
-    if event is None:
-        return "not started"
-    return {
-        "fencing": "restoring",
-        "started": "running",
-        "finished": "finished",
-        "skipped": "finished",
-        "failed": "failed",
-        "stopped": "stopped",
-    }.get(str(event.get("event")), "unknown")
-
-
 def render(rows: list[SubtaskStatus]) -> str:
     """A fixed-width table for people."""
-    lines = [f"{'subtask':40} {'state':12} {'ckpt':>6} {'age s':>7} {'restarts':>8}  replay debt"]
+    lines = [
+        f"{'subtask':40} {'state':12} {'attempt':>7} {'host:pid':24} {'seen s':>6} "
+        f"{'ckpt':>6} {'age s':>7} {'restarts':>8}  replay debt"
+    ]
     for r in rows:
         debt = ", ".join(f"{tp.rsplit('.', 1)[-1]}={n}" for tp, n in r.replay_debt.items()) or "-"
+        where = f"{r.host}:{r.pid}" if r.host is not None else "-"
         lines.append(
-            f"{r.subtask:40} {r.state:12} {_s(r.checkpoint):>6} {_s(r.checkpoint_age_s):>7} "
-            f"{r.restarts:>8}  {debt}"
+            f"{r.subtask:40} {r.state:12} {_s(r.attempt):>7} {where:24} {_s(r.seen_age_s):>6} "
+            f"{_s(r.checkpoint):>6} {_s(r.checkpoint_age_s):>7} {r.restarts:>8}  {debt}"
         )
     return "\n".join(lines)
 

@@ -26,8 +26,11 @@ from channels.kafka.admin import Admin
 from recovery.deadletter import dead_letter_spec
 from recovery.events import events_topic_spec, newer_incarnation, record_job_event
 from recovery.globalckpt import Coordinator, checkpoints_topic_spec
+from recovery.heartbeat import heartbeats_topic_spec
+from recovery.jobconf import forwarded_env, masked
 from recovery.loader import load_plan
 from recovery.plan import JobPlan
+from recovery.plandoc import PlanDoc
 from recovery.rewind import rewind_job
 from recovery.runner import GUARANTEES, RunOptions, SubtaskResult, SubtaskRunner
 from recovery.state import CHANGELOG_TOPIC_CONFIG
@@ -68,6 +71,11 @@ class JobConfig:
     # cheaper, but a restarted subtask repeats downstream what it sent after its checkpoint.
     guarantee: str = "exactly-once"
     channel_codec: str = "arrow"  # see ChannelSettings.codec
+    # Pipeline settings (--conf; recovery.jobconf), seen by the pipeline on the driver and
+    # in every task; may hold secrets. And variables of the submitter's environment that
+    # every task gets (--env), besides those with env_prefixes.
+    conf: Mapping[str, str] = field(default_factory=dict, repr=False)
+    forward_env: tuple[str, ...] = ()
 
     def settings(self) -> KafkaSettings:
         """Kafka settings of this run."""
@@ -106,9 +114,9 @@ class JobConfig:
         )
 
 
-def subtask_count(pipeline_ref: str, job_id: str) -> int:
+def subtask_count(pipeline_ref: str, job_id: str, conf: Mapping[str, str] | None = None) -> int:
     """How many subtasks (Spark tasks) the job has."""
-    return len(load_plan(pipeline_ref, job_id).subtasks())
+    return len(load_plan(pipeline_ref, job_id, conf).subtasks())
 
 
 def prepare_topics(plan: JobPlan, settings: KafkaSettings, dead_letter: bool = False) -> None:
@@ -119,7 +127,11 @@ def prepare_topics(plan: JobPlan, settings: KafkaSettings, dead_letter: bool = F
         admin.ensure_topics([dead_letter_spec(plan.job)])
     admin.ensure_topics([checkpoints_topic_spec(plan.job)])
     admin.ensure_topics(
-        [*plan.topics(CHANGELOG_TOPIC_CONFIG, CHANNEL_TOPIC_CONFIG), events_topic_spec(plan.job)]
+        [
+            *plan.topics(CHANGELOG_TOPIC_CONFIG, CHANNEL_TOPIC_CONFIG),
+            events_topic_spec(plan.job),
+            heartbeats_topic_spec(plan.job),
+        ]
     )
 
 
@@ -131,7 +143,8 @@ def run_on_spark(
     ``rewind_to``: first rewind the whole job to that completed global checkpoint
     (:mod:`recovery.rewind`); the job must not be running.
     """
-    plan = load_plan(config.pipeline, config.job_id)
+    forwarded = forwarded_env(config.forward_env)
+    plan = load_plan(config.pipeline, config.job_id, config.conf)
     settings = config.settings()
     options = config.options(from_checkpoint)
     prepare_topics(plan, settings, config.dead_letter)
@@ -152,6 +165,10 @@ def run_on_spark(
         dead_letter=config.dead_letter,
         checkpoint_mode=config.checkpoint_mode,
         guarantee=config.guarantee,
+        # What status and replay need without the pipeline's code or environment.
+        plan=PlanDoc.of(plan).to_json(),
+        conf=masked(config.conf),
+        env=list(config.forward_env),
     )
     subtasks = plan.subtasks()
     n = len(subtasks)
@@ -187,6 +204,7 @@ def run_on_spark(
         if slots < n:
             log.info("%d subtasks on %d slots: bounded job, upstream operators run first", n, slots)
         env = {k: v for k, v in os.environ.items() if k.startswith(config.env_prefixes)}
+        env.update(forwarded)
         payload = (config, from_checkpoint, env, run_id)
         coordinator = None
         if config.checkpoint_mode != "interval":
@@ -247,6 +265,7 @@ def _task(
     for key in [k for k in os.environ if k.startswith(config.env_prefixes)]:
         del os.environ[key]  # the submitter's environment wins, including what it unset
     os.environ.update(env)
+    forwarded_env(config.forward_env)  # their secret values are scrubbed here too
     logging.basicConfig(
         level=logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -256,7 +275,7 @@ def _task(
         logging.getLogger(noisy).setLevel(logging.WARNING)
     ctx = TaskContext.get()
     attempt = ctx.attemptNumber() if ctx is not None else 0
-    plan = load_plan(config.pipeline, config.job_id)
+    plan = load_plan(config.pipeline, config.job_id, config.conf)
     subtask = plan.subtasks()[index]
     runner = SubtaskRunner(
         plan, subtask, config.settings(), config.options(from_checkpoint, run_id), attempt

@@ -21,6 +21,9 @@ and recovers as one subtask (named after its first operator). An edge is chained
 is ``forward``, is its upstream's only output and its downstream's only input, and at most
 the chain's last transform keeps keyed state. Key-by, rebalance and broadcast edges always
 stay persistent channels, so recovery stays local to the failed chain.
+
+:func:`conf` reads the job's pipeline settings (``spillway run ... --conf KEY=VALUE``) while
+the pipeline is built, on the driver and in every task alike.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from typing import Any
 from channels.errors import PipelineDefinitionError
 from channels.ids import JobId, OperatorName, job_id, operator_name
 from channels.partitioners import Broadcast, Forward, KeyHash, Partitioner, RoundRobin
+from recovery.jobconf import conf as conf  # re-exported: pipelines read their settings
 from recovery.plan import EdgePlan, JobPlan, OperatorPlan, Record
 from spark_jobs.operators import (
     FilterLogic,

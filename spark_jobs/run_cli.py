@@ -9,7 +9,8 @@ from typing import Any
 
 from channels.config import CODECS
 from channels.errors import ConfigError
-from recovery.cli import add_bootstrap, client_settings
+from recovery.cli import add_bootstrap, add_pipeline_conf, client_settings
+from recovery.jobconf import forwarded_env, parse_conf, parse_env_names
 
 
 def add_parser(subparsers: Any) -> None:
@@ -69,6 +70,7 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument("--replication-factor", type=int, default=1)
     p.add_argument("--min-insync-replicas", type=int, default=1)
+    add_pipeline_conf(p, env=True)
     add_bootstrap(p)
     p.set_defaults(run=_run)
 
@@ -78,6 +80,9 @@ def _run(args: argparse.Namespace) -> int:
 
     if args.task_attempts < 1:
         raise ConfigError(f"--task-attempts must be >= 1, got {args.task_attempts}")
+    conf = parse_conf(args.conf)
+    forward_env = parse_env_names(args.env)
+    forwarded_env(forward_env)  # each must be set here, before anything starts
     client = client_settings(args)
     master = args.master
     if (
@@ -85,7 +90,8 @@ def _run(args: argparse.Namespace) -> int:
         and "SPARK_ENV_LOADED" not in os.environ
         and not os.environ.get("SPILLWAY_SPARK_SUBMIT")
     ):
-        master = f"local[{subtask_count(args.pipeline, args.job_id)},{args.task_attempts}]"
+        n = subtask_count(args.pipeline, args.job_id, conf)
+        master = f"local[{n},{args.task_attempts}]"
     config = JobConfig(
         pipeline=args.pipeline,
         job_id=args.job_id,
@@ -102,6 +108,8 @@ def _run(args: argparse.Namespace) -> int:
         guarantee=args.guarantee,
         transaction_timeout_ms=args.transaction_timeout_ms,
         channel_codec=args.channel_codec,
+        conf=conf,
+        forward_env=forward_env,
     )
     results = run_on_spark(config, rewind_to=args.from_checkpoint)
     for r in results:

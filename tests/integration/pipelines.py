@@ -1,16 +1,18 @@
 """Pipelines the Spark tests submit by reference (executors import this module).
 
 Configured through ``SPILLWAY_TEST_*`` environment variables, which the driver forwards
-to every task.
+to every task; ``env_configured`` and ``configured`` (status and ``--conf``/``--env``
+tests) are configured otherwise, see there.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from functools import partial
 from typing import Any
 
-from spark_jobs.pipeline import Pipeline, Stream
+from spark_jobs.pipeline import Pipeline, Stream, conf
 
 ORDER = {
     "type": "record",
@@ -185,4 +187,39 @@ def chained_etl() -> Pipeline:
     )
     tagged = events.map("tag", tag, schema=SCORED).filter("keep", lambda r: r["score"] > 2)
     tagged.write_jsonl("out", os.environ["SPILLWAY_TEST_OUT"])
+    return p
+
+
+def env_configured() -> Pipeline:
+    """An endless paced generator (p=1) → files (p=$STATUS_TEST_WIDTH, to $STATUS_TEST_OUT).
+
+    Configured only by its environment: built without STATUS_TEST_WIDTH it raises
+    KeyError, as a user's pipeline reading ``os.environ[...]`` does.
+    """
+    p = Pipeline("env-configured")
+    events = p.generate("events", make=make_event, schema=EVENT, count=None, rate=200.0)
+    width = int(os.environ["STATUS_TEST_WIDTH"])
+    events.write_jsonl("out", os.environ["STATUS_TEST_OUT"], parallelism=width)
+    return p
+
+
+LABELLED = {
+    "type": "record",
+    "name": "Labelled",
+    "fields": [{"name": "seq", "type": "long"}, {"name": "label", "type": "string"}],
+}
+
+
+def label(greeting: str, e: dict[str, Any]) -> dict[str, Any]:
+    """``e``'s seq labelled with ``greeting`` and $STATUS_TEST_SUFFIX (read in the task)."""
+    return {"seq": e["seq"], "label": f"{greeting}{os.environ['STATUS_TEST_SUFFIX']}"}
+
+
+def configured() -> Pipeline:
+    """generate → label → files, configured by --conf (records, greeting, out.dir) and by
+    the forwarded variable STATUS_TEST_SUFFIX."""
+    p = Pipeline("configured")
+    events = p.generate("events", make=make_event, schema=EVENT, count=int(conf("records")))
+    labelled = events.map("label", partial(label, conf("greeting")), schema=LABELLED)
+    labelled.write_jsonl("out", conf("out.dir"))
     return p

@@ -1,0 +1,126 @@
+"""What ``spillway status`` needs to know about a job, recorded when it is submitted.
+
+The driver builds the plan from the user's pipeline module, in the submitter's
+environment. ``status`` must not repeat that: it may run on another machine, without
+that environment (a pipeline whose width comes from an environment variable would be
+built differently there, or not at all) and without the user's code. So the driver
+records this description in its ``submitted`` event, and status reads it back.
+
+Format (JSON, ``version`` 1)::
+
+    {"version": 1, "operators": [
+        {"name": "count", "parallelism": 2, "kind": "transform", "stateful": true,
+         "checkpoint_topic": "spillway.<job>.ckpt.count",
+         "inputs": [{"topic": "spillway.<job>.ch.enrich.count", "partitions": 2}]}]}
+
+Operators are in the plan's order (sources first). Input channel partition ``j`` feeds
+subtask ``j``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from channels.errors import ConfigError
+from channels.naming import checkpoint_topic
+from recovery.plan import JobPlan
+
+VERSION = 1
+
+
+@dataclass(frozen=True)
+class InputDoc:
+    """One input channel of an operator: its topic and partition count."""
+
+    topic: str
+    partitions: int
+
+
+@dataclass(frozen=True)
+class OperatorDoc:
+    """One operator as status sees it."""
+
+    name: str
+    parallelism: int
+    kind: str
+    stateful: bool
+    checkpoint_topic: str
+    inputs: tuple[InputDoc, ...]
+
+
+@dataclass(frozen=True)
+class PlanDoc:
+    """The recorded shape of a job: operators (sources first) and their input channels."""
+
+    operators: tuple[OperatorDoc, ...]
+
+    @staticmethod
+    def of(plan: JobPlan) -> PlanDoc:
+        """The description of ``plan``."""
+        return PlanDoc(
+            tuple(
+                OperatorDoc(
+                    name=op.name,
+                    parallelism=op.parallelism,
+                    kind=op.kind,
+                    stateful=op.stateful,
+                    checkpoint_topic=checkpoint_topic(plan.job, op.name),
+                    inputs=tuple(
+                        InputDoc(plan.topic_of(e), op.parallelism) for e in plan.inputs_of(op.name)
+                    ),
+                )
+                for op in plan.operators
+            )
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON form recorded in the ``submitted`` event."""
+        return {
+            "version": VERSION,
+            "operators": [
+                {
+                    "name": op.name,
+                    "parallelism": op.parallelism,
+                    "kind": op.kind,
+                    "stateful": op.stateful,
+                    "checkpoint_topic": op.checkpoint_topic,
+                    "inputs": [{"topic": i.topic, "partitions": i.partitions} for i in op.inputs],
+                }
+                for op in self.operators
+            ],
+        }
+
+    @staticmethod
+    def from_json(doc: Mapping[str, Any], origin: str) -> PlanDoc:
+        """Parse :meth:`to_json`'s form; :class:`ConfigError` naming ``origin`` if malformed."""
+        if doc.get("version") != VERSION:
+            raise ConfigError(
+                f"{origin}: plan description version {doc.get('version')!r} is not "
+                f"{VERSION}; use the Spillway version that submitted the job"
+            )
+        try:
+            return PlanDoc(
+                tuple(
+                    OperatorDoc(
+                        name=str(op["name"]),
+                        parallelism=int(op["parallelism"]),
+                        kind=str(op["kind"]),
+                        stateful=bool(op["stateful"]),
+                        checkpoint_topic=str(op["checkpoint_topic"]),
+                        inputs=tuple(
+                            InputDoc(str(i["topic"]), int(i["partitions"])) for i in op["inputs"]
+                        ),
+                    )
+                    for op in doc["operators"]
+                )
+            )
+        except (KeyError, TypeError, ValueError) as e:
+            raise ConfigError(
+                f"{origin}: malformed plan description ({type(e).__name__}: {e})"
+            ) from None
+
+    def subtask_count(self) -> int:
+        """How many subtasks the job has."""
+        return sum(op.parallelism for op in self.operators)
