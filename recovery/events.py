@@ -2,6 +2,7 @@
 
 A one-partition topic per job, written outside transactions (an event must survive the
 failure it reports). ``spillway status`` and the demo read it; so can any Kafka tool.
+Heartbeats of running subtasks go to a topic of their own (:mod:`recovery.heartbeat`).
 """
 
 from __future__ import annotations
