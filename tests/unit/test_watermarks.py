@@ -6,7 +6,7 @@ import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -232,3 +232,119 @@ def test_file_source_watermark_and_a_bad_timestamp_is_a_bad_line(tmp_path: Path)
     assert again.watermark() == 280
     assert again.read(5) == [rows[4]]
     assert again.watermark() == 280  # 250 is within the bound: no step back
+
+
+# -- KafkaTopicSource, with the broker replaced by a script ------------------------------
+
+
+class _Msg:
+    def __init__(self, p: int, off: int, value: dict[str, Any], ts: int | None) -> None:
+        self.p, self.off, self.v, self.ts = p, off, value, ts
+
+    def partition(self) -> int:
+        return self.p
+
+    def offset(self) -> int:
+        return self.off
+
+    def value(self) -> bytes:
+        return json.dumps(self.v).encode()
+
+    def timestamp(self) -> tuple[int, int]:
+        # (TIMESTAMP_CREATE_TIME, ms), or (TIMESTAMP_NOT_AVAILABLE, -1)
+        return (1, self.ts) if self.ts is not None else (0, -1)
+
+
+class _Broker:
+    """Stands in for Admin and AssignedConsumer: a topic of 3 partitions, scripted reads."""
+
+    batches: ClassVar[list[list[_Msg]]] = []
+
+    def __init__(self, *_a: Any) -> None:
+        pass
+
+    def partition_counts(self) -> dict[str, int]:
+        return {"in": 3}
+
+    def watermarks(self, tp: Any) -> tuple[int, int]:
+        return 0, 100
+
+    def assign(self, starts: Any) -> None:
+        pass
+
+    def consume(self, n: int, timeout: float) -> list[_Msg]:
+        return _Broker.batches.pop(0) if _Broker.batches else []
+
+
+def _kafka_source(monkeypatch: pytest.MonkeyPatch, **kw: Any) -> Any:
+    import spark_jobs.sources as sources
+
+    monkeypatch.setattr(sources, "Admin", _Broker)
+    monkeypatch.setattr(sources, "AssignedConsumer", _Broker)
+    src = sources.KafkaTopicSource("in", 1, False, **kw)
+    return src
+
+
+def _ctx0() -> Any:
+    @dataclass
+    class C:
+        subtask: SubtaskId = SRC0
+        kafka: Any = None
+
+    return C()
+
+
+def test_kafka_source_takes_the_record_timestamp_by_default(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    src = _kafka_source(monkeypatch, watermarks=Watermarks.bounded(10))
+    src.open(_ctx0(), {})
+    _Broker.batches = [
+        [_Msg(0, 0, {"n": 1}, 500), _Msg(1, 0, {"n": 2}, 300)],
+        [_Msg(2, 0, {"n": 3}, 900), _Msg(0, 1, {"n": 4}, 450)],
+    ]
+    assert src.read(10) == [{"n": 1}, {"n": 2}]
+    assert src.watermark() is None  # partition 2 has not delivered yet
+    assert src.read(10) == [{"n": 3}, {"n": 4}]
+    assert src.watermark() == 290  # min(500, 300, 900) - 10
+    position = json.loads(json.dumps(src.position()))
+    assert position["watermarks"] == {"watermark": 290, "event_time": {"0": 500, "2": 900}}
+    again = _kafka_source(monkeypatch, watermarks=Watermarks.bounded(10))
+    again.open(_ctx0(), position)
+    assert again.watermark() == 290
+    assert not again.idle()
+
+
+def test_kafka_source_with_a_timestamp_function_and_missing_timestamps(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    src = _kafka_source(monkeypatch, timestamp=lambda r: r["t"], watermarks=Watermarks.bounded(0))
+    src.open(_ctx0(), {})
+    _Broker.batches = [[_Msg(p, 0, {"t": 70 + p}, None) for p in range(3)]]
+    src.read(10)
+    assert src.watermark() == 70  # the record's time, not Kafka's (there is none)
+    plain = _kafka_source(monkeypatch, watermarks=Watermarks.bounded(0))
+    plain.open(_ctx0(), {})
+    _Broker.batches = [[_Msg(1, 5, {"t": 1}, None)]]
+    with pytest.raises(
+        RecordError, match=r"^in\[1\] offset 5: the message has no Kafka timestamp; pass timestamp="
+    ):
+        plain.read(10)
+
+
+def test_kafka_source_without_partitions_is_idle_and_without_event_time_never(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import spark_jobs.sources as sources
+
+    monkeypatch.setattr(sources, "Admin", _Broker)
+    monkeypatch.setattr(sources, "AssignedConsumer", _Broker)
+    sixth = sources.KafkaTopicSource("in", 6, False, watermarks=Watermarks.bounded(0))
+    ctx = _ctx0()
+    ctx.subtask = SubtaskId(JobId("j"), OperatorName("src"), 5)  # topic "in" has 3 partitions
+    sixth.open(ctx, {})
+    assert sixth.idle()
+    plain = sources.KafkaTopicSource("in", 6, False)
+    plain.open(ctx, {})
+    assert not plain.idle()
+    assert plain.watermark() is None
