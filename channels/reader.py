@@ -290,20 +290,33 @@ class ChannelReader:
         )
 
     def watermark(self) -> int | None:
-        """The input watermark: the minimum over all upstream writers that have neither
-        ended nor announced idleness (None until each of them reported one)."""
-        values: list[int] = []
+        """The input watermark: the minimum over the upstream writers that have neither
+        ended nor announced idleness (None until each of them reported one).
+
+        When every writer that has not ended is idle, the largest watermark any of them
+        reported, as Flink's valve does: what they promised before falling quiet still
+        holds, and a sampled watermark must not fall back to None because the last
+        writers went idle between two samples.
+        """
+        active: list[int] = []
+        quiet: list[int] = []
         for tp, ch in self._inputs.items():
             per_writer = self.state.watermarks.get(tp, {})
             ended = self.state.ended.get(tp, set())
             idle = self.state.idle.get(tp, set())
             for w in range(ch.upstream_parallelism):
-                if w in ended or w in idle:
-                    continue  # an ended or idle writer holds nothing back
+                if w in ended:
+                    continue  # an ended writer holds nothing back
+                if w in idle:
+                    if w in per_writer:
+                        quiet.append(per_writer[w])
+                    continue
                 if w not in per_writer:
                     return None
-                values.append(per_writer[w])
-        return min(values) if values else None
+                active.append(per_writer[w])
+        if active:
+            return min(active)
+        return max(quiet) if quiet else None
 
     def idle(self) -> bool:
         """True when every upstream writer that has not ended announced it is idle."""

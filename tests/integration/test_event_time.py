@@ -97,11 +97,18 @@ class Input:
         self.on_time: list[dict[str, Any]] = []
         self.late: list[dict[str, Any]] = []
         self.rounds = 0
+        self.max_ts: dict[int, int] = {}  # per input partition
+
+    def final_watermark(self) -> int:
+        """The window operator's watermark once every source subtask fell idle: the
+        largest a source reported (each: its live partition's largest time − bound)."""
+        return max(self.max_ts.values()) - BOUND_MS
 
     def _send(self, record: dict[str, Any], partition: int) -> None:
         # The Kafka record timestamp is the event time: the source's default timestamp.
         value = json.dumps(record).encode()
         self.producer.produce(self.topic, value, partition=partition, timestamp=record["ts"])
+        self.max_ts[partition] = max(self.max_ts.get(partition, record["ts"]), record["ts"])
 
     def round(self) -> None:
         """PER_ROUND records on partitions 0 and 1 (never 2 or 3), out of order within the
@@ -124,6 +131,11 @@ class Input:
 
     def _seq(self) -> int:
         return len(self.on_time) + len(self.late)
+
+
+def window_watermarks(store: CheckpointStore) -> dict[int, int | None]:
+    """The watermark in each window subtask's latest checkpoint."""
+    return {i: (c.watermark if (c := store.latest(i)) else None) for i in range(2)}
 
 
 def reference(
@@ -162,6 +174,8 @@ def test_windows_fire_on_an_unbounded_kafka_source_and_late_records_are_dead_let
         {"SPILLWAY_TEST_IN": topic, "SPILLWAY_TEST_OUT": str(out)},
     )
     data = Input(kafka_bootstrap, topic)
+    settings = KafkaSettings(kafka_bootstrap)
+    store = CheckpointStore(settings, JobId(unique), OperatorName("win"), 2)
     seen: set[tuple[str, int]] = set()
     first_window_round: int | None = None
     try:
@@ -195,14 +209,23 @@ def test_windows_fire_on_an_unbounded_kafka_source_and_late_records_are_dead_let
             assert driver.poll() is None, log.read_text()[-3000:]
             assert time.monotonic() < deadline, "late records did not reach the dead letters"
             time.sleep(1)
+        # No more input: once the sources fall idle, the windows' watermark reaches its
+        # last value and nothing else can fire. Stop only when the sink has published all
+        # of that (a stop checkpoints where each subtask is, it does not drain channels).
+        last_wm = data.final_watermark()
+        deadline = time.monotonic() + 120
+        while window_watermarks(store) != {0: last_wm, 1: last_wm} or sorted(
+            committed_windows(out), key=lambda w: (w["key"], w["start"])
+        ) != reference(data.on_time, {0: last_wm, 1: last_wm}):
+            assert driver.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, (window_watermarks(store), last_wm)
+            time.sleep(1)
         driver.send_signal(signal.SIGTERM)
         assert driver.wait(120) == 0, log.read_text()[-3000:]
     finally:
         if driver.poll() is None:
             os.killpg(driver.pid, signal.SIGKILL)
 
-    settings = KafkaSettings(kafka_bootstrap)
-    store = CheckpointStore(settings, JobId(unique), OperatorName("win"), 2)
     final: dict[int, int] = {}
     late_counted = 0
     for i in range(2):
@@ -212,6 +235,7 @@ def test_windows_fire_on_an_unbounded_kafka_source_and_late_records_are_dead_let
         final[i] = ckpt.watermark
         late_counted += ckpt.set_aside.get("late", 0)
     store.close()
+    assert final == {0: last_wm, 1: last_wm}
     assert late_counted == len(data.late)  # the count is checkpointed
 
     got = sorted(committed_windows(out), key=lambda w: (w["key"], w["start"]))

@@ -91,12 +91,31 @@ def test_an_idle_writer_is_left_out_of_the_watermark_until_it_speaks_again() -> 
     assert reader.watermark() is None
     feed(Msg(4, 2, Kind.WATERMARK, 50))
     assert reader.watermark() == 50
-    feed(Msg(5, 2, Kind.IDLE, 0), Msg(6, 0, Kind.IDLE, 0), Msg(7, 1, Kind.END_OF_STREAM, 0))
-    assert reader.watermark() is None
+    feed(Msg(5, 2, Kind.IDLE, 0), Msg(6, 1, Kind.END_OF_STREAM, 0))
+    assert reader.watermark() == 100  # writer 1 ended, 2 idle: 0 alone counts
+    feed(Msg(7, 0, Kind.IDLE, 0))
     assert reader.idle()  # every writer that has not ended is idle: tell downstream
-    feed(Msg(8, 0, Kind.WATERMARK, 400))
-    assert reader.watermark() == 400
+    # ... and keep what they promised before falling quiet: the largest (as Flink does).
+    assert reader.watermark() == 100
+    feed(Msg(8, 2, Kind.WATERMARK, 20))  # writer 2 is back, behind
+    assert reader.watermark() == 20  # (the runner never lets its own watermark go back)
     assert not reader.idle()
+
+
+def test_all_quiet_writers_give_the_largest_watermark_they_reported() -> None:
+    consumer = Consumer()
+    reader = ChannelReader(cast(Any, consumer), [InputChannel(TP.topic, 0, SCHEMA, 3)])
+    reader.start()
+    consumer.pending = [
+        Msg(0, 0, Kind.WATERMARK, 100),
+        Msg(1, 1, Kind.WATERMARK, 300),
+        Msg(2, 2, Kind.IDLE, 0),  # never reported one
+        Msg(3, 0, Kind.IDLE, 0),
+        Msg(4, 1, Kind.IDLE, 0),
+    ]
+    reader.poll()
+    assert reader.watermark() == 300
+    assert reader.idle()
 
 
 def test_writer_announces_idleness_to_every_downstream_partition() -> None:
