@@ -183,6 +183,10 @@ class FillThenHoldSource:
         """No event time."""
         return None
 
+    def idle(self) -> bool:
+        """No event time, so never idle."""
+        return False
+
     def rejected(self) -> list[Rejected]:
         """Generated records are never unreadable."""
         return []

@@ -8,10 +8,10 @@ A Kafka message in a channel is one of:
 * **data, Arrow** (format version 2): for flat record schemas the value is an Arrow IPC
   stream of the same records (:mod:`channels.arrowcodec`), readable with
   ``pyarrow.ipc.open_stream(value)`` alone.
-* **control**: end-of-stream, watermark or checkpoint barrier, with an 8-byte value.
+* **control**: end-of-stream, watermark, idle or checkpoint barrier, with an 8-byte value.
 
 Headers: ``spw.v`` (format version: ``b"1"``, or ``b"2"`` for Arrow data) and ``spw.k``
-(kind: ``d``, ``e``, ``w``, ``b``). The message key is the writer's subtask index in
+(kind: ``d``, ``e``, ``w``, ``i``, ``b``). The message key is the writer's subtask index in
 ASCII, so channel ``i → j`` is "partition j, key i". A reader rejects versions it does not
 know instead of guessing; every reader decodes both data encodings, whatever its own
 writers use, so changing the codec needs no migration.
@@ -48,6 +48,7 @@ class Kind(enum.Enum):
     DATA = b"d"
     END_OF_STREAM = b"e"
     WATERMARK = b"w"
+    IDLE = b"i"  # the writer has no input for now: leave it out of watermarks until it speaks
     BARRIER = b"b"
 
 

@@ -61,6 +61,9 @@ class ReaderState:
     # Whole-job rewinds: messages of writer w in tp with start <= offset < end, for each
     # (start, end) span, were written by a run the job rewound away from; dropped unread.
     discard: dict[TopicPartition, dict[int, Spans]] = field(default_factory=dict)
+    # Writers that announced they are idle, until they send data or a watermark again.
+    # Not checkpointed: idle writers repeat the announcement while they stay idle.
+    idle: dict[TopicPartition, set[int]] = field(default_factory=dict)
 
 
 class ChannelReader:
@@ -225,6 +228,10 @@ class ChannelReader:
     ) -> Delivery:
         kind, version = read_header(raw_headers)
         writer = writer_of(key)
+        if kind is Kind.IDLE:
+            self.state.idle.setdefault(tp, set()).add(writer)
+        elif self.state.idle:
+            self.state.idle.get(tp, set()).discard(writer)  # it speaks again
         if kind is Kind.DATA:
             if value is None:
                 raise SchemaMismatchError("data message without a value")
@@ -283,18 +290,43 @@ class ChannelReader:
         )
 
     def watermark(self) -> int | None:
-        """The input watermark: the minimum over all upstream writers (None until all reported)."""
-        values: list[int] = []
+        """The input watermark: the minimum over the upstream writers that have neither
+        ended nor announced idleness (None until each of them reported one).
+
+        When every writer that has not ended is idle, the largest watermark any of them
+        reported, as Flink's valve does: what they promised before falling quiet still
+        holds, and a sampled watermark must not fall back to None because the last
+        writers went idle between two samples.
+        """
+        active: list[int] = []
+        quiet: list[int] = []
         for tp, ch in self._inputs.items():
             per_writer = self.state.watermarks.get(tp, {})
             ended = self.state.ended.get(tp, set())
+            idle = self.state.idle.get(tp, set())
             for w in range(ch.upstream_parallelism):
                 if w in ended:
                     continue  # an ended writer holds nothing back
+                if w in idle:
+                    if w in per_writer:
+                        quiet.append(per_writer[w])
+                    continue
                 if w not in per_writer:
                     return None
-                values.append(per_writer[w])
-        return min(values) if values else None
+                active.append(per_writer[w])
+        if active:
+            return min(active)
+        return max(quiet) if quiet else None
+
+    def idle(self) -> bool:
+        """True when every upstream writer that has not ended announced it is idle."""
+        live = [
+            (tp, w)
+            for tp, ch in self._inputs.items()
+            for w in range(ch.upstream_parallelism)
+            if w not in self.state.ended.get(tp, set())
+        ]
+        return bool(live) and all(w in self.state.idle.get(tp, set()) for tp, w in live)
 
     def close(self) -> None:
         """Close the consumer."""

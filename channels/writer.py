@@ -166,6 +166,11 @@ class ChannelWriter:
         """Tell every downstream subtask that no record with a smaller event time will follow."""
         self._control(Kind.WATERMARK, encode_i64(event_time))
 
+    def idle(self) -> None:
+        """Tell every downstream subtask to leave this writer out of its watermark until
+        it sends data or a watermark again (its input is idle)."""
+        self._control(Kind.IDLE, encode_i64(0))
+
     def barrier(self, checkpoint_id: int) -> None:
         """Send checkpoint barrier ``checkpoint_id`` in-band to every downstream subtask."""
         self._control(Kind.BARRIER, encode_i64(checkpoint_id))

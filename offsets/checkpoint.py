@@ -34,6 +34,9 @@ Contract:
   part of global checkpoint ``rewound_from``); ``rewrite_state``: the changelog holds
   records of the abandoned run past ``changelog``, so the restored subtask rewrites its
   whole state at its next checkpoint.
+* ``set_aside[kind]``: input records the operator did not use (``"late"`` records of a
+  window) since the job began; dead-lettered, with ``--dead-letter``, in the same
+  transactions.
 
 The record is JSON so that ``kafka-console-consumer`` shows it. A reader accepts its own
 version and rejects newer ones with a clear message; older versions will be upgraded here.
@@ -78,6 +81,7 @@ class Checkpoint:
     rewound_from: int | None = None
     rewrite_state: bool = False
     partial: Mapping[TopicPartition, tuple[int, int]] = field(default_factory=dict)
+    set_aside: Mapping[str, int] = field(default_factory=dict)
 
     def to_bytes(self) -> bytes:
         """Serialize (versioned JSON)."""
@@ -120,6 +124,7 @@ class Checkpoint:
                 [tp.topic, tp.partition, o, d] for tp, (o, d) in sorted(self.partial.items())
             ],
             "rewrite_state": self.rewrite_state,
+            "set_aside": dict(self.set_aside),
         }
         return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
 
@@ -170,6 +175,8 @@ class Checkpoint:
                 rewound_from=doc.get("rewound_from"),
                 partial={TopicPartition(t, p): (o, d) for t, p, o, d in doc.get("partial", [])},
                 rewrite_state=bool(doc.get("rewrite_state", False)),
+                # Absent in records written before operators could set records aside.
+                set_aside={str(k): int(v) for k, v in doc.get("set_aside", {}).items()},
             )
         except (KeyError, TypeError, ValueError) as e:
             raise CheckpointFormatError(f"corrupt checkpoint record {where}: {e!r}") from e

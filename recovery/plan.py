@@ -69,6 +69,22 @@ class Logic(Protocol):
         """Emit final results when every input has ended."""
         ...
 
+    def set_aside(self) -> list[SetAside]:
+        """Input records the calls since the last ``set_aside()`` did not use (late for
+        their window, say), then forgotten. The runner counts them in the checkpoint and
+        dead-letters them (``--dead-letter``) in the transaction of the input position
+        past them. A call that raises sets nothing aside."""
+        ...
+
+
+@dataclass(frozen=True)
+class SetAside:
+    """An input record an operator did not use: what kind (``"late"``), why, the record."""
+
+    kind: str
+    reason: str
+    record: Record
+
 
 @dataclass(frozen=True)
 class Rejected:
@@ -96,6 +112,12 @@ class Source(Protocol):
 
     def watermark(self) -> int | None:
         """Event-time watermark of what was read, if the source has event time."""
+        ...
+
+    def idle(self) -> bool:
+        """True while the source has nothing to read for longer than its idle timeout (or
+        no input at all); downstream then leaves it out of its watermark until it reads
+        again. Always False for a source without event time."""
         ...
 
     def rejected(self) -> list[Rejected]:

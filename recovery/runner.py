@@ -31,6 +31,7 @@ from offsets.store import CheckpointStore, check_retention, commit_checkpoint
 from offsets.tracker import CheckpointSequence
 from recovery.deadletter import DeadLetters
 from recovery.events import EventLog, JobSignals
+from recovery.eventtime import IdleAnnouncer, SetAsides
 from recovery.faults import Faults
 from recovery.gcpolicy import streaming_collector
 from recovery.lifecycle import Lifecycle, Phase
@@ -108,6 +109,7 @@ class SubtaskResult:
     replay: dict[str, list[int]] = field(default_factory=dict)  # tp -> [from, to, records]
     restore_s: float = 0.0
     catchup_s: float | None = None
+    set_aside: dict[str, int] = field(default_factory=dict)  # e.g. late records, job totals
 
 
 class _Ctx:
@@ -201,6 +203,8 @@ class SubtaskRunner:
             for e in plan.inputs_of(op.name)
         ]
         self.dead_letters = DeadLetters(self.producer, subtask) if options.dead_letter else None
+        self.aside = SetAsides(subtask, self.dead_letters)
+        self._idle = IdleAnnouncer()
         self.consumer: AssignedConsumer | None = None
         self.reader: ChannelReader | None = None
         self.writers: list[ChannelWriter] = []
@@ -272,7 +276,10 @@ class SubtaskRunner:
                 self._checkpoint(finished=False, stopping=stopping)
                 if stopping:
                     self.result.status = "stopped"
-                    self.events.emit("stopped", checkpoint=self._seq.last)
+                    self.result.set_aside = self.aside.counts()
+                    self.events.emit(
+                        "stopped", checkpoint=self._seq.last, set_aside=self.result.set_aside
+                    )
                     return self.result
 
     def _restore(self) -> bool:
@@ -358,6 +365,7 @@ class SubtaskRunner:
                 w.restore_marks(ckpt.output_marks[topic])
             self.writers.append(w)
         self.ctx.restored_watermark = ckpt.watermark if ckpt else None
+        self.aside.restore(ckpt.set_aside if ckpt else {})
         restored_global: tuple[int, int] | None = None
         if ckpt is not None:
             taken: list[tuple[int, int]] = []
@@ -460,6 +468,7 @@ class SubtaskRunner:
             # A source chained with transforms: they run here, before anything is written.
             self._emit(self._process(recs, None, None) if self.logic is not None else recs)
             self._maybe_forward_watermark(self.source.watermark())
+            self._announce_idle(self.source.idle())
             return False
         assert self.reader is not None
         barrier: int | None = None
@@ -501,6 +510,7 @@ class SubtaskRunner:
                     self._global_checkpoint(n)
                 self.reader.release(n)
         self._maybe_forward_watermark(self.reader.watermark())
+        self._announce_idle(self.reader.idle())
         return self.reader.finished()
 
     def _deliver(self, records: list[Record], tp: TopicPartition, offset: int) -> None:
@@ -575,6 +585,8 @@ class SubtaskRunner:
         self, records: Iterable[Record], tp: TopicPartition | None = None, offset: int | None = None
     ) -> None:
         recs = records if isinstance(records, list) else list(records)
+        if self.logic is not None:  # what it set aside comes from the same input
+            self.aside.take(self.logic.set_aside(), tp, offset)
         if not recs:
             return
         if self.faults.armed:
@@ -615,6 +627,11 @@ class SubtaskRunner:
             self._emit(self.logic.on_watermark(wm))
         for w in self.writers:
             w.watermark(wm)
+
+    def _announce_idle(self, idle: bool) -> None:
+        if self._idle.due(idle, time.monotonic()):
+            for w in self.writers:
+                w.idle()
 
     # -- checkpoints ---------------------------------------------------------------------
 
@@ -668,6 +685,7 @@ class SubtaskRunner:
             attempt=self.attempt,
             global_id=global_id,
             skip=self.reader.skip_state() if self.reader else {},
+            set_aside=self.aside.counts(),
         )
         metadata = self.consumer.group_metadata() if self.consumer else None
         if self.faults.armed:
@@ -782,6 +800,7 @@ class SubtaskRunner:
         self._checkpoint(finished=True)
         self.lifecycle.to(Phase.FINISHED)
         self.result.status = "finished"
+        self.result.set_aside = self.aside.counts()
         if self.result.catchup_s is None and self._replay_ends:
             self.result.catchup_s = time.monotonic() - self._started
         self.events.emit(
@@ -791,6 +810,7 @@ class SubtaskRunner:
             records_out=self.result.records_out,
             replay=self.result.replay,
             catchup_s=self.result.catchup_s,
+            set_aside=self.result.set_aside,
         )
 
     def _close(self) -> None:

@@ -6,7 +6,7 @@ import copy
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from recovery.plan import Context, Record
+from recovery.plan import Context, Record, SetAside
 from recovery.state import restores_as_itself
 
 
@@ -21,6 +21,10 @@ class _Stateless:
     def on_end(self) -> Iterable[Record]:
         """Nothing pending at the end."""
         return ()
+
+    def set_aside(self) -> list[SetAside]:
+        """Every record is used."""
+        return []
 
 
 class MapLogic(_Stateless):
@@ -108,12 +112,20 @@ class KeyedAggregateLogic:
             return []
         return [self.result(k, acc) for k, acc in _by_key(self._ctx.state.items())]
 
+    def set_aside(self) -> list[SetAside]:
+        """Every record is folded in."""
+        return []
+
 
 class TumblingWindowLogic:
     """Event-time tumbling windows per key, emitted when the watermark passes their end.
 
-    Records whose window has already been emitted (late records) are dropped and counted,
-    as Flink does by default.
+    A record is *late* when its window ``[start, end)`` was already emitted, i.e.
+    ``end <= watermark`` when it arrives (Flink's rule without allowed lateness; a record
+    behind the watermark whose window is still open is counted in). Late records are left
+    out of every window and handed to the runner through :meth:`set_aside`, which counts
+    them in the checkpoint and dead-letters them with ``--dead-letter``. ``late`` counts
+    this incarnation's.
     """
 
     def __init__(
@@ -130,6 +142,7 @@ class TumblingWindowLogic:
         self.late = 0
         self._ctx: Context | None = None
         self._wm: int | None = None
+        self._aside: list[SetAside] = []
 
     def open(self, ctx: Context) -> None:
         """State (open windows) and the watermark arrive restored."""
@@ -141,18 +154,32 @@ class TumblingWindowLogic:
         assert self._ctx is not None
         state = self._ctx.state
         touched: dict[Any, Any] = {}
+        late: list[SetAside] = []  # kept only if the whole call succeeds, like state
         for r in records:
             t = self.time_fn(r)
             start = t - t % self.size
             if self._wm is not None and start + self.size <= self._wm:
-                self.late += 1
+                late.append(SetAside("late", self._late_reason(r, t, start), r))
                 continue
             k = (self.key_fn(r), start)
             acc = touched[k] if k in touched else _copy(state.get(k))
             touched[k] = self.add(self.init() if acc is None else acc, r)
         for k, acc in touched.items():
             state.put(k, acc)
+        self.late += len(late)
+        self._aside.extend(late)
         return []
+
+    def _late_reason(self, r: Record, t: int, start: int) -> str:
+        return (
+            f"late: event time {t} of key {self.key_fn(r)!r} falls in window "
+            f"[{start}, {start + self.size}), already emitted at watermark {self._wm}"
+        )
+
+    def set_aside(self) -> list[SetAside]:
+        """The late records since the last call (see the class docstring)."""
+        out, self._aside = self._aside, []
+        return out
 
     def on_watermark(self, watermark: int) -> list[Record]:
         """Emit and forget every window that ends at or before ``watermark``."""
@@ -238,6 +265,10 @@ class ChainedLogic:
             out = list(m.process(out)) if out else []
             out.extend(m.on_end())
         return out
+
+    def set_aside(self) -> list[SetAside]:
+        """What every member set aside, in member order."""
+        return [a for m in self.members for a in m.set_aside()]
 
 
 def make_chain(factories: Sequence[Callable[[], Any]]) -> ChainedLogic:

@@ -48,6 +48,7 @@ from spark_jobs.operators import (
 )
 from spark_jobs.sinks import ConsoleSink, JsonlFileSink, KafkaTopicSink
 from spark_jobs.sources import FileSource, GeneratorSource, KafkaTopicSource
+from spark_jobs.watermarks import Watermarks
 
 Schema = dict[str, Any]
 _ROUTINGS = frozenset({"auto", "forward", "rebalance", "broadcast", "hash"})
@@ -63,6 +64,7 @@ class _Node:
     stateful: bool = False
     bounded: bool = True
     description: dict[str, Any] = field(default_factory=dict)
+    event_time: bool = False  # a source whose records have event time (and watermarks)
 
 
 @dataclass
@@ -96,36 +98,60 @@ class Pipeline:
         parallelism: int = 1,
         rate: float | None = None,
         event_time: Callable[[Record], int] | None = None,
+        timestamp: Callable[[Record], int] | None = None,
+        watermarks: Watermarks | None = None,
     ) -> Stream:
-        """A seeded generator: record ``make(i)`` for ``i < count`` (``None``: unbounded)."""
+        """A seeded generator: record ``make(i)`` for ``i < count`` (``None``: unbounded).
+
+        Event time: ``timestamp(record)`` in ms (``event_time`` is its older name), with
+        ``watermarks`` (default :meth:`Watermarks.monotonic`); see :meth:`read_kafka`.
+        """
+        if event_time is not None and timestamp is not None:
+            raise PipelineDefinitionError(
+                f"source {name!r}: pass timestamp= or its older name event_time=, not both"
+            )
+        ts = _event_time_args(name, timestamp or event_time, watermarks, required=True)
         node = self._add(
             name,
             parallelism,
             "source",
             schema,
-            partial(GeneratorSource, make, count, parallelism, rate, event_time),
+            partial(GeneratorSource, make, count, parallelism, rate, ts[0], ts[1]),
             description={"source": "generator", "count": count},
         )
         node.bounded = count is not None
+        node.event_time = ts[1] is not None
         return Stream(self, name)
 
     def read_files(
-        self, name: str, pattern: str, *, format: str, schema: Schema, parallelism: int = 1
+        self,
+        name: str,
+        pattern: str,
+        *,
+        format: str,
+        schema: Schema,
+        parallelism: int = 1,
+        timestamp: Callable[[Record], int] | None = None,
+        watermarks: Watermarks | None = None,
     ) -> Stream:
         """Rows of files matching ``pattern`` (``jsonl``, ``csv`` or ``parquet``).
 
         JSONL and CSV lines are checked against ``schema``; a bad line (not UTF-8, not
         JSON, wrong column count, NaN, a number too big for its field) stops the job
         naming file and line, or goes to the dead-letter channel with ``--dead-letter``.
+        Event time: ``timestamp(record)`` in ms, with ``watermarks`` (default
+        :meth:`Watermarks.monotonic`); a timestamp that fails is a bad line too.
         """
-        self._add(
+        ts = _event_time_args(name, timestamp, watermarks, required=True)
+        node = self._add(
             name,
             parallelism,
             "source",
             schema,
-            partial(FileSource, pattern, format, parallelism, schema),
+            partial(FileSource, pattern, format, parallelism, schema, ts[0], ts[1]),
             description={"source": "files", "format": format},
         )
+        node.event_time = ts[1] is not None
         return Stream(self, name)
 
     def read_kafka(
@@ -136,20 +162,31 @@ class Pipeline:
         schema: Schema,
         parallelism: int = 1,
         bounded: bool = False,
+        timestamp: Callable[[Record], int] | None = None,
+        watermarks: Watermarks | None = None,
     ) -> Stream:
         """JSON records of an existing topic (read_committed); offsets live in checkpoints.
 
         ``bounded=True`` reads up to the end offsets seen when the job first starts.
+
+        Event time (needed by windows behind an unbounded source): pass ``watermarks``,
+        e.g. ``Watermarks.bounded(5_000, idle_timeout_ms=30_000)``. Each record's event
+        time is then its Kafka record timestamp, or ``timestamp(record)`` (ms) if given
+        (``timestamp`` alone means ``Watermarks.monotonic()``). A subtask's watermark is
+        the minimum over its partitions of (largest event time − bound), leaving out
+        partitions idle longer than the idle timeout; it is checkpointed with the offsets.
         """
+        ts = _event_time_args(name, timestamp, watermarks, required=False)
         node = self._add(
             name,
             parallelism,
             "source",
             schema,
-            partial(KafkaTopicSource, topic, parallelism, bounded),
+            partial(KafkaTopicSource, topic, parallelism, bounded, ts[0], ts[1]),
             description={"source": "kafka", "topic": topic, "bounded": bounded},
         )
         node.bounded = bounded
+        node.event_time = ts[1] is not None
         return Stream(self, name)
 
     # -- graph ---------------------------------------------------------------------------
@@ -238,6 +275,7 @@ class Pipeline:
                         f"source {unbounded[0]!r} never ends; use emit='updates' or a "
                         "tumbling_window, or bound the source"
                     )
+        problems += self._windows_without_watermarks()
         cycle = self._find_cycle()
         if cycle:
             problems.append(
@@ -261,6 +299,31 @@ class Pipeline:
         for name, node in self._nodes.items():
             if node.kind != "source" and not any(e.downstream == name for e in self._edges):
                 problems.append(f"operator {name!r} has no input")
+        return problems
+
+    def _windows_without_watermarks(self) -> list[str]:
+        """A window fires on watermarks; one behind an unbounded source without event
+        time would never get one (a bounded source's end fires every window instead)."""
+        problems: list[str] = []
+        for name, node in self._nodes.items():
+            if node.description.get("op") != "tumbling_window":
+                continue
+            upstream: set[str] = set()
+            todo = [name]
+            while todo:  # every operator with a path to the window, through any chain
+                n = todo.pop()
+                for e in self._edges:
+                    if e.downstream == n and e.upstream not in upstream:
+                        upstream.add(e.upstream)
+                        todo.append(e.upstream)
+            for s, src in self._nodes.items():
+                if s in upstream and src.kind == "source" and not (src.bounded or src.event_time):
+                    problems.append(
+                        f"window {name!r} would never fire: source {s!r} upstream of it is "
+                        "unbounded and has no event time, so no watermark reaches the "
+                        f"window; give {s!r} a timestamp and watermark strategy, e.g. "
+                        + _WATERMARK_FIX.get(str(src.description.get("source")), "")
+                    )
         return problems
 
     def _find_cycle(self) -> list[str] | None:
@@ -366,6 +429,44 @@ class Pipeline:
             _partitioner_factory(routing, e.key_fn),
             routing,
         )
+
+
+_WATERMARK_FIX = {
+    "kafka": "read_kafka(..., watermarks=Watermarks.bounded(max_out_of_orderness_ms)) "
+    "(event time: the Kafka record timestamp, or timestamp=fn)",
+    "generator": "generate(..., timestamp=fn, watermarks=Watermarks.bounded(ms))",
+}
+
+
+def _event_time_args(
+    name: str,
+    timestamp: Callable[[Record], int] | None,
+    watermarks: Watermarks | None,
+    *,
+    required: bool,
+) -> tuple[Callable[[Record], int] | None, Watermarks | None]:
+    """(timestamp function, strategy) of source ``name``; strategy ``None``: no event time.
+
+    ``required``: the source has no timestamp of its own (unlike Kafka's record time).
+    """
+    if watermarks is not None and not isinstance(watermarks, Watermarks):
+        raise PipelineDefinitionError(
+            f"source {name!r}: watermarks must be a Watermarks strategy, e.g. "
+            f"Watermarks.bounded(5000), got {watermarks!r}"
+        )
+    if timestamp is not None and not callable(timestamp):
+        raise PipelineDefinitionError(
+            f"source {name!r}: timestamp must be a function of the record returning its "
+            f"event time in ms, got {timestamp!r}"
+        )
+    if watermarks is not None and timestamp is None and required:
+        raise PipelineDefinitionError(
+            f"source {name!r}: watermarks= needs timestamp=, a function of the record "
+            "returning its event time in ms"
+        )
+    if timestamp is not None and watermarks is None:
+        watermarks = Watermarks.monotonic()
+    return timestamp, watermarks
 
 
 def _operator_plan(chain: list[_Node]) -> OperatorPlan:

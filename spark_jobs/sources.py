@@ -8,6 +8,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Message
+
 from channels import jsontext
 from channels.errors import ConfigError, RecordError
 from channels.ids import Offset, TopicPartition
@@ -16,6 +18,7 @@ from channels.kafka.consumer import AssignedConsumer
 from offsets.store import check_retention
 from recovery.plan import Context, Record, Rejected
 from spark_jobs.lines import LineError, field_types, parse_csv, parse_csv_header, parse_jsonl
+from spark_jobs.watermarks import Watermarks, WatermarkTracker, event_time
 
 _from_json = jsontext.loads
 
@@ -25,7 +28,9 @@ class GeneratorSource:
 
     Deterministic in ``i``, so a batch reference can recompute exactly what was emitted.
     ``count=None`` is unbounded. ``rate`` caps records per second per subtask.
-    Position: the next ``i`` to emit.
+    ``event_time(record)``: the record's timestamp (ms); watermarks then follow
+    ``watermarks`` (default: :meth:`Watermarks.monotonic`).
+    Position: the next ``i`` to emit, and the watermark bookkeeping.
     """
 
     def __init__(
@@ -35,6 +40,7 @@ class GeneratorSource:
         parallelism: int,
         rate: float | None = None,
         event_time: Callable[[Record], int] | None = None,
+        watermarks: Watermarks | None = None,
     ) -> None:
         self.make, self.count, self.p, self.rate, self.event_time = (
             make,
@@ -43,17 +49,19 @@ class GeneratorSource:
             rate,
             event_time,
         )
+        self.watermarks = watermarks or Watermarks.monotonic()
         self._next = 0
-        self._wm: int | None = None
+        self._tracker: WatermarkTracker | None = None
         self._t0 = 0.0
         self._emitted = 0
 
     def open(self, ctx: Context, position: Mapping[str, Any]) -> None:
         """Continue after the last checkpointed record."""
         self._next = int(position.get("next", ctx.subtask.index))
-        wm = position.get("watermark")
-        self._wm = None if wm is None else int(wm)
         self._t0 = time.monotonic()
+        if self.event_time is not None:
+            self._tracker = WatermarkTracker(self.watermarks, [0], self._t0)
+            self._tracker.restore(position)
 
     def read(self, max_records: int) -> list[Record] | None:
         """Up to ``max_records`` new records, or ``None`` when ``count`` is reached."""
@@ -69,20 +77,34 @@ class GeneratorSource:
         stop = self._next + n * self.p
         if self.count is not None:
             stop = min(stop, self.count)
-        out = [self.make(i) for i in range(self._next, stop, self.p)]
-        self._next = self._next + len(out) * self.p
+        first = self._next
+        out = [self.make(i) for i in range(first, stop, self.p)]
+        self._next = first + len(out) * self.p
         self._emitted += len(out)
-        if self.event_time is not None and out:
-            self._wm = max(self._wm or 0, max(self.event_time(r) for r in out))
+        if self._tracker is not None and out:
+            fn, now = self.event_time, time.monotonic()
+            assert fn is not None
+            for n, r in enumerate(out):
+                try:
+                    t = event_time(fn, r)
+                except RecordError as e:
+                    raise RecordError(f"generated record {first + n * self.p}: {e}") from e
+                self._tracker.observe(0, t, now)
         return out
 
     def position(self) -> dict[str, Any]:
         """The next index and the watermark so far."""
-        return {"next": self._next, "watermark": self._wm}
+        if self._tracker is None:
+            return {"next": self._next, "watermark": None}
+        return {"next": self._next, **self._tracker.position()}
 
     def watermark(self) -> int | None:
-        """Event times per subtask only grow, so the last one seen is the watermark."""
-        return self._wm
+        """Largest event time read minus the strategy's bound (``None``: no event time)."""
+        return None if self._tracker is None else self._tracker.current(time.monotonic())
+
+    def idle(self) -> bool:
+        """Idle once nothing was generated for the strategy's idle timeout."""
+        return self._tracker is not None and self._tracker.idle(time.monotonic())
 
     def rejected(self) -> list[Rejected]:
         """Generated records are never unreadable."""
@@ -97,19 +119,31 @@ class FileSource:
     reported by :meth:`rejected` with its file and line instead of spoiling the file;
     CSV values may not span lines. Parquet is typed and read whole with pyarrow.
 
+    ``timestamp(record)``: event time (ms); a subtask reads its files one after another, so
+    its watermark is the largest event time read minus ``watermarks``' bound.
+
     Position: this subtask's file list (fixed at the first start), the index of the current
     file in it and the next row — for JSONL and CSV the index of the next data line
-    (blank and bad lines included), so a restart neither repeats nor skips a line.
+    (blank and bad lines included), so a restart neither repeats nor skips a line — and,
+    with event time, the watermark bookkeeping.
     """
 
     FORMATS = ("jsonl", "csv", "parquet")
 
     def __init__(
-        self, pattern: str, fmt: str, parallelism: int, schema: Mapping[str, Any] | None = None
+        self,
+        pattern: str,
+        fmt: str,
+        parallelism: int,
+        schema: Mapping[str, Any] | None = None,
+        timestamp: Callable[[Record], int] | None = None,
+        watermarks: Watermarks | None = None,
     ) -> None:
         if fmt not in self.FORMATS:
             raise ConfigError(f"file format {fmt!r} is not one of {', '.join(self.FORMATS)}")
         self.pattern, self.fmt, self.p = pattern, fmt, parallelism
+        self.timestamp, self.watermarks = timestamp, watermarks or Watermarks.monotonic()
+        self._tracker: WatermarkTracker | None = None
         self._fields = field_types(schema)
         self._files: list[str] = []
         self._file = 0
@@ -133,6 +167,9 @@ class FileSource:
         self._file = int(position.get("file", 0))
         self._row = int(position.get("row", 0))
         self._rows = None
+        if self.timestamp is not None:
+            self._tracker = WatermarkTracker(self.watermarks, [0], time.monotonic())
+            self._tracker.restore(position)
 
     def read(self, max_records: int) -> list[Record] | None:
         """The records of the next (up to ``max_records``) rows; ``None`` after the last file."""
@@ -146,18 +183,36 @@ class FileSource:
                 first = self._row
                 self._row += len(chunk)
                 if self.fmt == "parquet":
-                    return chunk
+                    return self._timed(chunk, first)
                 return self._parse(chunk, first)
             self._file, self._row, self._rows = self._file + 1, 0, None
         return None
 
     def position(self) -> dict[str, Any]:
-        """This subtask's file list, the file index and the next row."""
-        return {"files": self._files, "file": self._file, "row": self._row}
+        """This subtask's file list, the file index and the next row (and the watermark)."""
+        pos = {"files": self._files, "file": self._file, "row": self._row}
+        return pos if self._tracker is None else {**pos, **self._tracker.position()}
 
     def watermark(self) -> int | None:
-        """Files carry no event-time order."""
-        return None
+        """Largest event time read minus the bound; ``None`` without ``timestamp``."""
+        return None if self._tracker is None else self._tracker.current(time.monotonic())
+
+    def idle(self) -> bool:
+        """Idle once no row was read for the strategy's idle timeout."""
+        return self._tracker is not None and self._tracker.idle(time.monotonic())
+
+    def _timed(self, rows: list[Record], first: int) -> list[Record]:
+        """Parquet ``rows`` (from row index ``first``), their event times noted."""
+        if self._tracker is None or self.timestamp is None:
+            return rows
+        now = time.monotonic()
+        for n, r in enumerate(rows, first):
+            try:
+                t = event_time(self.timestamp, r)
+            except RecordError as e:
+                raise RecordError(f"{self._files[self._file]} row {n + 1}: {e}") from e
+            self._tracker.observe(0, t, now)
+        return rows
 
     def rejected(self) -> list[Rejected]:
         """The lines the last :meth:`read` could not parse, with file, line and reason."""
@@ -191,6 +246,7 @@ class FileSource:
 
     def _parse(self, chunk: list[bytes], first: int) -> list[Record]:
         out: list[Record] = []
+        now = time.monotonic()
         # 1-based line numbers; CSV data starts after the header line.
         base = first + (2 if self.fmt == "csv" else 1)
         for n, raw in enumerate(chunk, base):
@@ -198,11 +254,15 @@ class FileSource:
                 continue  # blank lines carry no record (pyarrow skips them too)
             try:
                 if self._header is None:
-                    out.append(parse_jsonl(raw, self._fields))
+                    rec = parse_jsonl(raw, self._fields)
                 else:
-                    out.append(parse_csv(raw, self._header, self._fields))
-            except LineError as e:
+                    rec = parse_csv(raw, self._header, self._fields)
+                if self._tracker is not None and self.timestamp is not None:
+                    self._tracker.observe(0, event_time(self.timestamp, rec), now)
+            except (LineError, RecordError) as e:
                 self._rejected.append(Rejected(self._files[self._file], n, str(e), raw))
+                continue
+            out.append(rec)
         return out
 
 
@@ -220,15 +280,29 @@ def _read_parquet(path: Path) -> list[dict[str, Any]]:
 class KafkaTopicSource:
     """JSON records from an existing Kafka topic, read_committed; partition i → subtask i % p.
 
+    With ``watermarks``, records have event time: ``timestamp(record)``, or by default the
+    Kafka record timestamp; the subtask's watermark is the minimum over its partitions
+    (:class:`~spark_jobs.watermarks.WatermarkTracker`).
+
     Position: the next offset per partition (and, for a bounded source, the end offsets
-    fixed when the job first started, so a restart ends at the same place).
+    fixed when the job first started, so a restart ends at the same place), and with
+    event time the watermark bookkeeping.
     """
 
-    def __init__(self, topic: str, parallelism: int, bounded: bool) -> None:
+    def __init__(
+        self,
+        topic: str,
+        parallelism: int,
+        bounded: bool,
+        timestamp: Callable[[Record], int] | None = None,
+        watermarks: Watermarks | None = None,
+    ) -> None:
         self.topic, self.p, self.bounded = topic, parallelism, bounded
+        self.timestamp, self.watermarks = timestamp, watermarks
         self._consumer: AssignedConsumer | None = None
         self._next: dict[int, int] = {}
         self._ends: dict[int, int] = {}
+        self._tracker: WatermarkTracker | None = None
 
     def open(self, ctx: Context, position: Mapping[str, Any]) -> None:
         """Assign this subtask's partitions at the checkpointed offsets."""
@@ -254,6 +328,9 @@ class KafkaTopicSource:
         )
         live = {TopicPartition(self.topic, p): Offset(o) for p, o in self._next.items()}
         self._consumer.assign(live)
+        if self.watermarks is not None:
+            self._tracker = WatermarkTracker(self.watermarks, mine, time.monotonic())
+            self._tracker.restore(position.get("watermarks", {}))
 
     def read(self, max_records: int) -> list[Record] | None:
         """Decoded values (JSON) of the next committed messages; ``None`` at the bounded end."""
@@ -261,6 +338,7 @@ class KafkaTopicSource:
         if self.bounded and all(self._next[p] >= self._ends.get(p, 0) for p in self._next):
             return None
         out: list[Record] = []
+        now = time.monotonic()
         for m in self._consumer.consume(min(max_records, 1000), 0.1):
             p, off = m.partition() or 0, m.offset() or 0
             if self.bounded and off >= self._ends.get(p, 0):
@@ -269,6 +347,8 @@ class KafkaTopicSource:
                 out.append(_from_json(m.value() or b"null"))
             except ValueError as e:
                 raise RecordError(f"{self.topic}[{p}] offset {off}: value is not JSON ({e})") from e
+            if self._tracker is not None:
+                self._tracker.observe(p, self._event_time(m, out[-1], p, off), now)
             self._next[p] = off + 1
         if self.bounded:
             for p, end in self._ends.items():
@@ -277,16 +357,38 @@ class KafkaTopicSource:
                     self._next[p] = max(self._next[p], end)
         return out
 
+    def _event_time(self, m: Message, record: Record, p: int, off: int) -> int:
+        try:
+            if self.timestamp is not None:
+                return event_time(self.timestamp, record)
+            kind, ms = m.timestamp()
+            if kind == TIMESTAMP_NOT_AVAILABLE:
+                raise RecordError(
+                    "the message has no Kafka timestamp; pass timestamp= to read_kafka to "
+                    "take the event time from the record"
+                )
+            return int(ms)
+        except RecordError as e:
+            raise RecordError(f"{self.topic}[{p}] offset {off}: {e}") from e
+
     def position(self) -> dict[str, Any]:
-        """Next offsets (and the fixed end offsets of a bounded read)."""
-        return {
+        """Next offsets (and the fixed end offsets of a bounded read, and the watermark)."""
+        pos = {
             "offsets": {str(p): o for p, o in self._next.items()},
             "ends": {str(p): o for p, o in self._ends.items()},
         }
+        if self._tracker is not None:
+            pos["watermarks"] = self._tracker.position()
+        return pos
 
     def watermark(self) -> int | None:
-        """No event time."""
-        return None
+        """Min over this subtask's active partitions of (max event time − bound);
+        ``None`` without event time."""
+        return None if self._tracker is None else self._tracker.current(time.monotonic())
+
+    def idle(self) -> bool:
+        """Every partition of this subtask is idle (or it has none)."""
+        return self._tracker is not None and self._tracker.idle(time.monotonic())
 
     def rejected(self) -> list[Rejected]:
         """A value that is not JSON raises a RecordError instead."""

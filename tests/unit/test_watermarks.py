@@ -1,0 +1,350 @@
+"""Watermark strategies and their bookkeeping at the sources (no broker, no clock)."""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+
+from channels.errors import PipelineDefinitionError, RecordError
+from channels.ids import JobId, OperatorName, SubtaskId
+from spark_jobs.sources import FileSource, GeneratorSource
+from spark_jobs.watermarks import Watermarks, WatermarkTracker, event_time
+
+# -- the strategy ------------------------------------------------------------------------
+
+
+def test_bounded_and_monotonic_strategies() -> None:
+    assert Watermarks.bounded(5000) == Watermarks(5000, None)
+    assert Watermarks.bounded(5000, idle_timeout_ms=30_000) == Watermarks(5000, 30_000)
+    assert Watermarks.monotonic() == Watermarks(0, None)
+
+
+@pytest.mark.parametrize(
+    ("bound", "idle", "message"),
+    [
+        (-1, None, "max_out_of_orderness_ms must be an integer >= 0 (ms), got -1"),
+        (1.5, None, "max_out_of_orderness_ms must be an integer >= 0 (ms), got 1.5"),
+        (True, None, "max_out_of_orderness_ms must be an integer >= 0 (ms), got True"),
+        (10, 0, "idle_timeout_ms must be an integer >= 1 (ms) or None, got 0"),
+        (10, "5s", "idle_timeout_ms must be an integer >= 1 (ms) or None, got '5s'"),
+    ],
+)
+def test_strategy_rejects_bad_values(bound: Any, idle: Any, message: str) -> None:
+    with pytest.raises(PipelineDefinitionError) as info:
+        Watermarks.bounded(bound, idle)
+    assert str(info.value) == f"Watermarks: {message}"
+
+
+# -- WatermarkTracker --------------------------------------------------------------------
+
+
+def test_watermark_is_largest_event_time_minus_the_bound() -> None:
+    t = WatermarkTracker(Watermarks.bounded(5), [0], now=0.0)
+    assert t.current(0.0) is None  # nothing read yet
+    t.observe(0, 10, 0.0)
+    assert t.current(0.0) == 5
+    t.observe(0, 8, 0.0)  # out of order, within the bound: the watermark stays
+    assert t.current(0.0) == 5
+    t.observe(0, 20, 0.0)
+    assert t.current(0.0) == 15
+
+
+def test_watermark_is_the_minimum_over_partitions_and_waits_for_each() -> None:
+    t = WatermarkTracker(Watermarks.bounded(10), [0, 1, 2], now=0.0)
+    t.observe(0, 100, 0.0)
+    t.observe(2, 300, 0.0)
+    assert t.current(0.0) is None  # partition 1 has not delivered: it could be far behind
+    t.observe(1, 50, 0.0)
+    assert t.current(0.0) == 40
+    t.observe(1, 500, 0.0)
+    assert t.current(0.0) == 90  # now partition 0 is the slowest
+
+
+def test_watermark_never_goes_back() -> None:
+    t = WatermarkTracker(Watermarks.bounded(0, idle_timeout_ms=1000), [0, 1], now=0.0)
+    t.observe(0, 100, 0.0)
+    t.observe(1, 200, 0.6)
+    assert t.current(0.7) == 100
+    assert t.current(1.2) == 200  # partition 0 idle since 1.0: left out
+    t.observe(0, 50, 1.3)  # back, behind: the minimum would be 100 again
+    assert t.current(1.3) == 200
+    assert t.current(5.0) == 200  # both idle: held where it was
+    assert t.idle(5.0) is True
+
+
+def test_idle_partitions_stop_holding_the_watermark_back() -> None:
+    t = WatermarkTracker(Watermarks.bounded(10, idle_timeout_ms=1000), [0, 1], now=0.0)
+    t.observe(0, 100, 0.2)
+    assert t.current(0.9) is None  # partition 1 never delivered, not idle yet
+    assert t.current(1.0) == 90  # 1 s after the start partition 1 is idle: left out
+    t.observe(0, 200, 1.1)
+    assert t.current(1.5) == 190
+    t.observe(1, 150, 1.6)  # back: counts again (and holds the watermark at 190)
+    t.observe(0, 400, 1.7)
+    assert t.current(1.8) == 190
+    assert t.current(2.6) == 390  # partition 1 quiet since 1.6: idle again
+    assert t.idle(2.6) is False
+    assert t.idle(2.7) is True  # and partition 0 since 1.7: the whole subtask is idle
+
+
+def test_without_idle_timeout_a_quiet_partition_holds_back_for_ever() -> None:
+    t = WatermarkTracker(Watermarks.bounded(0), [0, 1], now=0.0)
+    t.observe(0, 100, 0.0)
+    assert t.current(1e9) is None
+    assert t.idle(1e9) is False
+
+
+def test_a_subtask_without_partitions_is_idle_at_once() -> None:
+    t = WatermarkTracker(Watermarks.bounded(0), [], now=0.0)
+    assert t.idle(0.0) is True
+    assert t.current(0.0) is None
+
+
+def test_position_restores_the_watermark_and_what_is_ahead_of_it() -> None:
+    t = WatermarkTracker(Watermarks.bounded(10, idle_timeout_ms=1000), [0, 1], now=0.0)
+    t.observe(0, 100, 0.0)
+    t.observe(1, 300, 0.0)
+    assert t.current(0.0) == 90
+    position = json.loads(json.dumps(t.position()))  # positions travel as JSON
+    assert position == {"watermark": 90, "event_time": {"1": 300}}
+    again = WatermarkTracker(Watermarks.bounded(10, idle_timeout_ms=1000), [0, 1], now=50.0)
+    again.restore(position)
+    assert again.current(50.0) == 90
+    again.observe(0, 400, 50.1)
+    assert again.current(50.1) == 290  # partition 1's 300 was restored, not forgotten
+    fresh = WatermarkTracker(Watermarks.bounded(10), [0, 1], now=0.0)
+    fresh.restore({})
+    assert fresh.current(0.0) is None
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_a_restored_tracker_emits_exactly_what_the_original_would(seed: int) -> None:
+    """The position lists only partitions ahead of the watermark; that must lose nothing.
+
+    (No idle timeout here: a restore restarts the idle clocks, on purpose.)
+    """
+    rng = random.Random(seed)
+    parts = list(range(rng.randint(1, 4)))
+    strategy = Watermarks.bounded(rng.randint(0, 50))
+    steps = [(rng.choice(parts), rng.randint(0, 1000)) for _ in range(200)]
+    cut = rng.randint(0, len(steps))
+    original = WatermarkTracker(strategy, parts, 0.0)
+    for p, ts in steps[:cut]:
+        original.observe(p, ts, 0.0)
+        original.current(0.0)
+    restored = WatermarkTracker(strategy, parts, 0.0)
+    restored.restore(json.loads(json.dumps(original.position())))
+    emitted_original, emitted_restored = [original.current(0.0)], [restored.current(0.0)]
+    for p, ts in steps[cut:]:
+        original.observe(p, ts, 0.0)
+        restored.observe(p, ts, 0.0)
+        emitted_original.append(original.current(0.0))
+        emitted_restored.append(restored.current(0.0))
+    assert emitted_restored == emitted_original
+    seen = [w for w in emitted_original if w is not None]
+    assert seen == sorted(seen)  # it only moves forward
+
+
+# -- timestamps at the sources -----------------------------------------------------------
+
+
+def test_event_time_must_be_integer_milliseconds() -> None:
+    assert event_time(lambda r: r["ts"], {"ts": 7}) == 7
+    with pytest.raises(RecordError, match=r"returned '7' \(str\); it must return the event"):
+        event_time(lambda r: r["ts"], {"ts": "7"})
+    with pytest.raises(RecordError, match=r"returned True \(bool\)"):
+        event_time(lambda r: r["ts"], {"ts": True})
+    with pytest.raises(RecordError, match="the source's timestamp function failed: KeyError"):
+        event_time(lambda r: r["ts"], {})
+
+
+SRC0 = SubtaskId(JobId("j"), OperatorName("src"), 0)
+
+
+@dataclass
+class _Ctx:
+    subtask: SubtaskId = SRC0
+    state: Any = None
+
+
+def _shuffled(i: int) -> dict[str, Any]:
+    return {"i": i, "ts": 1000 + i * 10 - (i % 3) * 25}  # up to 50 ms out of order
+
+
+def test_generator_watermark_follows_the_strategy_and_resumes() -> None:
+    src = GeneratorSource(
+        _shuffled, None, 1, event_time=lambda r: r["ts"], watermarks=Watermarks.bounded(50)
+    )
+    src.open(_Ctx(), {})
+    records = src.read(10)
+    assert records is not None
+    assert src.watermark() == max(r["ts"] for r in records) - 50
+    before = src.watermark()
+    assert all(r["ts"] >= before for r in src.read(10) or [])  # none late
+    position = json.loads(json.dumps(src.position()))
+    again = GeneratorSource(
+        _shuffled, None, 1, event_time=lambda r: r["ts"], watermarks=Watermarks.bounded(50)
+    )
+    again.open(_Ctx(), position)
+    assert again.watermark() == src.watermark()
+    assert again.read(5) == src.read(5)
+    assert again.watermark() == src.watermark()
+
+
+def test_generator_names_the_record_whose_timestamp_is_bad() -> None:
+    src = GeneratorSource(
+        lambda i: {"ts": None if i == 7 else i}, 10, 2, event_time=lambda r: r["ts"]
+    )
+    src.open(_Ctx(subtask=SubtaskId(JobId("j"), OperatorName("src"), 1)), {})
+    with pytest.raises(
+        RecordError, match=r"^generated record 7: the source's timestamp function returned None"
+    ):
+        src.read(10)
+
+
+def test_file_source_watermark_and_a_bad_timestamp_is_a_bad_line(tmp_path: Path) -> None:
+    rows = [{"ts": 100}, {"ts": 90}, {"ts": "x"}, {"ts": 300}, {"ts": 250}]
+    path = tmp_path / "a.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    schema = {
+        "type": "record",
+        "name": "T",
+        "fields": [{"name": "ts", "type": ["null", "long", "string"]}],
+    }
+    src = FileSource(str(path), "jsonl", 1, schema, lambda r: r["ts"], Watermarks.bounded(20))
+    src.open(_Ctx(), {})
+    assert src.read(2) == rows[:2]
+    assert src.watermark() == 80
+    assert src.read(2) == [rows[3]]
+    [bad] = src.rejected()
+    assert (bad.file, bad.line, bad.raw) == (str(path), 3, b'{"ts": "x"}')
+    assert "returned 'x' (str)" in bad.error
+    assert src.watermark() == 280
+    position = json.loads(json.dumps(src.position()))
+    assert position["watermark"] == 280
+    again = FileSource(str(path), "jsonl", 1, schema, lambda r: r["ts"], Watermarks.bounded(20))
+    again.open(_Ctx(), position)
+    assert again.watermark() == 280
+    assert again.read(5) == [rows[4]]
+    assert again.watermark() == 280  # 250 is within the bound: no step back
+
+
+# -- KafkaTopicSource, with the broker replaced by a script ------------------------------
+
+
+class _Msg:
+    def __init__(self, p: int, off: int, value: dict[str, Any], ts: int | None) -> None:
+        self.p, self.off, self.v, self.ts = p, off, value, ts
+
+    def partition(self) -> int:
+        return self.p
+
+    def offset(self) -> int:
+        return self.off
+
+    def value(self) -> bytes:
+        return json.dumps(self.v).encode()
+
+    def timestamp(self) -> tuple[int, int]:
+        # (TIMESTAMP_CREATE_TIME, ms), or (TIMESTAMP_NOT_AVAILABLE, -1)
+        return (1, self.ts) if self.ts is not None else (0, -1)
+
+
+class _Broker:
+    """Stands in for Admin and AssignedConsumer: a topic of 3 partitions, scripted reads."""
+
+    batches: ClassVar[list[list[_Msg]]] = []
+
+    def __init__(self, *_a: Any) -> None:
+        pass
+
+    def partition_counts(self) -> dict[str, int]:
+        return {"in": 3}
+
+    def watermarks(self, tp: Any) -> tuple[int, int]:
+        return 0, 100
+
+    def assign(self, starts: Any) -> None:
+        pass
+
+    def consume(self, n: int, timeout: float) -> list[_Msg]:
+        return _Broker.batches.pop(0) if _Broker.batches else []
+
+
+def _kafka_source(monkeypatch: pytest.MonkeyPatch, **kw: Any) -> Any:
+    import spark_jobs.sources as sources
+
+    monkeypatch.setattr(sources, "Admin", _Broker)
+    monkeypatch.setattr(sources, "AssignedConsumer", _Broker)
+    src = sources.KafkaTopicSource("in", 1, False, **kw)
+    return src
+
+
+def _ctx0() -> Any:
+    @dataclass
+    class C:
+        subtask: SubtaskId = SRC0
+        kafka: Any = None
+
+    return C()
+
+
+def test_kafka_source_takes_the_record_timestamp_by_default(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    src = _kafka_source(monkeypatch, watermarks=Watermarks.bounded(10))
+    src.open(_ctx0(), {})
+    _Broker.batches = [
+        [_Msg(0, 0, {"n": 1}, 500), _Msg(1, 0, {"n": 2}, 300)],
+        [_Msg(2, 0, {"n": 3}, 900), _Msg(0, 1, {"n": 4}, 450)],
+    ]
+    assert src.read(10) == [{"n": 1}, {"n": 2}]
+    assert src.watermark() is None  # partition 2 has not delivered yet
+    assert src.read(10) == [{"n": 3}, {"n": 4}]
+    assert src.watermark() == 290  # min(500, 300, 900) - 10
+    position = json.loads(json.dumps(src.position()))
+    assert position["watermarks"] == {"watermark": 290, "event_time": {"0": 500, "2": 900}}
+    again = _kafka_source(monkeypatch, watermarks=Watermarks.bounded(10))
+    again.open(_ctx0(), position)
+    assert again.watermark() == 290
+    assert not again.idle()
+
+
+def test_kafka_source_with_a_timestamp_function_and_missing_timestamps(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    src = _kafka_source(monkeypatch, timestamp=lambda r: r["t"], watermarks=Watermarks.bounded(0))
+    src.open(_ctx0(), {})
+    _Broker.batches = [[_Msg(p, 0, {"t": 70 + p}, None) for p in range(3)]]
+    src.read(10)
+    assert src.watermark() == 70  # the record's time, not Kafka's (there is none)
+    plain = _kafka_source(monkeypatch, watermarks=Watermarks.bounded(0))
+    plain.open(_ctx0(), {})
+    _Broker.batches = [[_Msg(1, 5, {"t": 1}, None)]]
+    with pytest.raises(
+        RecordError, match=r"^in\[1\] offset 5: the message has no Kafka timestamp; pass timestamp="
+    ):
+        plain.read(10)
+
+
+def test_kafka_source_without_partitions_is_idle_and_without_event_time_never(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import spark_jobs.sources as sources
+
+    monkeypatch.setattr(sources, "Admin", _Broker)
+    monkeypatch.setattr(sources, "AssignedConsumer", _Broker)
+    sixth = sources.KafkaTopicSource("in", 6, False, watermarks=Watermarks.bounded(0))
+    ctx = _ctx0()
+    ctx.subtask = SubtaskId(JobId("j"), OperatorName("src"), 5)  # topic "in" has 3 partitions
+    sixth.open(ctx, {})
+    assert sixth.idle()
+    plain = sources.KafkaTopicSource("in", 6, False)
+    plain.open(ctx, {})
+    assert not plain.idle()
+    assert plain.watermark() is None
