@@ -21,16 +21,19 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from channels.config import ChannelSettings, KafkaSettings
-from channels.errors import ConfigError, ProducerFencedError
+from channels.errors import ConfigError, JobAbortedError, ProducerFencedError, SpillwayError
 from channels.kafka.admin import Admin
-from recovery.deadletter import dead_letter_spec
+from recovery.deadletter import MAX_MESSAGE_BYTES, dead_letter_spec
 from recovery.events import events_topic_spec, newer_incarnation, record_job_event
+from recovery.failures import abort_message
 from recovery.globalckpt import Coordinator, checkpoints_topic_spec
 from recovery.loader import load_plan
 from recovery.plan import JobPlan
 from recovery.rewind import rewind_job
 from recovery.runner import GUARANTEES, RunOptions, SubtaskResult, SubtaskRunner
 from recovery.state import CHANGELOG_TOPIC_CONFIG
+from spark_jobs.failfast import FailureWatch
+from spark_jobs.usertopics import check_user_topics
 
 log = logging.getLogger("spark_jobs.driver")
 
@@ -112,11 +115,16 @@ def subtask_count(pipeline_ref: str, job_id: str) -> int:
 
 
 def prepare_topics(plan: JobPlan, settings: KafkaSettings, dead_letter: bool = False) -> None:
-    """Create (or verify) every topic of the job before any subtask starts."""
+    """Create (or verify) every topic of the job before any subtask starts; the user's
+    topics (read_kafka, write_kafka) must exist."""
     admin = Admin(settings)
     admin.check_reachable()
+    check_user_topics(plan, admin.partition_counts())
     if dead_letter:
-        admin.ensure_topics([dead_letter_spec(plan.job)])
+        spec = dead_letter_spec(plan.job)
+        admin.ensure_topics([spec])
+        # A dead-letter topic made by an older version has the broker's 1 MB limit.
+        admin.raise_topic_config(spec.name, "max.message.bytes", MAX_MESSAGE_BYTES)
     admin.ensure_topics([checkpoints_topic_spec(plan.job)])
     admin.ensure_topics(
         [*plan.topics(CHANGELOG_TOPIC_CONFIG, CHANNEL_TOPIC_CONFIG), events_topic_spec(plan.job)]
@@ -200,6 +208,8 @@ def run_on_spark(
                 config.keep_global,
             )
             coordinator.start()
+        watch = FailureWatch(settings, plan.job, run_id, on_failure=sc.cancelAllJobs)
+        watch.start()
         try:
             with _stop_on_sigterm(settings, plan, run_id):
                 rows = (
@@ -207,12 +217,22 @@ def run_on_spark(
                     .mapPartitionsWithIndex(lambda i, _it: _task(payload, i))
                     .collect()
                 )
+        except Exception:
+            if watch.failure is None:
+                raise
+            # Spark's own report of the cancelled job says nothing the failure did not.
+            log.debug("Spark job cancelled after a deterministic failure", exc_info=True)
+            raise JobAbortedError(watch.message()) from None
         finally:
+            watch.stop()
             if coordinator is not None:
                 coordinator.stop()
     finally:
         spark.stop()
     results = [SubtaskResult(**r) for r in rows]
+    failed = [r for r in results if r.status == "failed" and r.error]
+    if failed:  # the last task to end failed, before the watch saw its event
+        raise JobAbortedError(str(failed[0].error))
     _ = options  # validated above, before Spark started
     return results
 
@@ -278,4 +298,11 @@ def _task(
         logging.getLogger("spark_jobs.driver").warning("%s: %s", subtask, e)
         result = runner.result
         result.status = "fenced"
+    except SpillwayError as e:
+        if not e.deterministic:
+            raise  # Spark retries the task; the subtask restarts from its checkpoint
+        # A retry would meet the same error: end the attempt without one, so Spark does not
+        # retry it. The driver saw the "failed" event and stops the job (spark_jobs.failfast).
+        result = runner.result
+        result.error = abort_message(subtask, e)
     yield asdict(result)

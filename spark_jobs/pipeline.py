@@ -142,7 +142,7 @@ class Pipeline:
             parallelism,
             "source",
             schema,
-            partial(KafkaTopicSource, topic, parallelism, bounded),
+            partial(KafkaTopicSource, topic, parallelism, bounded, schema),
             description={"source": "kafka", "topic": topic, "bounded": bounded},
         )
         node.bounded = bounded

@@ -8,16 +8,21 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from channels import jsontext
-from channels.errors import ConfigError, RecordError
+from channels.errors import ConfigError
 from channels.ids import Offset, TopicPartition
 from channels.kafka.admin import Admin
 from channels.kafka.consumer import AssignedConsumer
 from offsets.store import check_retention
+from recovery.origins import UNKNOWN, FileLine, Origins, Runs, TopicOffset, line_runs, topic_runs
 from recovery.plan import Context, Record, Rejected
-from spark_jobs.lines import LineError, field_types, parse_csv, parse_csv_header, parse_jsonl
-
-_from_json = jsontext.loads
+from spark_jobs.lines import (
+    LineError,
+    field_types,
+    parse_csv,
+    parse_csv_header,
+    parse_json_value,
+    parse_jsonl,
+)
 
 
 class GeneratorSource:
@@ -88,6 +93,10 @@ class GeneratorSource:
         """Generated records are never unreadable."""
         return []
 
+    def origins(self) -> Origins:
+        """Generated records come from no file or topic."""
+        return UNKNOWN
+
 
 class FileSource:
     """JSONL, CSV or Parquet files; file i goes to subtask ``i % p``.
@@ -117,6 +126,7 @@ class FileSource:
         self._rows: list[Any] | None = None  # parquet: records; jsonl/csv: data lines (bytes)
         self._header: list[str] | None = None
         self._rejected: list[Rejected] = []
+        self._origins: Origins = UNKNOWN
 
     def open(self, ctx: Context, position: Mapping[str, Any]) -> None:
         """List this subtask's files and continue at the checkpointed file and row."""
@@ -137,6 +147,7 @@ class FileSource:
     def read(self, max_records: int) -> list[Record] | None:
         """The records of the next (up to ``max_records``) rows; ``None`` after the last file."""
         self._rejected = []
+        self._origins = UNKNOWN  # parquet rows: no line numbers
         while self._file < len(self._files):
             if self._rows is None:
                 self._load(Path(self._files[self._file]))
@@ -162,6 +173,10 @@ class FileSource:
     def rejected(self) -> list[Rejected]:
         """The lines the last :meth:`read` could not parse, with file, line and reason."""
         return self._rejected
+
+    def origins(self) -> Origins:
+        """File and line of each record of the last :meth:`read` (JSONL and CSV)."""
+        return self._origins
 
     def _load(self, path: Path) -> None:
         if self.fmt == "parquet":
@@ -191,6 +206,7 @@ class FileSource:
 
     def _parse(self, chunk: list[bytes], first: int) -> list[Record]:
         out: list[Record] = []
+        origins = self._origins = line_runs(self._files)
         # 1-based line numbers; CSV data starts after the header line.
         base = first + (2 if self.fmt == "csv" else 1)
         for n, raw in enumerate(chunk, base):
@@ -202,7 +218,10 @@ class FileSource:
                 else:
                     out.append(parse_csv(raw, self._header, self._fields))
             except LineError as e:
-                self._rejected.append(Rejected(self._files[self._file], n, str(e), raw))
+                origin = FileLine(self._files[self._file], n)
+                self._rejected.append(Rejected(origin, str(e), raw))
+                continue
+            origins.add(self._file, n)
         return out
 
 
@@ -220,15 +239,29 @@ def _read_parquet(path: Path) -> list[dict[str, Any]]:
 class KafkaTopicSource:
     """JSON records from an existing Kafka topic, read_committed; partition i → subtask i % p.
 
+    A value that is empty, not UTF-8, not JSON, not a JSON object, or holds NaN, Infinity
+    or an integer too big for its field (:func:`~spark_jobs.lines.parse_json_value`) is
+    reported by :meth:`rejected` with its partition and offset; field types are checked
+    when the record is written to its channel.
+
     Position: the next offset per partition (and, for a bounded source, the end offsets
     fixed when the job first started, so a restart ends at the same place).
     """
 
-    def __init__(self, topic: str, parallelism: int, bounded: bool) -> None:
+    def __init__(
+        self,
+        topic: str,
+        parallelism: int,
+        bounded: bool,
+        schema: Mapping[str, Any] | None = None,
+    ) -> None:
         self.topic, self.p, self.bounded = topic, parallelism, bounded
+        self._fields = field_types(schema)
         self._consumer: AssignedConsumer | None = None
         self._next: dict[int, int] = {}
         self._ends: dict[int, int] = {}
+        self._rejected: list[Rejected] = []
+        self._origins: Runs = topic_runs(topic)
 
     def open(self, ctx: Context, position: Mapping[str, Any]) -> None:
         """Assign this subtask's partitions at the checkpointed offsets."""
@@ -258,18 +291,26 @@ class KafkaTopicSource:
     def read(self, max_records: int) -> list[Record] | None:
         """Decoded values (JSON) of the next committed messages; ``None`` at the bounded end."""
         assert self._consumer is not None
+        self._rejected = []
+        origins = self._origins = topic_runs(self.topic)
         if self.bounded and all(self._next[p] >= self._ends.get(p, 0) for p in self._next):
             return None
         out: list[Record] = []
+        fields = self._fields
         for m in self._consumer.consume(min(max_records, 1000), 0.1):
             p, off = m.partition() or 0, m.offset() or 0
             if self.bounded and off >= self._ends.get(p, 0):
                 continue
-            try:
-                out.append(_from_json(m.value() or b"null"))
-            except ValueError as e:
-                raise RecordError(f"{self.topic}[{p}] offset {off}: value is not JSON ({e})") from e
             self._next[p] = off + 1
+            value = m.value()
+            try:
+                record = parse_json_value(value, fields)
+            except LineError as e:
+                origin = TopicOffset(self.topic, p, off)
+                self._rejected.append(Rejected(origin, str(e), value or b""))
+                continue
+            out.append(record)
+            origins.add(p, off)
         if self.bounded:
             for p, end in self._ends.items():
                 pos = self._consumer.position(TopicPartition(self.topic, p))
@@ -289,5 +330,9 @@ class KafkaTopicSource:
         return None
 
     def rejected(self) -> list[Rejected]:
-        """A value that is not JSON raises a RecordError instead."""
-        return []
+        """The messages the last :meth:`read` could not turn into records, with the reason."""
+        return self._rejected
+
+    def origins(self) -> Origins:
+        """Partition and offset of each record of the last :meth:`read`."""
+        return self._origins

@@ -26,6 +26,7 @@ from channels.config import KafkaSettings
 from channels.errors import (
     BrokerUnavailableError,
     ProducerFencedError,
+    RecordTooLargeError,
     SpillwayError,
     TransactionAbortedError,
 )
@@ -33,6 +34,12 @@ from channels.ids import Offset, TopicPartition
 from channels.kafka.retry import is_fenced, kafka_error, retrying
 
 log = logging.getLogger("spillway.producer")
+
+# A message may carry the origin of the record it holds (``topic[partition]@offset`` or
+# ``file:line``) in this header; a failed delivery of it then names that origin.
+ORIGIN_HEADER = "spw.origin"
+# The broker refused the message for its size: the same message fails on every retry.
+_TOO_LARGE = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE})
 
 
 def pending_kafka_exception(exc: BaseException) -> KafkaException | None:
@@ -76,6 +83,7 @@ class TransactionalProducer:
         self._producer: Producer | None = None
         self._in_txn = False
         self._delivery_error: KafkaError | None = None
+        self._failed_delivery = ""  # " to <topic> (the record at <origin>)" of that error
         self._last_offsets: dict[TopicPartition, int] = {}
         self.txn_bytes = 0  # key + value bytes produced in the open transaction
 
@@ -299,6 +307,11 @@ class TransactionalProducer:
         if err is not None:
             if self._delivery_error is None:
                 self._delivery_error = err
+                origin = dict(msg.headers() or ()).get(ORIGIN_HEADER)
+                if isinstance(origin, bytes):
+                    origin = origin.decode(errors="replace")
+                where = f" (the record at {origin})" if origin else ""
+                self._failed_delivery = f" to {msg.topic()}{where}"
             return
         tp = TopicPartition(msg.topic() or "", msg.partition() or 0)
         off = msg.offset()
@@ -334,9 +347,15 @@ class TransactionalProducer:
                 f"producer {self.transactional_id}: fatal {err.name()}: {err.str()}"
             )
         self._abort_quietly()
+        if err.code() in _TOO_LARGE:
+            raise RecordTooLargeError(
+                f"producer {self.transactional_id}: the broker refused a message"
+                f"{self._failed_delivery} as too large ({err.str()}); raise that topic's "
+                "max.message.bytes, or make the record smaller"
+            )
         raise TransactionAbortedError(
-            f"producer {self.transactional_id}: a message could not be delivered ({err.str()}); "
-            "transaction aborted"
+            f"producer {self.transactional_id}: a message{self._failed_delivery} could not be "
+            f"delivered ({err.str()}); transaction aborted"
         )
 
     def _abort_quietly(self) -> None:
