@@ -24,7 +24,7 @@ from typing import Any
 from channels.errors import ProducerFencedError, SpillwayError, TransactionAbortedError
 from channels.ids import JobId, SubtaskId
 from channels.kafka.admin import TopicSpec
-from channels.kafka.producer import ORIGIN_HEADER, TransactionalProducer
+from channels.kafka.producer import TransactionalProducer
 from channels.naming import PREFIX
 from recovery.origins import FileLine, Origin, TopicOffset
 
@@ -127,10 +127,9 @@ class DeadLetters:
         doc = dead_letter_doc(
             self._subtask, stage=stage, error=error, origin=origin, record=record, raw=raw
         )
-        # The origin rides in a header too, so a failed delivery can name it (producer).
-        headers = [(ORIGIN_HEADER, str(origin).encode())] if origin is not None else None
+        where = None if origin is None else str(origin)  # named if the delivery fails
         try:
-            self._producer.produce(self._topic, 0, self._key, doc, headers)
+            self._producer.produce(self._topic, 0, self._key, doc, origin=where)
         except (ProducerFencedError, TransactionAbortedError):
             raise  # the subtask's own fate, not this record's
         except SpillwayError as e:

@@ -20,6 +20,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from confluent_kafka import KafkaException
+
 from channels.config import ChannelSettings, KafkaSettings
 from channels.errors import ConfigError, JobAbortedError, ProducerFencedError, SpillwayError
 from channels.kafka.admin import Admin
@@ -119,16 +121,30 @@ def prepare_topics(plan: JobPlan, settings: KafkaSettings, dead_letter: bool = F
     topics (read_kafka, write_kafka) must exist."""
     admin = Admin(settings)
     admin.check_reachable()
-    check_user_topics(plan, admin.partition_counts())
+    existing = admin.partition_counts()
+    check_user_topics(plan, existing)
     if dead_letter:
         spec = dead_letter_spec(plan.job)
         admin.ensure_topics([spec])
-        # A dead-letter topic made by an older version has the broker's 1 MB limit.
-        admin.raise_topic_config(spec.name, "max.message.bytes", MAX_MESSAGE_BYTES)
+        if spec.name in existing:  # made by an older version: maybe the broker's 1 MB limit
+            _raise_dead_letter_limit(admin, spec.name)
     admin.ensure_topics([checkpoints_topic_spec(plan.job)])
     admin.ensure_topics(
         [*plan.topics(CHANGELOG_TOPIC_CONFIG, CHANNEL_TOPIC_CONFIG), events_topic_spec(plan.job)]
     )
+
+
+def _raise_dead_letter_limit(admin: Admin, topic: str) -> None:
+    try:
+        admin.raise_topic_config(topic, "max.message.bytes", MAX_MESSAGE_BYTES)
+    except (KafkaException, SpillwayError) as e:  # e.g. no DescribeConfigs/AlterConfigs ACL
+        log.warning(
+            "could not check or raise max.message.bytes of %s to %d (%s): dead letters "
+            "bigger than its limit will fail their transaction; raise it by hand",
+            topic,
+            MAX_MESSAGE_BYTES,
+            e,
+        )
 
 
 def run_on_spark(

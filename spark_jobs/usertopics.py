@@ -42,7 +42,8 @@ def user_topics(plan: JobPlan) -> Iterator[tuple[str, str, str]]:
 def check_user_topics(plan: JobPlan, existing: Mapping[str, int]) -> None:
     """:class:`ConfigError` naming every user topic of ``plan`` not in ``existing``."""
     missing = [
-        f"{role} operator {op!r} uses topic {topic!r}, which does not exist"
+        f"{role} operator {op!r} uses topic {topic!r}, which does not exist (or this "
+        "client may not describe it)"
         for op, role, topic in user_topics(plan)
         if topic not in existing
     ]
