@@ -212,6 +212,9 @@ def run_on_spark(
             log.info("%d subtasks on %d slots: bounded job, upstream operators run first", n, slots)
         env = {k: v for k, v in os.environ.items() if k.startswith(config.env_prefixes)}
         payload = (config, from_checkpoint, env, run_id)
+        # Started first: a deterministic failure cancels the Spark job (spark_jobs.failfast).
+        watch = FailureWatch(settings, plan.job, run_id, on_failure=sc.cancelAllJobs)
+        watch.start()
         coordinator = None
         if config.checkpoint_mode != "interval":
             coordinator = Coordinator(
@@ -224,8 +227,6 @@ def run_on_spark(
                 config.keep_global,
             )
             coordinator.start()
-        watch = FailureWatch(settings, plan.job, run_id, on_failure=sc.cancelAllJobs)
-        watch.start()
         try:
             with _stop_on_sigterm(settings, plan, run_id):
                 rows = (

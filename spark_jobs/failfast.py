@@ -53,13 +53,12 @@ class FailureWatch:
         self._on_failure = on_failure
         self._stop = threading.Event()
         self._consumer = AssignedConsumer(settings, f"spillway.{job}.failure-watch")
-        tp = TopicPartition(events_topic(job), 0)
-        # Events before this run are not its failures (the run id filters them too).
-        self._consumer.assign({tp: Offset(self._consumer.watermarks(tp)[1])})
+        self._tp = TopicPartition(events_topic(job), 0)
         self._thread = threading.Thread(target=self._run, name="failure-watch", daemon=True)
 
     def start(self) -> None:
-        """Start watching."""
+        """Start watching the events recorded from now on (earlier ones are not this run's)."""
+        self._consumer.assign({self._tp: Offset(self._consumer.watermarks(self._tp)[1])})
         self._thread.start()
 
     def stop(self) -> None:
