@@ -33,6 +33,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
 
+from recovery.origins import UNKNOWN, Origins
 from recovery.plan import Context, JobPlan, Record, Rejected, Source
 from spark_jobs.pipeline import Pipeline
 
@@ -190,6 +191,10 @@ class FillThenHoldSource:
     def rejected(self) -> list[Rejected]:
         """Generated records are never unreadable."""
         return []
+
+    def origins(self) -> Origins:
+        """Generated records come from no file or topic."""
+        return UNKNOWN
 
 
 class Throttle:

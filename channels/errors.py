@@ -15,10 +15,16 @@
     ├── TransactionAbortedError    the open transaction was aborted     SUBTASK: from checkpoint
     ├── ProducerFencedError        a newer incarnation took over        ZOMBIE: this process stops
     ├── RetentionGapError          data a checkpoint needs is deleted   JOB: operator action
-    └── CheckpointFormatError      a checkpoint record cannot be read   SUBTASK
+    ├── CheckpointFormatError      a checkpoint record cannot be read   SUBTASK
+    └── JobAbortedError            a subtask failed deterministically   JOB: fix, resubmit
 
 Subtask-scoped errors name the subtasks to restart, like Kafka Streams'
 ``TaskCorruptedException``: only those restart, the rest of the job keeps running.
+
+``deterministic`` errors (a bad record, a wrong setting, a missing topic) would happen
+again on every retry: the runtime does not retry them but stops the job at once
+(:class:`JobAbortedError`), where a transient error (broker gone, fenced without a newer
+incarnation, a killed process) restarts only the subtask.
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ class SpillwayError(Exception):
     """Root of every error Spillway raises on purpose."""
 
     scope: Scope = Scope.JOB
+    deterministic: bool = False  # True: a retry meets the same error (see module docstring)
 
     def __init__(self, message: str, *, subtasks: Iterable[SubtaskId] = ()) -> None:
         super().__init__(message)
@@ -51,6 +58,8 @@ class SpillwayError(Exception):
 
 class ConfigError(SpillwayError):
     """A configuration value or command-line option is wrong; the message names it and the fix."""
+
+    deterministic = True
 
 
 class AuthenticationError(ConfigError):
@@ -64,9 +73,13 @@ class AuthorizationError(ConfigError):
 class PipelineDefinitionError(SpillwayError):
     """The pipeline graph is invalid (cycle, dangling operator, bad parallelism, ...)."""
 
+    deterministic = True
+
 
 class TopologyMismatchError(SpillwayError):
     """Existing topics or checkpoints belong to a different topology than the one submitted."""
+
+    deterministic = True
 
 
 class BrokerUnavailableError(SpillwayError):
@@ -74,9 +87,20 @@ class BrokerUnavailableError(SpillwayError):
 
 
 class RecordError(SpillwayError):
-    """One record cannot be written or read; the subtask stops before committing past it."""
+    """One record cannot be written or read; the subtask stops before committing past it.
+
+    ``origin``: where the record came from, as ``topic[partition]@offset`` or
+    ``file:line``, when known.
+    """
 
     scope = Scope.SUBTASK
+    deterministic = True  # the same record fails the same way on every attempt
+
+    def __init__(
+        self, message: str, *, subtasks: Iterable[SubtaskId] = (), origin: str | None = None
+    ) -> None:
+        super().__init__(message, subtasks=subtasks)
+        self.origin = origin
 
 
 class RecordTooLargeError(RecordError):
@@ -102,8 +126,17 @@ class ProducerFencedError(SpillwayError):
 class RetentionGapError(SpillwayError):
     """Channel data needed by a checkpoint was deleted by retention; replay would lose records."""
 
+    deterministic = True
+
 
 class CheckpointFormatError(SpillwayError):
     """A checkpoint record has an unknown version or is corrupt."""
 
     scope = Scope.SUBTASK
+
+
+class JobAbortedError(SpillwayError):
+    """A subtask failed with a deterministic error; the driver stopped the whole job at once.
+
+    The message is the subtask's own (operator[index], origin, what was wrong, the fix).
+    """

@@ -42,7 +42,9 @@ _DIGITS_ONLY = bytes(0x30 if 0x30 <= b <= 0x39 else 0x20 for b in range(256))
 _LONG_RUN = b"0" * 19
 
 
-def _has_long_digit_run(text: bytes) -> bool:
+def has_long_digit_run(text: bytes) -> bool:
+    """True if ``text`` holds 19 or more digits in a row: orjson may read such a number
+    inexactly (as a float), so exact readers take the stdlib's path for it."""
     return _LONG_RUN in text.translate(_DIGITS_ONLY)
 
 
@@ -63,7 +65,7 @@ def dumps(value: Any) -> bytes:
 
 def loads(text: bytes) -> Any:
     """The value of UTF-8 JSON ``text``; ``ValueError`` if it is not JSON (or not UTF-8)."""
-    if not _has_long_digit_run(text):
+    if not has_long_digit_run(text):
         try:
             return _orjson_loads(text)
         except orjson.JSONDecodeError:

@@ -153,7 +153,7 @@ class ChannelReader:
                 if not self._tolerate_bad or not _is_data(m.headers()):
                     # Control records (end-of-stream, watermarks) cannot be skipped: a
                     # bounded job would wait forever for a lost end-of-stream.
-                    raise type(e)(f"{tp} offset {off}: {e}") from e
+                    raise type(e)(f"{tp} offset {off}: {e}", origin=f"{tp}@{off}") from e
                 d = Delivery(tp, off, -1, Kind.DATA, [], error=str(e), raw=m.value())
             self._positions[tp] = Offset(off + 1)
             if self._align:

@@ -13,8 +13,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
-from channels.ids import SubtaskId, TopicPartition
+from channels.ids import SubtaskId
 from recovery.deadletter import DeadLetters
+from recovery.origins import Origin
 from recovery.plan import SetAside
 
 log = logging.getLogger("spillway.subtask")
@@ -33,8 +34,8 @@ class SetAsides:
         """Continue the totals of the restored checkpoint."""
         self._counts = {k: int(v) for k, v in counts.items()}
 
-    def take(self, items: list[SetAside], tp: TopicPartition | None, offset: int | None) -> None:
-        """Count ``items`` (from the input message ``tp``/``offset``, if known) and
+    def take(self, items: list[SetAside], origin: Origin | None) -> None:
+        """Count ``items`` (from the input message at ``origin``, if known) and
         dead-letter them in the open transaction, or drop them after saying so once."""
         if not items:
             return
@@ -42,7 +43,7 @@ class SetAsides:
             self._counts[a.kind] = self._counts.get(a.kind, 0) + 1
             if self._dead_letters is not None:
                 self._dead_letters.send(
-                    stage=a.kind, error=a.reason, tp=tp, offset=offset, record=a.record
+                    stage=a.kind, error=a.reason, origin=origin, record=a.record
                 )
         if self._dead_letters is None and not self._warned:
             self._warned = True

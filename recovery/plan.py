@@ -19,6 +19,7 @@ from channels.naming import changelog_topic, channel_topic, checkpoint_topic
 from channels.partitioners import Partitioner
 from offsets.checkpoint import fingerprint
 from offsets.store import CHECKPOINT_TOPIC_CONFIG
+from recovery.origins import Origin, Origins
 
 Record = Any
 
@@ -90,8 +91,7 @@ class SetAside:
 class Rejected:
     """An input a source read but could not turn into a record: where it was, why, its bytes."""
 
-    file: str
-    line: int  # 1-based, as editors count
+    origin: Origin  # a file line, or a message of a Kafka partition
     error: str
     raw: bytes
 
@@ -127,6 +127,11 @@ class Source(Protocol):
         the transaction that commits that position: then a restart neither repeats nor
         skips them.
         """
+        ...
+
+    def origins(self) -> Origins:
+        """Where each record the last :meth:`read` returned came from, by its index in
+        that list (:mod:`recovery.origins`); ``UNKNOWN`` for sources without one."""
         ...
 
 

@@ -29,12 +29,14 @@ from channels.writer import ChannelWriter, OutputChannel
 from offsets.checkpoint import Checkpoint
 from offsets.store import CheckpointStore, check_retention, commit_checkpoint
 from offsets.tracker import CheckpointSequence
-from recovery.deadletter import DeadLetters
+from recovery.deadletter import PRODUCER_CONFIG, DeadLetters
 from recovery.events import EventLog, JobSignals
 from recovery.eventtime import IdleAnnouncer, SetAsides
+from recovery.failures import emit_failure, failure_fields, process_failure, source_failure
 from recovery.faults import Faults
 from recovery.gcpolicy import streaming_collector
 from recovery.lifecycle import Lifecycle, Phase
+from recovery.origins import UNKNOWN, Origins, Same, TopicOffset
 from recovery.plan import JobPlan, Logic, Record, Sink, Source
 from recovery.state import ChangelogState
 
@@ -110,6 +112,7 @@ class SubtaskResult:
     restore_s: float = 0.0
     catchup_s: float | None = None
     set_aside: dict[str, int] = field(default_factory=dict)  # e.g. late records, job totals
+    error: str | None = None  # status "failed": the one line the job stops with
 
 
 class _Ctx:
@@ -176,6 +179,7 @@ class SubtaskRunner:
             settings,
             subtask.transactional_id,
             transaction_timeout_ms=options.transaction_timeout_ms,
+            extra=PRODUCER_CONFIG if options.dead_letter else None,  # room for big dead letters
         )
         # Channel and sink outputs go through ``out``: the transactional producer itself,
         # or (at-least-once) a plain idempotent one. State and checkpoints stay transactional.
@@ -246,7 +250,8 @@ class SubtaskRunner:
             self.result.status = "failed"
             log.exception("%s attempt %d failed", self.subtask, self.attempt)
             try:
-                self.events.emit("failed", error=f"{type(e).__name__}: {e}")
+                fields = failure_fields(self.subtask, e)
+                self.events.emit("failed", error=f"{type(e).__name__}: {e}", **fields)
             except Exception:  # the event is best-effort; the original error matters
                 log.warning("could not record the failure of %s", self.subtask)
             raise
@@ -453,20 +458,19 @@ class SubtaskRunner:
             recs = self.source.read(self.options.poll_records)
             for bad in self.source.rejected():  # read past: fail, or divert in this transaction
                 if self.dead_letters is None:
-                    raise RecordError(
-                        f"{self.subtask}: source {self.op.name!r} cannot read {bad.file} line "
-                        f"{bad.line}: {bad.error}. Nothing from that line on is committed; fix "
-                        "the input, or run with --dead-letter to divert bad records",
-                        subtasks=[self.subtask],
-                    )
+                    raise source_failure(self.subtask, self.op.name, bad)
                 self.dead_letters.send(
-                    stage="source", error=bad.error, raw=bad.raw, file=bad.file, line=bad.line
+                    stage="source", error=bad.error, raw=bad.raw, origin=bad.origin
                 )
             if recs is None:
                 return True
             self.result.records_in += len(recs)
-            # A source chained with transforms: they run here, before anything is written.
-            self._emit(self._process(recs, None, None) if self.logic is not None else recs)
+            # A source chained with transforms: they run here, before anything is written
+            # (their outputs have no per-record origin: a function may emit 0..n per input).
+            if self.logic is not None:
+                self._emit(self._process(recs, self.source.origins()))
+            else:
+                self._emit(recs, self.source.origins())
             self._maybe_forward_watermark(self.source.watermark())
             self._announce_idle(self.source.idle())
             return False
@@ -479,9 +483,8 @@ class SubtaskRunner:
             if d.kind is Kind.BARRIER and d.value is not None and d.value > self._global_last:
                 barrier = d.value  # the reader stopped here: checkpoint exactly at it
             if d.error is not None and self.dead_letters is not None:
-                self.dead_letters.send(
-                    stage="decode", error=d.error, tp=d.tp, offset=d.offset, raw=d.raw
-                )
+                origin = TopicOffset(d.tp.topic, d.tp.partition, d.offset)
+                self.dead_letters.send(stage="decode", error=d.error, origin=origin, raw=d.raw)
             elif d.kind is Kind.DATA:
                 # Records of this message processed before a restore (mid-message checkpoint).
                 done = self._resume.pop((d.tp, d.offset), 0)
@@ -515,7 +518,8 @@ class SubtaskRunner:
 
     def _deliver(self, records: list[Record], tp: TopicPartition, offset: int) -> None:
         if self.logic is not None:
-            self._emit(self._process(records, tp, offset), tp, offset)
+            origins = Same(TopicOffset(tp.topic, tp.partition, offset))
+            self._emit(self._process(records, origins), origins)
         elif self.sink is not None:
             if self.faults.armed and records:
                 self._before_output()
@@ -550,43 +554,34 @@ class SubtaskRunner:
             self._replayed[tp] += n
             self.result.replay[str(tp)][2] = self._replayed[tp]
 
-    def _process(
-        self, records: list[Record], tp: TopicPartition | None, offset: int | None
-    ) -> list[Record]:
-        """Run the operator on one input message's records (``tp`` ``None``: on what the
-        chained source just read); isolate failures if dead-lettering."""
+    def _process(self, records: list[Record], origins: Origins) -> list[Record]:
+        """Run the operator on one input message's records, or on what the chained source
+        just read (``origins``: where each came from); isolate failures if dead-lettering."""
         assert self.logic is not None
         try:
             return list(self.logic.process(records))
         except Exception as e:
             if self.dead_letters is None:
-                where = (
-                    f"a record of {tp} at offset {offset} ({len(records)} records in that message)"
-                    if tp is not None
-                    else f"a record its source read ({len(records)} records in that read)"
-                )
-                raise RecordError(
-                    f"{self.subtask}: operator {self.op.name!r} failed on {where}: "
-                    f"{type(e).__name__}: {e}. Nothing from there on is committed; fix "
-                    "the function, or run with --dead-letter to divert bad records",
-                    subtasks=[self.subtask],
+                raise process_failure(
+                    self.subtask, self.op.name, records, origins, e, self._process_alone
                 ) from e
         # Record by record, so only the bad ones are diverted. A failed call leaves keyed
         # state as it was: the operators write state only after a whole call succeeds.
         out: list[Record] = []
-        for r in records:
+        for k, r in enumerate(records):
             try:
                 out.extend(self.logic.process([r]))
             except Exception as e:
-                self.dead_letters.send(stage="process", error=e, tp=tp, offset=offset, record=r)
+                self.dead_letters.send(stage="process", error=e, origin=origins.at(k), record=r)
         return out
 
-    def _emit(
-        self, records: Iterable[Record], tp: TopicPartition | None = None, offset: int | None = None
-    ) -> None:
+    def _emit(self, records: Iterable[Record], origins: Origins = UNKNOWN) -> None:
+        """Write records to every output (``origins``: where each came from, if known)."""
         recs = records if isinstance(records, list) else list(records)
-        if self.logic is not None:  # what it set aside comes from the same input
-            self.aside.take(self.logic.set_aside(), tp, offset)
+        if self.logic is not None:  # what it set aside comes from the same input message
+            self.aside.take(
+                self.logic.set_aside(), origins.origin if isinstance(origins, Same) else None
+            )
         if not recs:
             return
         if self.faults.armed:
@@ -596,24 +591,28 @@ class SubtaskRunner:
                 w.write_many(recs)  # all-or-nothing per call
         except RecordError as e:
             if self.dead_letters is None:
-                where = f" (from {tp} offset {offset})" if tp is not None else ""
-                raise type(e)(
-                    f"{self.subtask}: operator {self.op.name!r} emitted a record it cannot "
-                    f"write{where}: {e}",
-                    subtasks=[self.subtask],
+                raise emit_failure(
+                    self.subtask, self.op.name, recs, origins, e, self._write_all
                 ) from e
             good = []
-            for r in recs:
+            for k, r in enumerate(recs):
                 try:
-                    for w in self.writers:
-                        w.write_many([r])
+                    self._write_all([r])
                     good.append(r)
                 except RecordError as e1:
-                    self.dead_letters.send(stage="emit", error=e1, tp=tp, offset=offset, record=r)
+                    self.dead_letters.send(stage="emit", error=e1, origin=origins.at(k), record=r)
             recs = good
         self.result.records_out += len(recs)
         if self.sink is not None:  # the end of a chain (a sink alone is fed by _deliver)
             self.sink.write(recs)
+
+    def _process_alone(self, records: list[Record]) -> list[Record]:
+        assert self.logic is not None
+        return list(self.logic.process(records))
+
+    def _write_all(self, records: list[Record]) -> None:
+        for w in self.writers:
+            w.write_many(records)
 
     def _maybe_forward_watermark(self, wm: int | None) -> None:
         now = time.monotonic()

@@ -20,11 +20,14 @@ from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from confluent_kafka import KafkaException
+
 from channels.config import ChannelSettings, KafkaSettings
-from channels.errors import ConfigError, ProducerFencedError
+from channels.errors import ConfigError, JobAbortedError, ProducerFencedError, SpillwayError
 from channels.kafka.admin import Admin
-from recovery.deadletter import dead_letter_spec
+from recovery.deadletter import MAX_MESSAGE_BYTES, dead_letter_spec
 from recovery.events import events_topic_spec, newer_incarnation, record_job_event
+from recovery.failures import abort_message
 from recovery.globalckpt import Coordinator, checkpoints_topic_spec
 from recovery.heartbeat import heartbeats_topic_spec
 from recovery.jobconf import forwarded_env, masked
@@ -34,6 +37,8 @@ from recovery.plandoc import PlanDoc
 from recovery.rewind import rewind_job
 from recovery.runner import GUARANTEES, RunOptions, SubtaskResult, SubtaskRunner
 from recovery.state import CHANGELOG_TOPIC_CONFIG
+from spark_jobs.failfast import FailureWatch
+from spark_jobs.usertopics import check_user_topics
 
 log = logging.getLogger("spark_jobs.driver")
 
@@ -120,11 +125,17 @@ def subtask_count(pipeline_ref: str, job_id: str, conf: Mapping[str, str] | None
 
 
 def prepare_topics(plan: JobPlan, settings: KafkaSettings, dead_letter: bool = False) -> None:
-    """Create (or verify) every topic of the job before any subtask starts."""
+    """Create (or verify) every topic of the job before any subtask starts; the user's
+    topics (read_kafka, write_kafka) must exist."""
     admin = Admin(settings)
     admin.check_reachable()
+    existing = admin.partition_counts()
+    check_user_topics(plan, existing)
     if dead_letter:
-        admin.ensure_topics([dead_letter_spec(plan.job)])
+        spec = dead_letter_spec(plan.job)
+        admin.ensure_topics([spec])
+        if spec.name in existing:  # made by an older version: maybe the broker's 1 MB limit
+            _raise_dead_letter_limit(admin, spec.name)
     admin.ensure_topics([checkpoints_topic_spec(plan.job)])
     admin.ensure_topics(
         [
@@ -133,6 +144,19 @@ def prepare_topics(plan: JobPlan, settings: KafkaSettings, dead_letter: bool = F
             heartbeats_topic_spec(plan.job),
         ]
     )
+
+
+def _raise_dead_letter_limit(admin: Admin, topic: str) -> None:
+    try:
+        admin.raise_topic_config(topic, "max.message.bytes", MAX_MESSAGE_BYTES)
+    except (KafkaException, SpillwayError) as e:  # e.g. no DescribeConfigs/AlterConfigs ACL
+        log.warning(
+            "could not check or raise max.message.bytes of %s to %d (%s): dead letters "
+            "bigger than its limit will fail their transaction; raise it by hand",
+            topic,
+            MAX_MESSAGE_BYTES,
+            e,
+        )
 
 
 def run_on_spark(
@@ -206,6 +230,9 @@ def run_on_spark(
         env = {k: v for k, v in os.environ.items() if k.startswith(config.env_prefixes)}
         env.update(forwarded)
         payload = (config, from_checkpoint, env, run_id)
+        # Started first: a deterministic failure cancels the Spark job (spark_jobs.failfast).
+        watch = FailureWatch(settings, plan.job, run_id, on_failure=sc.cancelAllJobs)
+        watch.start()
         coordinator = None
         if config.checkpoint_mode != "interval":
             coordinator = Coordinator(
@@ -225,12 +252,22 @@ def run_on_spark(
                     .mapPartitionsWithIndex(lambda i, _it: _task(payload, i))
                     .collect()
                 )
+        except Exception:
+            if watch.failure is None:
+                raise
+            # Spark's own report of the cancelled job says nothing the failure did not.
+            log.debug("Spark job cancelled after a deterministic failure", exc_info=True)
+            raise JobAbortedError(watch.message()) from None
         finally:
+            watch.stop()
             if coordinator is not None:
                 coordinator.stop()
     finally:
         spark.stop()
     results = [SubtaskResult(**r) for r in rows]
+    failed = [r for r in results if r.status == "failed" and r.error]
+    if failed:  # the last task to end failed, before the watch saw its event
+        raise JobAbortedError(str(failed[0].error))
     _ = options  # validated above, before Spark started
     return results
 
@@ -297,4 +334,11 @@ def _task(
         logging.getLogger("spark_jobs.driver").warning("%s: %s", subtask, e)
         result = runner.result
         result.status = "fenced"
+    except SpillwayError as e:
+        if not e.deterministic:
+            raise  # Spark retries the task; the subtask restarts from its checkpoint
+        # A retry would meet the same error: end the attempt without one, so Spark does not
+        # retry it. The driver saw the "failed" event and stops the job (spark_jobs.failfast).
+        result = runner.result
+        result.error = abort_message(subtask, e)
     yield asdict(result)

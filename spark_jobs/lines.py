@@ -17,6 +17,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
+from channels.jsontext import has_long_digit_run
+
 Record = dict[str, Any]
 
 _INT_RANGE = {"int": (-(2**31), 2**31 - 1), "long": (-(2**63), 2**63 - 1)}
@@ -79,6 +83,29 @@ def parse_jsonl(raw: bytes, fields: Mapping[str, FieldType]) -> Record:
     for name, v in value.items():
         _check_json_value(name, v, fields.get(name))
     return value
+
+
+def parse_json_value(raw: bytes | None, fields: Mapping[str, FieldType]) -> Record:
+    """A Kafka message value (JSON) as a record; :class:`LineError` if it is empty, not
+    UTF-8, not JSON, not an object, or holds NaN, Infinity or an integer out of range.
+
+    Fast path: text orjson reads exactly becomes the record as it is, and the channel
+    writer checks field types when it encodes the record (a record that does not fit is
+    reported there, with this value's origin). Text orjson refuses, or that holds an
+    integer orjson could read inexactly, gets :func:`parse_jsonl`'s full checks.
+    """
+    if not raw:
+        raise LineError("empty value" if raw is not None else "no value (null)")
+    if not has_long_digit_run(raw):
+        try:
+            value = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            pass  # not UTF-8, not JSON, NaN/Infinity: parse_jsonl says which
+        else:
+            if isinstance(value, dict):
+                return value
+            raise LineError(f"a JSON {type(value).__name__}, not an object")
+    return parse_jsonl(raw, fields)
 
 
 def parse_csv_header(raw: bytes) -> list[str]:

@@ -182,7 +182,7 @@ class Pipeline:
             parallelism,
             "source",
             schema,
-            partial(KafkaTopicSource, topic, parallelism, bounded, ts[0], ts[1]),
+            partial(KafkaTopicSource, topic, parallelism, bounded, schema, ts[0], ts[1]),
             description={"source": "kafka", "topic": topic, "bounded": bounded},
         )
         node.bounded = bounded

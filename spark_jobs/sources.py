@@ -10,17 +10,22 @@ from typing import Any
 
 from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Message
 
-from channels import jsontext
 from channels.errors import ConfigError, RecordError
 from channels.ids import Offset, TopicPartition
 from channels.kafka.admin import Admin
 from channels.kafka.consumer import AssignedConsumer
 from offsets.store import check_retention
+from recovery.origins import UNKNOWN, FileLine, Origins, Runs, TopicOffset, line_runs, topic_runs
 from recovery.plan import Context, Record, Rejected
-from spark_jobs.lines import LineError, field_types, parse_csv, parse_csv_header, parse_jsonl
+from spark_jobs.lines import (
+    LineError,
+    field_types,
+    parse_csv,
+    parse_csv_header,
+    parse_json_value,
+    parse_jsonl,
+)
 from spark_jobs.watermarks import Watermarks, WatermarkTracker, event_time
-
-_from_json = jsontext.loads
 
 
 class GeneratorSource:
@@ -110,6 +115,10 @@ class GeneratorSource:
         """Generated records are never unreadable."""
         return []
 
+    def origins(self) -> Origins:
+        """Generated records come from no file or topic."""
+        return UNKNOWN
+
 
 class FileSource:
     """JSONL, CSV or Parquet files; file i goes to subtask ``i % p``.
@@ -151,6 +160,7 @@ class FileSource:
         self._rows: list[Any] | None = None  # parquet: records; jsonl/csv: data lines (bytes)
         self._header: list[str] | None = None
         self._rejected: list[Rejected] = []
+        self._origins: Origins = UNKNOWN
 
     def open(self, ctx: Context, position: Mapping[str, Any]) -> None:
         """List this subtask's files and continue at the checkpointed file and row."""
@@ -174,6 +184,7 @@ class FileSource:
     def read(self, max_records: int) -> list[Record] | None:
         """The records of the next (up to ``max_records``) rows; ``None`` after the last file."""
         self._rejected = []
+        self._origins = UNKNOWN  # parquet rows: no line numbers
         while self._file < len(self._files):
             if self._rows is None:
                 self._load(Path(self._files[self._file]))
@@ -218,6 +229,10 @@ class FileSource:
         """The lines the last :meth:`read` could not parse, with file, line and reason."""
         return self._rejected
 
+    def origins(self) -> Origins:
+        """File and line of each record of the last :meth:`read` (JSONL and CSV)."""
+        return self._origins
+
     def _load(self, path: Path) -> None:
         if self.fmt == "parquet":
             self._rows = _read_parquet(path)
@@ -247,6 +262,7 @@ class FileSource:
     def _parse(self, chunk: list[bytes], first: int) -> list[Record]:
         out: list[Record] = []
         now = time.monotonic()
+        origins = self._origins = line_runs(self._files)
         # 1-based line numbers; CSV data starts after the header line.
         base = first + (2 if self.fmt == "csv" else 1)
         for n, raw in enumerate(chunk, base):
@@ -260,9 +276,11 @@ class FileSource:
                 if self._tracker is not None and self.timestamp is not None:
                     self._tracker.observe(0, event_time(self.timestamp, rec), now)
             except (LineError, RecordError) as e:
-                self._rejected.append(Rejected(self._files[self._file], n, str(e), raw))
+                origin = FileLine(self._files[self._file], n)
+                self._rejected.append(Rejected(origin, str(e), raw))
                 continue
             out.append(rec)
+            origins.add(self._file, n)
         return out
 
 
@@ -280,6 +298,11 @@ def _read_parquet(path: Path) -> list[dict[str, Any]]:
 class KafkaTopicSource:
     """JSON records from an existing Kafka topic, read_committed; partition i → subtask i % p.
 
+    A value that is empty, not UTF-8, not JSON, not a JSON object, or holds NaN, Infinity
+    or an integer too big for its field (:func:`~spark_jobs.lines.parse_json_value`), or
+    whose event time cannot be taken, is reported by :meth:`rejected` with its partition
+    and offset; field types are checked when the record is written to its channel.
+
     With ``watermarks``, records have event time: ``timestamp(record)``, or by default the
     Kafka record timestamp; the subtask's watermark is the minimum over its partitions
     (:class:`~spark_jobs.watermarks.WatermarkTracker`).
@@ -294,15 +317,19 @@ class KafkaTopicSource:
         topic: str,
         parallelism: int,
         bounded: bool,
+        schema: Mapping[str, Any] | None = None,
         timestamp: Callable[[Record], int] | None = None,
         watermarks: Watermarks | None = None,
     ) -> None:
         self.topic, self.p, self.bounded = topic, parallelism, bounded
         self.timestamp, self.watermarks = timestamp, watermarks
+        self._fields = field_types(schema)
         self._consumer: AssignedConsumer | None = None
         self._next: dict[int, int] = {}
         self._ends: dict[int, int] = {}
         self._tracker: WatermarkTracker | None = None
+        self._rejected: list[Rejected] = []
+        self._origins: Runs = topic_runs(topic)
 
     def open(self, ctx: Context, position: Mapping[str, Any]) -> None:
         """Assign this subtask's partitions at the checkpointed offsets."""
@@ -335,21 +362,29 @@ class KafkaTopicSource:
     def read(self, max_records: int) -> list[Record] | None:
         """Decoded values (JSON) of the next committed messages; ``None`` at the bounded end."""
         assert self._consumer is not None
+        self._rejected = []
+        origins = self._origins = topic_runs(self.topic)
         if self.bounded and all(self._next[p] >= self._ends.get(p, 0) for p in self._next):
             return None
         out: list[Record] = []
+        fields = self._fields
         now = time.monotonic()
         for m in self._consumer.consume(min(max_records, 1000), 0.1):
             p, off = m.partition() or 0, m.offset() or 0
             if self.bounded and off >= self._ends.get(p, 0):
                 continue
-            try:
-                out.append(_from_json(m.value() or b"null"))
-            except ValueError as e:
-                raise RecordError(f"{self.topic}[{p}] offset {off}: value is not JSON ({e})") from e
-            if self._tracker is not None:
-                self._tracker.observe(p, self._event_time(m, out[-1], p, off), now)
             self._next[p] = off + 1
+            value = m.value()
+            try:
+                record = parse_json_value(value, fields)
+                if self._tracker is not None:
+                    self._tracker.observe(p, self._event_time(m, record), now)
+            except (LineError, RecordError) as e:
+                origin = TopicOffset(self.topic, p, off)
+                self._rejected.append(Rejected(origin, str(e), value or b""))
+                continue
+            out.append(record)
+            origins.add(p, off)
         if self.bounded:
             for p, end in self._ends.items():
                 pos = self._consumer.position(TopicPartition(self.topic, p))
@@ -357,19 +392,16 @@ class KafkaTopicSource:
                     self._next[p] = max(self._next[p], end)
         return out
 
-    def _event_time(self, m: Message, record: Record, p: int, off: int) -> int:
-        try:
-            if self.timestamp is not None:
-                return event_time(self.timestamp, record)
-            kind, ms = m.timestamp()
-            if kind == TIMESTAMP_NOT_AVAILABLE:
-                raise RecordError(
-                    "the message has no Kafka timestamp; pass timestamp= to read_kafka to "
-                    "take the event time from the record"
-                )
-            return int(ms)
-        except RecordError as e:
-            raise RecordError(f"{self.topic}[{p}] offset {off}: {e}") from e
+    def _event_time(self, m: Message, record: Record) -> int:
+        if self.timestamp is not None:
+            return event_time(self.timestamp, record)
+        kind, ms = m.timestamp()
+        if kind == TIMESTAMP_NOT_AVAILABLE:
+            raise RecordError(
+                "the message has no Kafka timestamp; pass timestamp= to read_kafka to "
+                "take the event time from the record"
+            )
+        return int(ms)
 
     def position(self) -> dict[str, Any]:
         """Next offsets (and the fixed end offsets of a bounded read, and the watermark)."""
@@ -391,5 +423,9 @@ class KafkaTopicSource:
         return self._tracker is not None and self._tracker.idle(time.monotonic())
 
     def rejected(self) -> list[Rejected]:
-        """A value that is not JSON raises a RecordError instead."""
-        return []
+        """The messages the last :meth:`read` could not turn into records, with the reason."""
+        return self._rejected
+
+    def origins(self) -> Origins:
+        """Partition and offset of each record of the last :meth:`read`."""
+        return self._origins

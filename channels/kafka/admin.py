@@ -12,6 +12,8 @@ from confluent_kafka import IsolationLevel, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as CkTopicPartition
 from confluent_kafka.admin import (  # type: ignore[attr-defined]  # not re-exported in stubs
     AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
     ConfigResource,
     NewTopic,
     OffsetSpec,
@@ -206,6 +208,17 @@ class Admin:
         res = ConfigResource("topic", topic)
         fut = self._client.describe_configs([res], request_timeout=30)[res]
         return {name: str(entry.value) for name, entry in fut.result().items()}
+
+    def raise_topic_config(self, topic: str, key: str, at_least: int) -> None:
+        """Set the integer config ``key`` of ``topic`` to ``at_least`` if it is lower
+        (for topics created before a job needed more, e.g. a bigger max.message.bytes)."""
+        current = self.topic_config(topic).get(key)
+        if current is not None and int(current) >= at_least:
+            return
+        entry = ConfigEntry(key, str(at_least), incremental_operation=AlterConfigOpType.SET)
+        res = ConfigResource("topic", topic, incremental_configs=[entry])
+        self._client.incremental_alter_configs([res])[res].result()
+        log.info("set %s=%d on topic %s (was %s)", key, at_least, topic, current)
 
     def delete_records_before(self, before: Mapping[TopicPartition, int]) -> None:
         """Delete records below the given offsets (used to keep only the last N checkpoints)."""

@@ -14,6 +14,8 @@ Policy (DESIGN §8, librdkafka's transactional API contract):
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -26,6 +28,7 @@ from channels.config import KafkaSettings
 from channels.errors import (
     BrokerUnavailableError,
     ProducerFencedError,
+    RecordTooLargeError,
     SpillwayError,
     TransactionAbortedError,
 )
@@ -33,6 +36,8 @@ from channels.ids import Offset, TopicPartition
 from channels.kafka.retry import is_fenced, kafka_error, retrying
 
 log = logging.getLogger("spillway.producer")
+# The broker refused the message for its size: the same message fails on every retry.
+_TOO_LARGE = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE})
 
 
 def pending_kafka_exception(exc: BaseException) -> KafkaException | None:
@@ -76,6 +81,7 @@ class TransactionalProducer:
         self._producer: Producer | None = None
         self._in_txn = False
         self._delivery_error: KafkaError | None = None
+        self._failed_delivery = ""  # " to <topic> (the record at <origin>)" of that error
         self._last_offsets: dict[TopicPartition, int] = {}
         self.txn_bytes = 0  # key + value bytes produced in the open transaction
 
@@ -152,15 +158,21 @@ class TransactionalProducer:
         headers: Sequence[tuple[str, bytes]] | None = None,
         *,
         track: bool = True,
+        origin: str | None = None,
     ) -> None:
         """Queue one message inside the open transaction; blocks briefly when the queue is full.
 
         ``track=False``: no per-message delivery report (one Python callback per message
         costs more than a small message itself). :meth:`last_offset` then ignores the
-        message; a failed delivery still fails the transaction's commit.
+        message; a failed delivery still fails the transaction's commit. ``origin``: where
+        the record in the message came from; a failed delivery names it.
         """
         self.txn_bytes += len(value or b"") + len(key or b"")
-        on_delivery = self._on_delivery if track else None
+        on_delivery: Callable[[KafkaError | None, Message], None] | None = None
+        if origin is not None:
+            on_delivery = functools.partial(self._on_delivery, origin=origin)
+        elif track:
+            on_delivery = self._on_delivery
         hdrs: list[tuple[str, str | bytes | None]] | None = list(headers) if headers else None
         self._produce_waiting(topic, partition, key, value, hdrs, on_delivery)
 
@@ -269,6 +281,13 @@ class TransactionalProducer:
                     f"commit of {self.transactional_id} timed out after {timeout_s:.0f}s; the "
                     "producer was recreated; restart the subtask from its last checkpoint"
                 ) from e
+            if err is not None and err.txn_requires_abort():
+                # A message the broker refused: its delivery report names the topic and the
+                # record's origin, and tells a too-large record (deterministic) apart.
+                with contextlib.suppress(KafkaException, SystemError):
+                    self._serve(self._p.poll, 0)
+                if self._delivery_error is not None:
+                    self._raise_delivery_error()
             raise self._translate(e) from e
         self._in_txn = False
 
@@ -294,11 +313,13 @@ class TransactionalProducer:
 
     # -- internals ---------------------------------------------------------------------
 
-    def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
+    def _on_delivery(self, err: KafkaError | None, msg: Message, origin: str | None = None) -> None:
         # Runs inside poll()/flush(); never raise here (exceptions in callbacks get lost).
         if err is not None:
             if self._delivery_error is None:
                 self._delivery_error = err
+                where = f" (the record at {origin})" if origin else ""
+                self._failed_delivery = f" to {msg.topic()}{where}"
             return
         tp = TopicPartition(msg.topic() or "", msg.partition() or 0)
         off = msg.offset()
@@ -334,9 +355,15 @@ class TransactionalProducer:
                 f"producer {self.transactional_id}: fatal {err.name()}: {err.str()}"
             )
         self._abort_quietly()
+        if err.code() in _TOO_LARGE:
+            raise RecordTooLargeError(
+                f"producer {self.transactional_id}: the broker refused a message"
+                f"{self._failed_delivery} as too large ({err.str()}); raise that topic's "
+                "max.message.bytes, or make the record smaller"
+            )
         raise TransactionAbortedError(
-            f"producer {self.transactional_id}: a message could not be delivered ({err.str()}); "
-            "transaction aborted"
+            f"producer {self.transactional_id}: a message{self._failed_delivery} could not be "
+            f"delivered ({err.str()}); transaction aborted"
         )
 
     def _abort_quietly(self) -> None:

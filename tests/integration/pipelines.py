@@ -223,3 +223,29 @@ def configured() -> Pipeline:
     labelled = events.map("label", partial(label, conf("greeting")), schema=LABELLED)
     labelled.write_jsonl("out", conf("out.dir"))
     return p
+
+
+def check_reading(r: dict[str, Any]) -> dict[str, Any]:
+    """Pass a reading on; raise on a poisoned one, like a user function meeting bad data."""
+    if r["key"] == "poison":
+        raise ValueError(f"poisoned reading {r['n']}")
+    return r
+
+
+def kafka_sums() -> Pipeline:
+    """A bounded Kafka topic of JSON readings → check (raises on poison) → count and sum per
+    key → files."""
+    p = Pipeline("kafka-sums")
+    rows = p.read_kafka(
+        "readings", os.environ["SPILLWAY_TEST_IN"], schema=READING, parallelism=2, bounded=True
+    )
+    checked = rows.map("check", check_reading, schema=READING, parallelism=2)
+    checked.key_by(lambda r: r["key"]).aggregate(
+        "sum",
+        init=lambda: [0, 0],
+        add=add_reading,
+        result=lambda k, acc: {"key": k, "count": acc[0], "total": acc[1]},
+        schema=KEY_SUM,
+        parallelism=2,
+    ).write_jsonl("out", os.environ["SPILLWAY_TEST_OUT"])
+    return p

@@ -109,12 +109,12 @@ def test_by_default_a_bad_record_stops_the_subtask_naming_where(
 ) -> None:
     monkeypatch.setenv("SPILLWAY_TEST_RECORDS", str(RECORDS))
     monkeypatch.setenv("SPILLWAY_TEST_OUT", str(tmp_path))
-    with pytest.raises(Exception, match=r"operator 'parse' failed on a record of .* at offset \d+"):
+    with pytest.raises(Exception, match=r"operator 'parse' failed on the record at \S+\[\d+\]@\d+"):
         run_on_spark(JobConfig(REF, unique, kafka_bootstrap, master="local[6,2]", task_attempts=2))
     settings = KafkaSettings(kafka_bootstrap)
     failures = [e for e in read_events(settings, JobId(unique)) if e.get("event") == "failed"]
     assert failures
-    assert all("RecordError" in str(e["error"]) and "offset" in str(e["error"]) for e in failures)
+    assert all("RecordError" in str(e["error"]) and "]@" in str(e["error"]) for e in failures)
     # Nothing past the bad record was committed: each failed parse subtask's checkpoint
     # stops at or before the message that held it.
     store = CheckpointStore(settings, JobId(unique), OperatorName("parse"), 2)
@@ -122,8 +122,9 @@ def test_by_default_a_bad_record_stops_the_subtask_naming_where(
         if e["operator"] != "parse":
             continue
         msg = str(e["error"])
-        tp_text = msg.split("failed on a record of ")[1].split(" at offset ")[0]
-        bad_offset = int(msg.split(" at offset ")[1].split(" ")[0])
+        origin = msg.split("failed on the record at ")[1].split(" ")[0]  # topic[p]@offset
+        tp_text, offset_text = origin.rsplit("@", 1)
+        bad_offset = int(offset_text)
         topic, part = tp_text.rsplit("[", 1)
         ckpt = store.latest(int(e["index"]))
         if ckpt is not None:

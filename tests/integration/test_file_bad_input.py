@@ -152,7 +152,7 @@ def test_by_default_a_bad_line_stops_the_job_naming_file_and_line(
     monkeypatch.setenv("SPILLWAY_TEST_FORMAT", "jsonl")
     monkeypatch.setenv("SPILLWAY_TEST_OUT", str(tmp_path))
     monkeypatch.delenv("SPILLWAY_CRASH_AT", raising=False)
-    pattern = r"rows\[\d\]: source 'rows' cannot read \S+part-\d\.jsonl line \d+: "
+    pattern = r"rows\[\d\]: source 'rows' cannot read \S+part-\d\.jsonl:\d+: "
     with pytest.raises(Exception, match=pattern):
         run_on_spark(JobConfig(REF, unique, kafka_bootstrap, master="local[6,2]", task_attempts=2))
     settings = KafkaSettings(kafka_bootstrap)
@@ -164,7 +164,7 @@ def test_by_default_a_bad_line_stops_the_job_naming_file_and_line(
         msg = str(e["error"])
         assert msg.startswith("RecordError: ")
         assert "--dead-letter" in msg
-        file, line = msg.split(" cannot read ")[1].split(": ")[0].rsplit(" line ", 1)
+        file, line = msg.split(" cannot read ")[1].split(": ")[0].rsplit(":", 1)
         assert bad[(file, int(line))]  # it names a line that really is bad...
         first_bad = min(n for (f, n) in bad if f == file)
         assert int(line) == first_bad  # ...the first one of its file

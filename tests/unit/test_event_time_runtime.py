@@ -18,6 +18,7 @@ from channels.writer import ChannelWriter, OutputChannel
 from offsets.checkpoint import Checkpoint
 from recovery.deadletter import DeadLetters
 from recovery.eventtime import IdleAnnouncer, SetAsides
+from recovery.origins import TopicOffset
 from recovery.plan import SetAside
 from recovery.state import ChangelogState
 from spark_jobs.operators import ChainedLogic, MapLogic, TumblingWindowLogic
@@ -213,7 +214,9 @@ class FakeProducer:
     def __init__(self) -> None:
         self.sent: list[dict[str, Any]] = []
 
-    def produce(self, topic: str, partition: int, key: bytes, value: bytes) -> None:
+    def produce(
+        self, topic: str, partition: int, key: bytes, value: bytes, origin: str | None = None
+    ) -> None:
         assert topic == "spillway.j.dlq"
         self.sent.append(json.loads(value))
 
@@ -224,9 +227,10 @@ def test_set_asides_are_counted_and_dead_lettered_with_their_origin() -> None:
     aside.restore({"late": 4})  # from the checkpoint
     tp = TopicPartition("spillway.j.ch.src.win", 1)
     aside.take(
-        [SetAside("late", "late: why", {"v": 1}), SetAside("late", "why 2", {"v": 2})], tp, 17
+        [SetAside("late", "late: why", {"v": 1}), SetAside("late", "why 2", {"v": 2})],
+        TopicOffset(tp.topic, tp.partition, 17),
     )
-    aside.take([], tp, 18)
+    aside.take([], TopicOffset(tp.topic, tp.partition, 18))
     assert aside.counts() == {"late": 6}
     assert [
         (d["stage"], d["topic"], d["partition"], d["offset"], d["error"], d["record"])
@@ -239,7 +243,7 @@ def test_set_asides_are_counted_and_dead_lettered_with_their_origin() -> None:
 
 def test_without_a_dead_letter_channel_set_asides_are_counted() -> None:
     aside = SetAsides(SUBTASK, None)
-    aside.take([SetAside("late", "r", 1)] * 3, None, None)
+    aside.take([SetAside("late", "r", 1)] * 3, None)
     assert aside.counts() == {"late": 3}
 
 

@@ -151,19 +151,19 @@ def test_file_source_passes_bad_lines_with_file_and_line_and_keeps_exact_positio
     src = FileSource(str(path), "jsonl", 1, SMALL)
     src.open(ctx(0), {})
     assert src.read(3) == [{"k": "a", "v": 1}]
-    assert [(r.line, r.raw) for r in src.rejected()] == [(2, b'{"k": "\xff", "v": 2}')]
-    assert src.rejected()[0].file == str(path)
+    assert [(r.origin.line, r.raw) for r in src.rejected()] == [(2, b'{"k": "\xff", "v": 2}')]
+    assert src.rejected()[0].origin.file == str(path)
     position = src.position()
     assert position["row"] == 3
     assert src.read(3) == [{"k": "d", "v": 4}]
-    assert [r.line for r in src.rejected()] == [4, 6]
+    assert [r.origin.line for r in src.rejected()] == [4, 6]
     # A restart from the position after the first read sees lines 4.. again, exactly once.
     again = FileSource(str(path), "jsonl", 1, SMALL)
     again.open(ctx(0), json.loads(json.dumps(position)))
     got, bad = [], []
     while (recs := again.read(2)) is not None:
         got += recs
-        bad += [r.line for r in again.rejected()]
+        bad += [r.origin.line for r in again.rejected()]
     assert got == [{"k": "d", "v": 4}, {"k": "g", "v": 7}]
     assert bad == [4, 6, 7]
 
@@ -174,7 +174,8 @@ def test_csv_line_numbers_count_the_header(tmp_path: Path) -> None:
     src = FileSource(str(path), "csv", 1, SMALL)
     src.open(ctx(0), {})
     assert src.read(10) == [{"k": "a", "v": 1}, {"k": "c", "v": 3}]
-    assert [(r.line, r.error) for r in src.rejected()] == [(3, "1 columns, the header has 2")]
+    bad = [(r.origin.line, r.error) for r in src.rejected()]
+    assert bad == [(3, "1 columns, the header has 2")]
 
 
 def test_csv_header_without_a_required_field_is_a_config_error(tmp_path: Path) -> None:
