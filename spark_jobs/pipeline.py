@@ -42,10 +42,15 @@ from spark_jobs.operators import (
     TumblingWindowLogic,
     make_chain,
 )
+from spark_jobs.records import adapt, output_converter, output_schema, returned_type
+from spark_jobs.schemas import avro_schema
 from spark_jobs.sinks import ConsoleSink, JsonlFileSink, KafkaTopicSink
 from spark_jobs.sources import FileSource, GeneratorSource, KafkaTopicSource
 
-Schema = dict[str, Any]
+Schema = dict[str, Any]  # an Avro record schema, as operators keep it
+# What the API takes: an Avro record schema, a dataclass, a TypedDict or a pyarrow.Schema
+# (spark_jobs.schemas); ``None`` where it can come from a function's return annotation.
+SchemaLike = Any
 _ROUTINGS = frozenset({"auto", "forward", "rebalance", "broadcast", "hash"})
 
 
@@ -87,18 +92,23 @@ class Pipeline:
         name: str,
         *,
         make: Callable[[int], Record],
-        schema: Schema,
+        schema: SchemaLike = None,
         count: int | None,
         parallelism: int = 1,
         rate: float | None = None,
         event_time: Callable[[Record], int] | None = None,
     ) -> Stream:
-        """A seeded generator: record ``make(i)`` for ``i < count`` (``None``: unbounded)."""
+        """A seeded generator: record ``make(i)`` for ``i < count`` (``None``: unbounded).
+
+        ``schema`` may be omitted when ``make`` is annotated ``-> SomeDataclass``.
+        """
+        avro, out = output_schema(schema, make, f"source {name!r}", name)
+        make, event_time = adapt(make, (), out), event_time and adapt(event_time)
         node = self._add(
             name,
             parallelism,
             "source",
-            schema,
+            avro,
             partial(GeneratorSource, make, count, parallelism, rate, event_time),
             description={"source": "generator", "count": count},
         )
@@ -106,7 +116,7 @@ class Pipeline:
         return Stream(self, name)
 
     def read_files(
-        self, name: str, pattern: str, *, format: str, schema: Schema, parallelism: int = 1
+        self, name: str, pattern: str, *, format: str, schema: SchemaLike, parallelism: int = 1
     ) -> Stream:
         """Rows of files matching ``pattern`` (``jsonl``, ``csv`` or ``parquet``).
 
@@ -114,6 +124,7 @@ class Pipeline:
         JSON, wrong column count, NaN, a number too big for its field) stops the job
         naming file and line, or goes to the dead-letter channel with ``--dead-letter``.
         """
+        schema = avro_schema(schema, where=f"source {name!r}", name=name)
         self._add(
             name,
             parallelism,
@@ -129,7 +140,7 @@ class Pipeline:
         name: str,
         topic: str,
         *,
-        schema: Schema,
+        schema: SchemaLike,
         parallelism: int = 1,
         bounded: bool = False,
     ) -> Stream:
@@ -141,7 +152,7 @@ class Pipeline:
             name,
             parallelism,
             "source",
-            schema,
+            avro_schema(schema, where=f"source {name!r}", name=name),
             partial(KafkaTopicSource, topic, parallelism, bounded),
             description={"source": "kafka", "topic": topic, "bounded": bounded},
         )
@@ -443,25 +454,29 @@ class Stream:
         name: str,
         fn: Callable[[Record], Record],
         *,
-        schema: Schema,
+        schema: SchemaLike = None,
         parallelism: int | None = None,
     ) -> Stream:
-        """One output record per input record."""
-        return self._then(
-            name, partial(MapLogic, fn), schema, parallelism, description={"op": "map"}
-        )
+        """One output record per input record (``schema`` defaults to ``fn``'s return
+        annotation; records arrive as dicts unless ``fn``'s parameter names a dataclass)."""
+        avro, out = output_schema(schema, fn, f"operator {name!r}", name)
+        fn = adapt(fn, (0,), out)
+        return self._then(name, partial(MapLogic, fn), avro, parallelism, description={"op": "map"})
 
     def flat_map(
         self,
         name: str,
         fn: Callable[[Record], Iterable[Record]],
         *,
-        schema: Schema,
+        schema: SchemaLike = None,
         parallelism: int | None = None,
     ) -> Stream:
-        """Zero or more output records per input record."""
+        """Zero or more output records per input record (``schema`` defaults to the element
+        type of ``fn``'s return annotation, e.g. ``-> Iterator[Word]``)."""
+        avro, out = output_schema(schema, fn, f"operator {name!r}", name, many=True)
+        fn = adapt(fn, (0,), out, many=True)
         return self._then(
-            name, partial(FlatMapLogic, fn), schema, parallelism, description={"op": "flat_map"}
+            name, partial(FlatMapLogic, fn), avro, parallelism, description={"op": "flat_map"}
         )
 
     def filter(
@@ -470,7 +485,7 @@ class Stream:
         """Only records for which ``predicate`` is true."""
         return self._then(
             name,
-            partial(FilterLogic, predicate),
+            partial(FilterLogic, adapt(predicate)),
             self._schema(),
             parallelism,
             description={"op": "filter"},
@@ -478,7 +493,7 @@ class Stream:
 
     def key_by(self, key_fn: Callable[[Record], Any]) -> KeyedStream:
         """Route records by key (stable hash) to the next, keyed operator."""
-        return KeyedStream(self._p, self.name, key_fn)
+        return KeyedStream(self._p, self.name, adapt(key_fn))
 
     def rebalance(self) -> Stream:
         """Round-robin to the next operator."""
@@ -518,7 +533,7 @@ class Stream:
         """
         self._then(
             name,
-            partial(KafkaTopicSink, topic, key),
+            partial(KafkaTopicSink, topic, key and adapt(key)),
             None,
             parallelism,
             "sink",
@@ -546,7 +561,7 @@ class KeyedStream(Stream):
         init: Callable[[], Any],
         add: Callable[[Any, Record], Any],
         result: Callable[[Any, Any], Record],
-        schema: Schema,
+        schema: SchemaLike = None,
         emit: str = "final",
         parallelism: int | None = None,
     ) -> Stream:
@@ -559,10 +574,12 @@ class KeyedStream(Stream):
             raise PipelineDefinitionError(
                 f"operator {name!r}: emit must be 'final' or 'updates', got {emit!r}"
             )
+        avro, out = output_schema(schema, result, f"operator {name!r}", name)
+        add, result = adapt(add, (1,)), adapt(result, (), out)
         return self._then(
             name,
             partial(KeyedAggregateLogic, self.key_fn, init, add, result, emit),
-            schema,
+            avro,
             parallelism,
             stateful=True,
             description={"op": "aggregate", "emit": emit},
@@ -579,6 +596,8 @@ class KeyedStream(Stream):
         """Combine records of a key pairwise with ``fn``; the result has the input's schema."""
         schema = self._schema()
         assert schema is not None
+        # Dict in, dict out (the accumulator is keyed state): instances only inside fn.
+        fn = adapt(fn, (0, 1), output_converter([returned_type(fn)], f"operator {name!r}"))
         return self.aggregate(
             name,
             init=lambda: None,
@@ -598,7 +617,7 @@ class KeyedStream(Stream):
         init: Callable[[], Any],
         add: Callable[[Any, Record], Any],
         result: Callable[[Any, int, int, Any], Record],
-        schema: Schema,
+        schema: SchemaLike = None,
         parallelism: int | None = None,
     ) -> Stream:
         """Event-time tumbling windows of ``size``, each emitted once the watermark passes it."""
@@ -606,10 +625,12 @@ class KeyedStream(Stream):
             raise PipelineDefinitionError(
                 f"operator {name!r}: window size must be >= 1, got {size}"
             )
+        avro, out = output_schema(schema, result, f"operator {name!r}", name)
+        event_time, add, result = adapt(event_time), adapt(add, (1,)), adapt(result, (), out)
         return self._then(
             name,
             partial(TumblingWindowLogic, self.key_fn, event_time, size, init, add, result),
-            schema,
+            avro,
             parallelism,
             stateful=True,
             description={"op": "tumbling_window", "size": size},
