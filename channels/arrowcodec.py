@@ -115,6 +115,11 @@ class ArrowCodec:
     def encode_block(self, records: Sequence[Any]) -> bytes:
         """One record-batch message of ``records``; :class:`SchemaMismatchError` naming the
         first record that does not fit the schema."""
+        return self.batch(records).serialize().to_pybytes()  # type: ignore[no-any-return]
+
+    def batch(self, records: Sequence[Any]) -> pa.RecordBatch:
+        """``records`` as one record batch, checked as Avro would check them (for columnar
+        sinks too); :class:`SchemaMismatchError` naming the first record that does not fit."""
         try:
             batch = self._batch(records)
         except _CONVERSION_ERRORS:
@@ -127,7 +132,7 @@ class ArrowCodec:
                         f"record {short_repr(r)} does not match schema {self._name!r}: {why}"
                     ) from e
             raise
-        return batch.serialize().to_pybytes()  # type: ignore[no-any-return]
+        return batch
 
     def _batch(self, records: Sequence[Any]) -> pa.RecordBatch:
         # set(map(type)) runs in C; dict subclasses take the isinstance path.

@@ -42,8 +42,9 @@ from spark_jobs.operators import (
     TumblingWindowLogic,
     make_chain,
 )
+from spark_jobs.parquetsink import ParquetFileSink, check_partition_column
 from spark_jobs.records import adapt, output_converter, output_schema, returned_type
-from spark_jobs.schemas import avro_schema
+from spark_jobs.schemas import avro_schema, parquet_schemas
 from spark_jobs.sinks import ConsoleSink, JsonlFileSink, KafkaTopicSink
 from spark_jobs.sources import FileSource, GeneratorSource, KafkaTopicSource
 
@@ -517,6 +518,37 @@ class Stream:
             "sink",
             description={"sink": "jsonl"},
         )
+
+    def write_parquet(
+        self,
+        name: str,
+        directory: str,
+        *,
+        schema: SchemaLike = None,
+        partition_by: str | None = None,
+        max_file_bytes: int = 128 << 20,
+        roll_interval_s: float = 60.0,
+        parallelism: int | None = None,
+    ) -> None:
+        """Exactly-once Parquet files under ``directory/<name>/`` (see spark_jobs.parquetsink):
+        published when their checkpoint commits, rolled at every checkpoint and by size and
+        time, Hive-style directories with ``partition_by``. ``schema`` defaults to the
+        input's (a ``pyarrow.Schema`` is used as it is)."""
+        where = f"sink {name!r}"
+        arrow, avro = parquet_schemas(schema, self._schema(), where, name)
+        check_partition_column(arrow, partition_by, where)
+        sink = partial(
+            ParquetFileSink,
+            directory,
+            name,
+            arrow,
+            avro,
+            partition_by,
+            max_file_bytes,
+            roll_interval_s,
+        )
+        description = {"sink": "parquet", "partition_by": partition_by}
+        self._then(name, sink, None, parallelism, "sink", description=description)
 
     def write_kafka(
         self,

@@ -258,3 +258,16 @@ def _arrow_type(avro: Any, field: str, named: dict[str, Any], where: str) -> tup
         f"{where}: field {field!r} has Avro type {avro!r}, which has no Arrow equivalent here "
         "(use primitives, records, arrays, maps and [\"null\", X] unions)"
     )
+
+
+def parquet_schemas(
+    spec: Any, upstream: dict[str, Any] | None, where: str, name: str
+) -> tuple[pa.Schema, dict[str, Any] | None]:
+    """(Arrow schema, Avro schema if any) of a columnar sink: a ``pyarrow.Schema`` is taken
+    as it is; any other ``spec`` is translated; without one, the upstream's schema."""
+    if isinstance(spec, pa.Schema):
+        return spec, None
+    avro = avro_schema(spec, where=where, name=name) if spec is not None else upstream
+    if avro is None:
+        raise PipelineDefinitionError(f"{where}: its input has no schema; pass schema=")
+    return arrow_schema_of(avro, where=where), avro
