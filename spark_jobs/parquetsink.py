@@ -203,8 +203,13 @@ def _flush(f: _OpenFile) -> None:
 
 
 def _hive_dir(column: str, value: Any) -> str:
-    text = HIVE_NULL if value is None else urllib.parse.quote(str(value), safe="")
+    text = HIVE_NULL if value is None else urllib.parse.quote(partition_text(value), safe="")
     return f"{column}={text}"
+
+
+def partition_text(value: Any) -> str:
+    """A partition value as text (booleans as ``true``/``false``, as Hive and Delta write)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def check_partition_column(schema: pa.Schema, column: str | None, where: str) -> None:

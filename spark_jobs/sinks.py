@@ -26,14 +26,14 @@ _SUFFIX = ".inprogress"
 _to_json = jsontext.dumps  # compact, key-sorted UTF-8 JSON (see channels.jsontext)
 
 
-def _pending(value: Any) -> list[str]:
+def pending_names(value: Any) -> list[str]:
     """A checkpoint's ``pending``: one staged file (a name) or several (a list of names)."""
     if not value:
         return []
     return [value] if isinstance(value, str) else [str(v) for v in value]
 
 
-def _final(staged: str) -> str:
+def final_name(staged: str) -> str:
     """The published path of a staged one: ``[dir/][.]NAME.inprogress`` → ``[dir/]NAME``."""
     head, _, base = staged.rpartition("/")
     final = base.removesuffix(_SUFFIX).removeprefix(".")
@@ -71,8 +71,8 @@ class StagedFileSink(abc.ABC):
         self._dir = self.directory / (self.name or ctx.subtask.operator)
         self._dir.mkdir(parents=True, exist_ok=True)
         self._index = ctx.subtask.index
-        for pending in _pending(committed.get("pending")):
-            tmp, final = self._dir / pending, self._dir / _final(pending)
+        for pending in pending_names(committed.get("pending")):
+            tmp, final = self._dir / pending, self._dir / final_name(pending)
             if tmp.exists():
                 tmp.rename(final)
             elif not final.exists():
@@ -86,11 +86,19 @@ class StagedFileSink(abc.ABC):
         for stale in self._dir.rglob(f"{prefix}part-{self._index:04d}-*{_SUFFIX}"):
             stale.unlink()  # written by an attempt whose transaction never committed
         self._next = int(committed.get("next", 0))
-        for later in self._dir.rglob(f"part-{self._index:04d}-*{self.extension}"):
-            # Published after the restored checkpoint: only a whole-job rewind restores an
-            # older checkpoint than the files on disk; those files belong to the abandoned run.
-            if int(later.name.split("-")[2].split(".")[0]) >= self._next:
-                later.unlink()
+        later = [
+            f
+            for f in self._dir.rglob(f"part-{self._index:04d}-*{self.extension}")
+            if int(f.name.split("-")[2].split(".")[0]) >= self._next
+        ]
+        if later:
+            self.drop_later(ctx, later)
+
+    def drop_later(self, ctx: Context, files: list[Path]) -> None:
+        """Files published after the restored checkpoint: only a whole-job rewind restores
+        an older checkpoint than the files on disk; they belong to the abandoned run."""
+        for f in files:
+            f.unlink()
 
     def staged_name(self, final: str) -> str:
         """The staged path of published path ``final`` (both relative to the directory)."""
@@ -113,8 +121,8 @@ class StagedFileSink(abc.ABC):
 
     def committed(self, info: Mapping[str, Any]) -> None:
         """Publish the files of the committed checkpoint."""
-        for pending in _pending(info.get("pending")):
-            os.replace(self._dir / pending, self._dir / _final(pending))
+        for pending in pending_names(info.get("pending")):
+            os.replace(self._dir / pending, self._dir / final_name(pending))
 
 
 class JsonlFileSink(StagedFileSink):
