@@ -550,6 +550,38 @@ class Stream:
         description = {"sink": "parquet", "partition_by": partition_by}
         self._then(name, sink, None, parallelism, "sink", description=description)
 
+    def write_delta(
+        self,
+        name: str,
+        directory: str,
+        *,
+        schema: SchemaLike = None,
+        partition_by: str | None = None,
+        max_file_bytes: int = 128 << 20,
+        roll_interval_s: float = 60.0,
+        parallelism: int | None = None,
+    ) -> None:
+        """Exactly-once appends to the Delta Lake table ``directory/<name>/`` (needs the
+        ``delta`` extra; see spark_jobs.deltasink): the files of :meth:`write_parquet`,
+        added to the table's log in one idempotent commit per checkpoint and subtask."""
+        from spark_jobs.deltasink import DeltaTableSink
+
+        where = f"sink {name!r}"
+        arrow, avro = parquet_schemas(schema, self._schema(), where, name)
+        check_partition_column(arrow, partition_by, where)
+        sink = partial(
+            DeltaTableSink,
+            directory,
+            name,
+            arrow,
+            avro,
+            partition_by,
+            max_file_bytes,
+            roll_interval_s,
+        )
+        description = {"sink": "delta", "partition_by": partition_by}
+        self._then(name, sink, None, parallelism, "sink", description=description)
+
     def write_kafka(
         self,
         name: str,
