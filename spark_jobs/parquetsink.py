@@ -33,6 +33,7 @@ import time
 import urllib.parse
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import pyarrow as pa
@@ -43,6 +44,7 @@ from channels.arrowcodec import ArrowCodec, arrow_schema, short_repr
 from channels.errors import PipelineDefinitionError, SchemaMismatchError
 from channels.mismatch import describe
 from recovery.plan import Record
+from spark_jobs.schemas import parquet_schemas
 from spark_jobs.sinks import StagedFileSink
 
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
@@ -231,3 +233,26 @@ def check_partition_column(schema: pa.Schema, column: str | None, where: str) ->
         raise PipelineDefinitionError(
             f"{where}: partition_by={column!r} is the only field; the files would hold no column"
         )
+
+
+def columnar_sink(
+    kind: str,
+    directory: str,
+    name: str,
+    spec: Any,
+    upstream: dict[str, Any] | None,
+    partition_by: str | None,
+    max_file_bytes: int,
+    roll_interval_s: float,
+) -> Callable[[], ParquetFileSink]:
+    """The factory of a ``"parquet"`` or ``"delta"`` sink; its schema (``spec``, else the
+    input's ``upstream``) and partition column are checked now, when the pipeline is built."""
+    where = f"sink {name!r}"
+    arrow, avro = parquet_schemas(spec, upstream, where, name)
+    check_partition_column(arrow, partition_by, where)
+    cls: type[ParquetFileSink] = ParquetFileSink
+    if kind == "delta":
+        from spark_jobs.deltasink import DeltaTableSink
+
+        cls = DeltaTableSink
+    return partial(cls, directory, name, arrow, avro, partition_by, max_file_bytes, roll_interval_s)

@@ -42,9 +42,9 @@ from spark_jobs.operators import (
     TumblingWindowLogic,
     make_chain,
 )
-from spark_jobs.parquetsink import ParquetFileSink, check_partition_column
+from spark_jobs.parquetsink import columnar_sink
 from spark_jobs.records import adapt, output_converter, output_schema, returned_type
-from spark_jobs.schemas import avro_schema, parquet_schemas
+from spark_jobs.schemas import avro_schema
 from spark_jobs.sinks import ConsoleSink, JsonlFileSink, KafkaTopicSink
 from spark_jobs.sources import FileSource, GeneratorSource, KafkaTopicSource
 
@@ -534,15 +534,12 @@ class Stream:
         published when their checkpoint commits, rolled at every checkpoint and by size and
         time, Hive-style directories with ``partition_by``. ``schema`` defaults to the
         input's (a ``pyarrow.Schema`` is used as it is)."""
-        where = f"sink {name!r}"
-        arrow, avro = parquet_schemas(schema, self._schema(), where, name)
-        check_partition_column(arrow, partition_by, where)
-        sink = partial(
-            ParquetFileSink,
+        sink = columnar_sink(
+            "parquet",
             directory,
             name,
-            arrow,
-            avro,
+            schema,
+            self._schema(),
             partition_by,
             max_file_bytes,
             roll_interval_s,
@@ -564,17 +561,12 @@ class Stream:
         """Exactly-once appends to the Delta Lake table ``directory/<name>/`` (needs the
         ``delta`` extra; see spark_jobs.deltasink): the files of :meth:`write_parquet`,
         added to the table's log in one idempotent commit per checkpoint and subtask."""
-        from spark_jobs.deltasink import DeltaTableSink
-
-        where = f"sink {name!r}"
-        arrow, avro = parquet_schemas(schema, self._schema(), where, name)
-        check_partition_column(arrow, partition_by, where)
-        sink = partial(
-            DeltaTableSink,
+        sink = columnar_sink(
+            "delta",
             directory,
             name,
-            arrow,
-            avro,
+            schema,
+            self._schema(),
             partition_by,
             max_file_bytes,
             roll_interval_s,

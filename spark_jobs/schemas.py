@@ -256,7 +256,7 @@ def _arrow_type(avro: Any, field: str, named: dict[str, Any], where: str) -> tup
             return _arrow_type(kind, field, named, where)
     raise PipelineDefinitionError(
         f"{where}: field {field!r} has Avro type {avro!r}, which has no Arrow equivalent here "
-        "(use primitives, records, arrays, maps and [\"null\", X] unions)"
+        '(use primitives, records, arrays, maps and ["null", X] unions)'
     )
 
 
