@@ -410,3 +410,141 @@ def test_a_nested_mismatch_names_the_path() -> None:
     assert describe(schema, rec) == "field 'many[0].tags[1]' expects string, got 5 (int)"
     rec = {**rec, "many": [], "by": {"k": {"a": "x", "tags": []}}}
     assert describe(schema, rec) == "field \"by['k'].a\" expects long, got 'x' (str)"
+
+
+# -- every operator of the API, typed -----------------------------------------------------
+
+
+class DictState:
+    def __init__(self) -> None:
+        self.d: dict[Any, Any] = {}
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        return self.d.get(key, default)
+
+    def put(self, key: Any, value: Any) -> None:
+        self.d[key] = value
+
+    def delete(self, key: Any) -> None:
+        del self.d[key]
+
+    def items(self) -> Any:
+        return list(self.d.items())
+
+
+@dataclass
+class Ctx:
+    state: DictState = dataclasses.field(default_factory=DictState)
+    watermark: int | None = None
+
+
+@dataclass
+class Word:
+    word: str
+    n: int
+
+
+@dataclass
+class Window:
+    word: str
+    start: int
+    end: int
+    n: int
+
+
+def words(c: Click) -> Iterator[Word]:
+    for w in c.url.split("/"):
+        yield Word(w, c.seq)
+
+
+def long_word(w: Word) -> bool:
+    return len(w.word) > 1
+
+
+def word_of(w: Word) -> str:
+    return w.word
+
+
+def bigger(a: Word, b: Word) -> Word:
+    return a if a.n >= b.n else b
+
+
+def at(w: Word) -> int:
+    return w.n
+
+
+def window_add(n: int, w: Word) -> int:
+    return n + 1
+
+
+def window_result(word: str, start: int, end: int, n: int) -> Window:
+    return Window(word, start, end, n)
+
+
+def logic(p: Pipeline, name: str) -> Any:
+    make = p.plan("j").operator(name).make_logic
+    assert make is not None
+    operator = make()
+    operator.open(Ctx())
+    return operator
+
+
+def typed_words() -> Pipeline:
+    p = Pipeline("typed")
+    clicks = p.read_files("clicks", "/nowhere/*.jsonl", format="jsonl", schema=Click)
+    ws = clicks.flat_map("words", words).filter("long", long_word)
+    ws.key_by(word_of).reduce("max", bigger).print("a")
+    ws.key_by(word_of).tumbling_window(
+        "win", size=10, event_time=at, init=lambda: 0, add=window_add, result=window_result
+    ).print("b")
+    return p
+
+
+def test_flat_map_filter_reduce_and_windows_take_typed_functions() -> None:
+    p = typed_words()
+    plan = p.plan("j")
+    assert {e.upstream: e.schema["name"] for e in plan.edges} == {
+        "clicks": "Click",
+        "words": "Word",
+        "long": "Word",
+        "max": "Word",
+        "win": "Window",
+    }
+    click = {"seq": 3, "user": 1, "url": "a/bb/ccc", "ts": 0}
+    assert logic(p, "words").process([click]) == [
+        {"word": "a", "n": 3},
+        {"word": "bb", "n": 3},
+        {"word": "ccc", "n": 3},
+    ]
+    assert logic(p, "long").process([{"word": "a", "n": 1}, {"word": "bb", "n": 1}]) == [
+        {"word": "bb", "n": 1}
+    ]
+    reduce = logic(p, "max")
+    reduce.process([{"word": "x", "n": 1}, {"word": "x", "n": 5}, {"word": "x", "n": 2}])
+    assert reduce.on_end() == [{"word": "x", "n": 5}]  # dicts: the accumulator is state
+    window = logic(p, "win")
+    window.process([{"word": "x", "n": 1}, {"word": "x", "n": 4}, {"word": "x", "n": 12}])
+    assert window.on_watermark(10) == [{"word": "x", "start": 0, "end": 10, "n": 2}]
+
+
+def test_sources_and_sinks_take_types_too() -> None:
+    p = Pipeline("typed")
+    arrow = pa.schema([pa.field("word", pa.string(), nullable=False), ("n", pa.int64())])
+    p.read_kafka("in", "topic", schema=arrow).write_kafka("out", "t2", key=word_of)
+    p.read_files("rows", "/x/*.csv", format="csv", schema=Row).print("c")
+    plan = p.plan("j")
+    assert [e.schema for e in plan.edges] == [
+        {
+            "type": "record",
+            "name": "in",
+            "fields": [
+                {"name": "word", "type": "string"},
+                {"name": "n", "type": ["null", "long"], "default": None},
+            ],
+        },
+        avro_schema(Row, where=W),
+    ]
+    make = plan.operator("out").make_sink
+    assert make is not None
+    sink: Any = make()
+    assert sink.key({"word": "w", "n": 1}) == "w"  # the key function gets a Word
