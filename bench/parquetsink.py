@@ -15,9 +15,11 @@ import statistics
 import tempfile
 import time
 from dataclasses import dataclass
+from typing import cast
 
 from channels.envelope import Decoders, writer_codec
 from channels.ids import JobId, OperatorName, SubtaskId
+from recovery.plan import Context
 from spark_jobs.examples import clicks
 from spark_jobs.parquetsink import ParquetFileSink
 from spark_jobs.schemas import arrow_schema_of
@@ -41,7 +43,7 @@ def measure(block: int, runs: int) -> dict[str, list[float]]:
                 sink = ParquetFileSink(
                     d, "out", arrow_schema_of(avro, where="bench"), avro, partition
                 )
-                sink.open(ctx, {}, None)
+                sink.open(cast(Context, ctx), {}, None)  # a file sink reads ctx.subtask only
                 t0 = time.perf_counter()
                 sink.write(records)
                 sink.prepare(0)
