@@ -1,4 +1,4 @@
-"""Record schemas from Python types, and the record conversions they imply.
+"""Record schemas from Python types (and Avro schemas as Arrow schemas, for columnar sinks).
 
 Every place of the pipeline API that takes a schema accepts an Avro record schema (a
 dict), a dataclass, a ``TypedDict`` or a ``pyarrow.Schema``. :func:`avro_schema` turns
@@ -44,11 +44,6 @@ _SUPPORTED = (
 def is_record_type(tp: Any) -> bool:
     """True for a dataclass class or a ``TypedDict`` class."""
     return isinstance(tp, type) and (dataclasses.is_dataclass(tp) or typing.is_typeddict(tp))
-
-
-def is_schema(spec: Any) -> bool:
-    """True for anything :func:`avro_schema` accepts."""
-    return isinstance(spec, (dict, pa.Schema)) or is_record_type(spec)
 
 
 def avro_schema(spec: Any, *, where: str, name: str | None = None) -> dict[str, Any]:

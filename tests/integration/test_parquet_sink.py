@@ -62,7 +62,8 @@ def test_killed_file_sinks_publish_exactly_the_reference(
     monkeypatch.setenv("SPILLWAY_TEST_SINK", sink)
     monkeypatch.setenv("SPILLWAY_TEST_RECORDS", str(records))
     monkeypatch.setenv("SPILLWAY_TEST_OUT", str(out))
-    monkeypatch.setenv("SPILLWAY_TEST_RATE", str(records / 2 / 6))  # ~6 s of input
+    # ~10 s of input: each restarted attempt still has two checkpoints to reach its kill.
+    monkeypatch.setenv("SPILLWAY_TEST_RATE", str(records / 2 / 10))
     monkeypatch.setenv("SPILLWAY_TEST_FILE_BYTES", str(16 << 10))  # rolls by size too
     # out[0]: dies with its 2nd checkpoint's files staged and flushed (after-produce), then
     # while its commit is in flight; out[1]: before a commit, after one (files staged but
