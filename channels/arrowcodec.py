@@ -27,6 +27,7 @@ from typing import Any
 import pyarrow as pa
 
 from channels.errors import SchemaMismatchError
+from channels.mismatch import describe
 
 _PRIMITIVES: dict[str, pa.DataType] = {
     "boolean": pa.bool_(),
@@ -67,13 +68,15 @@ def arrow_schema(avro: dict[str, Any]) -> pa.Schema | None:
 
     Pure. A field is accepted when its type is a primitive, a primitive name wrapped in
     ``{"type": ...}``, or a two-branch union of ``"null"`` and a primitive; and it has no
-    default (a default would be Avro's to fill in, not Arrow's).
+    default (a default would be Avro's to fill in, not Arrow's) other than ``None`` on
+    ``["null", T]``: a missing value is null in Arrow too (schemas made from Python types
+    give every ``X | None`` field that default).
     """
     if not isinstance(avro, dict) or avro.get("type") != "record":
         return None
     fields = []
     for f in avro.get("fields", []):
-        if not isinstance(f, dict) or "default" in f:
+        if not isinstance(f, dict) or ("default" in f and not _null_default(f)):
             return None
         typ, nullable = f.get("type"), False
         if isinstance(typ, list):
@@ -89,10 +92,16 @@ def arrow_schema(avro: dict[str, Any]) -> pa.Schema | None:
     return pa.schema(fields) if fields else None
 
 
+def _null_default(field: dict[str, Any]) -> bool:
+    typ = field.get("type")
+    return field["default"] is None and isinstance(typ, list) and typ[:1] == ["null"]
+
+
 class ArrowCodec:
     """Encodes blocks of records as Arrow record batches and decodes whole messages."""
 
     def __init__(self, avro: dict[str, Any], schema: pa.Schema) -> None:
+        self._avro = avro
         self._name = avro.get("name", "?")
         self._schema = schema
         self._header = schema.serialize().to_pybytes()
@@ -106,6 +115,11 @@ class ArrowCodec:
     def encode_block(self, records: Sequence[Any]) -> bytes:
         """One record-batch message of ``records``; :class:`SchemaMismatchError` naming the
         first record that does not fit the schema."""
+        return self.batch(records).serialize().to_pybytes()  # type: ignore[no-any-return]
+
+    def batch(self, records: Sequence[Any]) -> pa.RecordBatch:
+        """``records`` as one record batch, checked as Avro would check them (for columnar
+        sinks too); :class:`SchemaMismatchError` naming the first record that does not fit."""
         try:
             batch = self._batch(records)
         except _CONVERSION_ERRORS:
@@ -113,11 +127,12 @@ class ArrowCodec:
                 try:
                     self._batch([r])
                 except _CONVERSION_ERRORS as e:
+                    why = describe(self._avro, r) or e
                     raise SchemaMismatchError(
-                        f"record {short_repr(r)} does not match schema {self._name!r}: {e}"
+                        f"record {short_repr(r)} does not match schema {self._name!r}: {why}"
                     ) from e
             raise
-        return batch.serialize().to_pybytes()  # type: ignore[no-any-return]
+        return batch
 
     def _batch(self, records: Sequence[Any]) -> pa.RecordBatch:
         # set(map(type)) runs in C; dict subclasses take the isinstance path.

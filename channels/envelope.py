@@ -31,6 +31,7 @@ from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from channels.arrowcodec import ArrowCodec, arrow_schema, short_repr
 from channels.config import CODECS
 from channels.errors import ConfigError, SchemaMismatchError
+from channels.mismatch import describe
 
 VERSION = b"1"
 ARROW_VERSION = b"2"
@@ -158,7 +159,7 @@ class RecordCodec:
         except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as e:
             raise SchemaMismatchError(
                 f"record {short_repr(record)} does not match schema "
-                f"{self.schema.get('name', self.schema)!r}: {e}"
+                f"{self.schema.get('name', self.schema)!r}: {describe(self.schema, record) or e}"
             ) from e
         return buf.getvalue()
 

@@ -46,11 +46,17 @@ from spark_jobs.operators import (
     TumblingWindowLogic,
     make_chain,
 )
+from spark_jobs.parquetsink import columnar_sink
+from spark_jobs.records import adapt, output_converter, output_schema, returned_type
+from spark_jobs.schemas import avro_schema
 from spark_jobs.sinks import ConsoleSink, JsonlFileSink, KafkaTopicSink
 from spark_jobs.sources import FileSource, GeneratorSource, KafkaTopicSource
 from spark_jobs.watermarks import Watermarks
 
-Schema = dict[str, Any]
+Schema = dict[str, Any]  # an Avro record schema, as operators keep it
+# What the API takes: an Avro record schema, a dataclass, a TypedDict or a pyarrow.Schema
+# (spark_jobs.schemas); ``None`` where it can come from a function's return annotation.
+SchemaLike = Any
 _ROUTINGS = frozenset({"auto", "forward", "rebalance", "broadcast", "hash"})
 
 
@@ -93,7 +99,7 @@ class Pipeline:
         name: str,
         *,
         make: Callable[[int], Record],
-        schema: Schema,
+        schema: SchemaLike = None,
         count: int | None,
         parallelism: int = 1,
         rate: float | None = None,
@@ -105,18 +111,21 @@ class Pipeline:
 
         Event time: ``timestamp(record)`` in ms (``event_time`` is its older name), with
         ``watermarks`` (default :meth:`Watermarks.monotonic`); see :meth:`read_kafka`.
+        ``schema`` may be omitted when ``make`` is annotated ``-> SomeDataclass``.
         """
         if event_time is not None and timestamp is not None:
             raise PipelineDefinitionError(
                 f"source {name!r}: pass timestamp= or its older name event_time=, not both"
             )
         ts = _event_time_args(name, timestamp or event_time, watermarks, required=True)
+        avro, out = output_schema(schema, make, f"source {name!r}", name)
+        make = adapt(make, (), out)
         node = self._add(
             name,
             parallelism,
             "source",
-            schema,
-            partial(GeneratorSource, make, count, parallelism, rate, ts[0], ts[1]),
+            avro,
+            partial(GeneratorSource, make, count, parallelism, rate, _typed(ts[0]), ts[1]),
             description={"source": "generator", "count": count},
         )
         node.bounded = count is not None
@@ -129,7 +138,7 @@ class Pipeline:
         pattern: str,
         *,
         format: str,
-        schema: Schema,
+        schema: SchemaLike,
         parallelism: int = 1,
         timestamp: Callable[[Record], int] | None = None,
         watermarks: Watermarks | None = None,
@@ -143,12 +152,13 @@ class Pipeline:
         :meth:`Watermarks.monotonic`); a timestamp that fails is a bad line too.
         """
         ts = _event_time_args(name, timestamp, watermarks, required=True)
+        schema = avro_schema(schema, where=f"source {name!r}", name=name)
         node = self._add(
             name,
             parallelism,
             "source",
             schema,
-            partial(FileSource, pattern, format, parallelism, schema, ts[0], ts[1]),
+            partial(FileSource, pattern, format, parallelism, schema, _typed(ts[0]), ts[1]),
             description={"source": "files", "format": format},
         )
         node.event_time = ts[1] is not None
@@ -159,7 +169,7 @@ class Pipeline:
         name: str,
         topic: str,
         *,
-        schema: Schema,
+        schema: SchemaLike,
         parallelism: int = 1,
         bounded: bool = False,
         timestamp: Callable[[Record], int] | None = None,
@@ -181,8 +191,8 @@ class Pipeline:
             name,
             parallelism,
             "source",
-            schema,
-            partial(KafkaTopicSource, topic, parallelism, bounded, schema, ts[0], ts[1]),
+            avro_schema(schema, where=f"source {name!r}", name=name),
+            partial(KafkaTopicSource, topic, parallelism, bounded, schema, _typed(ts[0]), ts[1]),
             description={"source": "kafka", "topic": topic, "bounded": bounded},
         )
         node.bounded = bounded
@@ -438,6 +448,11 @@ _WATERMARK_FIX = {
 }
 
 
+def _typed(timestamp: Callable[[Record], int] | None) -> Callable[[Record], int] | None:
+    """A timestamp function that gets a dataclass if its parameter is annotated with one."""
+    return None if timestamp is None else adapt(timestamp)
+
+
 def _event_time_args(
     name: str,
     timestamp: Callable[[Record], int] | None,
@@ -548,25 +563,29 @@ class Stream:
         name: str,
         fn: Callable[[Record], Record],
         *,
-        schema: Schema,
+        schema: SchemaLike = None,
         parallelism: int | None = None,
     ) -> Stream:
-        """One output record per input record."""
-        return self._then(
-            name, partial(MapLogic, fn), schema, parallelism, description={"op": "map"}
-        )
+        """One output record per input record (``schema`` defaults to ``fn``'s return
+        annotation; records arrive as dicts unless ``fn``'s parameter names a dataclass)."""
+        avro, out = output_schema(schema, fn, f"operator {name!r}", name)
+        fn = adapt(fn, (0,), out)
+        return self._then(name, partial(MapLogic, fn), avro, parallelism, description={"op": "map"})
 
     def flat_map(
         self,
         name: str,
         fn: Callable[[Record], Iterable[Record]],
         *,
-        schema: Schema,
+        schema: SchemaLike = None,
         parallelism: int | None = None,
     ) -> Stream:
-        """Zero or more output records per input record."""
+        """Zero or more output records per input record (``schema`` defaults to the element
+        type of ``fn``'s return annotation, e.g. ``-> Iterator[Word]``)."""
+        avro, out = output_schema(schema, fn, f"operator {name!r}", name, many=True)
+        fn = adapt(fn, (0,), out, many=True)
         return self._then(
-            name, partial(FlatMapLogic, fn), schema, parallelism, description={"op": "flat_map"}
+            name, partial(FlatMapLogic, fn), avro, parallelism, description={"op": "flat_map"}
         )
 
     def filter(
@@ -575,7 +594,7 @@ class Stream:
         """Only records for which ``predicate`` is true."""
         return self._then(
             name,
-            partial(FilterLogic, predicate),
+            partial(FilterLogic, adapt(predicate)),
             self._schema(),
             parallelism,
             description={"op": "filter"},
@@ -583,7 +602,7 @@ class Stream:
 
     def key_by(self, key_fn: Callable[[Record], Any]) -> KeyedStream:
         """Route records by key (stable hash) to the next, keyed operator."""
-        return KeyedStream(self._p, self.name, key_fn)
+        return KeyedStream(self._p, self.name, adapt(key_fn))
 
     def rebalance(self) -> Stream:
         """Round-robin to the next operator."""
@@ -608,6 +627,61 @@ class Stream:
             description={"sink": "jsonl"},
         )
 
+    def write_parquet(
+        self,
+        name: str,
+        directory: str,
+        *,
+        schema: SchemaLike = None,
+        partition_by: str | None = None,
+        max_file_bytes: int = 128 << 20,
+        roll_interval_s: float = 60.0,
+        parallelism: int | None = None,
+    ) -> None:
+        """Exactly-once Parquet files under ``directory/<name>/`` (see spark_jobs.parquetsink):
+        published when their checkpoint commits, rolled at every checkpoint and by size and
+        time, Hive-style directories with ``partition_by``. ``schema`` defaults to the
+        input's (a ``pyarrow.Schema`` is used as it is)."""
+        sink = columnar_sink(
+            "parquet",
+            directory,
+            name,
+            schema,
+            self._schema(),
+            partition_by,
+            max_file_bytes,
+            roll_interval_s,
+        )
+        description = {"sink": "parquet", "partition_by": partition_by}
+        self._then(name, sink, None, parallelism, "sink", description=description)
+
+    def write_delta(
+        self,
+        name: str,
+        directory: str,
+        *,
+        schema: SchemaLike = None,
+        partition_by: str | None = None,
+        max_file_bytes: int = 128 << 20,
+        roll_interval_s: float = 60.0,
+        parallelism: int | None = None,
+    ) -> None:
+        """Exactly-once appends to the Delta Lake table ``directory/<name>/`` (needs the
+        ``delta`` extra; see spark_jobs.deltasink): the files of :meth:`write_parquet`,
+        added to the table's log in one idempotent commit per checkpoint and subtask."""
+        sink = columnar_sink(
+            "delta",
+            directory,
+            name,
+            schema,
+            self._schema(),
+            partition_by,
+            max_file_bytes,
+            roll_interval_s,
+        )
+        description = {"sink": "delta", "partition_by": partition_by}
+        self._then(name, sink, None, parallelism, "sink", description=description)
+
     def write_kafka(
         self,
         name: str,
@@ -623,7 +697,7 @@ class Stream:
         """
         self._then(
             name,
-            partial(KafkaTopicSink, topic, key),
+            partial(KafkaTopicSink, topic, key and adapt(key)),
             None,
             parallelism,
             "sink",
@@ -651,7 +725,7 @@ class KeyedStream(Stream):
         init: Callable[[], Any],
         add: Callable[[Any, Record], Any],
         result: Callable[[Any, Any], Record],
-        schema: Schema,
+        schema: SchemaLike = None,
         emit: str = "final",
         parallelism: int | None = None,
     ) -> Stream:
@@ -664,10 +738,12 @@ class KeyedStream(Stream):
             raise PipelineDefinitionError(
                 f"operator {name!r}: emit must be 'final' or 'updates', got {emit!r}"
             )
+        avro, out = output_schema(schema, result, f"operator {name!r}", name)
+        add, result = adapt(add, (1,)), adapt(result, (), out)
         return self._then(
             name,
             partial(KeyedAggregateLogic, self.key_fn, init, add, result, emit),
-            schema,
+            avro,
             parallelism,
             stateful=True,
             description={"op": "aggregate", "emit": emit},
@@ -684,6 +760,8 @@ class KeyedStream(Stream):
         """Combine records of a key pairwise with ``fn``; the result has the input's schema."""
         schema = self._schema()
         assert schema is not None
+        # Dict in, dict out (the accumulator is keyed state): instances only inside fn.
+        fn = adapt(fn, (0, 1), output_converter([returned_type(fn)], f"operator {name!r}"))
         return self.aggregate(
             name,
             init=lambda: None,
@@ -703,7 +781,7 @@ class KeyedStream(Stream):
         init: Callable[[], Any],
         add: Callable[[Any, Record], Any],
         result: Callable[[Any, int, int, Any], Record],
-        schema: Schema,
+        schema: SchemaLike = None,
         parallelism: int | None = None,
     ) -> Stream:
         """Event-time tumbling windows of ``size``, each emitted once the watermark passes it."""
@@ -711,10 +789,12 @@ class KeyedStream(Stream):
             raise PipelineDefinitionError(
                 f"operator {name!r}: window size must be >= 1, got {size}"
             )
+        avro, out = output_schema(schema, result, f"operator {name!r}", name)
+        event_time, add, result = adapt(event_time), adapt(add, (1,)), adapt(result, (), out)
         return self._then(
             name,
             partial(TumblingWindowLogic, self.key_fn, event_time, size, init, add, result),
-            schema,
+            avro,
             parallelism,
             stateful=True,
             description={"op": "tumbling_window", "size": size},

@@ -1,14 +1,16 @@
 """Exactly-once sinks: JSONL files committed at checkpoints, Kafka topics, console.
 
-Files use two-phase commit as Flink's FileSink does: records go to an in-progress file;
-``prepare`` makes it durable and the checkpoint records its name; after the checkpoint's
-transaction commits, the file is renamed to its final name. A restart renames the file
-its last checkpoint names (if the rename had not happened) and deletes every other
-in-progress file of the subtask, so files of an aborted attempt never appear.
+Files use two-phase commit as Flink's FileSink does (:class:`StagedFileSink`, shared with
+the Parquet sink): records go to an in-progress file; ``prepare`` makes it durable and the
+checkpoint records its name; after the checkpoint's transaction commits, the file is
+renamed to its final name. A restart renames the files its last checkpoint names (if the
+rename had not happened) and deletes every other in-progress file of the subtask, so
+files of an aborted attempt never appear.
 """
 
 from __future__ import annotations
 
+import abc
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -24,15 +26,38 @@ _SUFFIX = ".inprogress"
 _to_json = jsontext.dumps  # compact, key-sorted UTF-8 JSON (see channels.jsontext)
 
 
-class JsonlFileSink:
-    """Writes ``part-<subtask>-<checkpoint>.jsonl`` files under ``directory/<name>/``.
+def pending_names(value: Any) -> list[str]:
+    """A checkpoint's ``pending``: one staged file (a name) or several (a list of names)."""
+    if not value:
+        return []
+    return [value] if isinstance(value, str) else [str(v) for v in value]
 
-    ``name``: the sink operator's name (default: the subtask's operator, which differs
-    when the sink is chained behind other operators).
 
-    A rewind to an older checkpoint deletes the files published after it, so the
-    directory again holds exactly the output up to that checkpoint.
+def final_name(staged: str) -> str:
+    """The published path of a staged one: ``[dir/][.]NAME.inprogress`` → ``[dir/]NAME``."""
+    head, _, base = staged.rpartition("/")
+    final = base.removesuffix(_SUFFIX).removeprefix(".")
+    return f"{head}/{final}" if head else final
+
+
+class StagedFileSink(abc.ABC):
+    """The two-phase commit of files that the JSONL and Parquet sinks share.
+
+    A subclass writes each file under a *staged* name (:meth:`staged_name`) below
+    ``directory/<name>/`` and, in :meth:`seal`, closes and fsyncs every file written since
+    the last checkpoint and returns their staged paths (relative to that directory). The
+    checkpoint records them as ``pending``; once its transaction commits, they are renamed
+    to their final names. Final names start ``part-<subtask>-<checkpoint>``, so a restart
+    knows which subtask and checkpoint wrote each file.
+
+    ``open`` after a restart: renames the files its last checkpoint names (if the rename
+    had not happened), deletes every other staged file of the subtask (an aborted
+    attempt's), and deletes published files of checkpoints after the restored one (a
+    whole-job rewind to an older checkpoint).
     """
+
+    extension = ""  # of published files, e.g. ".jsonl"
+    hidden = False  # stage as ".part-…" (ignored by pyarrow.dataset and Hive-style readers)
 
     def __init__(self, directory: str, name: str | None = None) -> None:
         self.directory = Path(directory)
@@ -40,17 +65,14 @@ class JsonlFileSink:
         self._dir = self.directory
         self._index = 0
         self._next = 0
-        self._fh: Any = None
-        self._count = 0
 
     def open(self, ctx: Context, committed: Mapping[str, Any], producer: Any) -> None:
-        """Finish the last committed file and drop in-progress files of aborted attempts."""
+        """Finish the last committed files and drop in-progress files of aborted attempts."""
         self._dir = self.directory / (self.name or ctx.subtask.operator)
         self._dir.mkdir(parents=True, exist_ok=True)
         self._index = ctx.subtask.index
-        pending = committed.get("pending")
-        if pending:
-            tmp, final = self._dir / pending, self._dir / pending.removesuffix(_SUFFIX)
+        for pending in pending_names(committed.get("pending")):
+            tmp, final = self._dir / pending, self._dir / final_name(pending)
             if tmp.exists():
                 tmp.rename(final)
             elif not final.exists():
@@ -60,14 +82,65 @@ class JsonlFileSink:
                     "storage every node of the cluster shares?",
                     subtasks=[ctx.subtask],
                 )
-        for stale in self._dir.glob(f"part-{self._index:04d}-*{_SUFFIX}"):
+        prefix = "." if self.hidden else ""
+        for stale in self._dir.rglob(f"{prefix}part-{self._index:04d}-*{_SUFFIX}"):
             stale.unlink()  # written by an attempt whose transaction never committed
         self._next = int(committed.get("next", 0))
-        for later in self._dir.glob(f"part-{self._index:04d}-*.jsonl"):
-            # Published after the restored checkpoint: only a whole-job rewind restores an
-            # older checkpoint than the files on disk; those files belong to the abandoned run.
-            if int(later.name.split("-")[2].removesuffix(".jsonl")) >= self._next:
-                later.unlink()
+        later = [
+            f
+            for f in self._dir.rglob(f"part-{self._index:04d}-*{self.extension}")
+            if int(f.name.split("-")[2].split(".")[0]) >= self._next
+        ]
+        if later:
+            self.drop_later(ctx, later)
+
+    def drop_later(self, ctx: Context, files: list[Path]) -> None:
+        """Files published after the restored checkpoint: only a whole-job rewind restores
+        an older checkpoint than the files on disk; they belong to the abandoned run."""
+        for f in files:
+            f.unlink()
+
+    def staged_name(self, final: str) -> str:
+        """The staged path of published path ``final`` (both relative to the directory)."""
+        head, _, base = final.rpartition("/")
+        staged = ("." if self.hidden else "") + base + _SUFFIX
+        return f"{head}/{staged}" if head else staged
+
+    @abc.abstractmethod
+    def seal(self) -> str | list[str] | None:
+        """Close and fsync what was written since the last checkpoint; its staged paths."""
+
+    def prepare(self, checkpoint_id: int) -> dict[str, Any]:
+        """Make the staged files durable; the checkpoint records their names."""
+        info: dict[str, Any] = {"next": checkpoint_id + 1}
+        pending = self.seal()
+        if pending:
+            info["pending"] = pending
+        self._next = checkpoint_id + 1
+        return info
+
+    def committed(self, info: Mapping[str, Any]) -> None:
+        """Publish the files of the committed checkpoint."""
+        for pending in pending_names(info.get("pending")):
+            os.replace(self._dir / pending, self._dir / final_name(pending))
+
+
+class JsonlFileSink(StagedFileSink):
+    """Writes ``part-<subtask>-<checkpoint>.jsonl`` files under ``directory/<name>/``.
+
+    ``name``: the sink operator's name (default: the subtask's operator, which differs
+    when the sink is chained behind other operators).
+
+    A rewind to an older checkpoint deletes the files published after it, so the
+    directory again holds exactly the output up to that checkpoint.
+    """
+
+    extension = ".jsonl"
+
+    def __init__(self, directory: str, name: str | None = None) -> None:
+        super().__init__(directory, name)
+        self._fh: Any = None
+        self._count = 0
 
     def write(self, records: Sequence[Record]) -> None:
         """Append records to the in-progress file."""
@@ -80,27 +153,20 @@ class JsonlFileSink:
         self._fh.write(b"".join([_to_json(r) + b"\n" for r in records]))
         self._count += len(records)
 
-    def prepare(self, checkpoint_id: int) -> dict[str, Any]:
+    def seal(self) -> str | None:
         """fsync the in-progress file; the checkpoint records its name."""
-        info: dict[str, Any] = {"next": checkpoint_id + 1}
-        if self._fh is not None:
-            self._fh.flush()
-            os.fsync(self._fh.fileno())
-            self._fh.close()
-            self._fh = None
-            # The file was opened for the id that was "next" then; name it by that id.
-            info["pending"] = self._name(self._next, tmp=True)
-        self._next = checkpoint_id + 1
-        return info
-
-    def committed(self, info: Mapping[str, Any]) -> None:
-        """Publish the file of the committed checkpoint."""
-        pending = info.get("pending")
-        if pending:
-            os.replace(self._dir / pending, self._dir / pending.removesuffix(_SUFFIX))
+        if self._fh is None:
+            return None
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+        self._fh.close()
+        self._fh = None
+        # The file was opened for the id that was "next" then; name it by that id.
+        return self._name(self._next, tmp=True)
 
     def _name(self, n: int, tmp: bool) -> str:
-        return f"part-{self._index:04d}-{n:08d}.jsonl" + (_SUFFIX if tmp else "")
+        final = f"part-{self._index:04d}-{n:08d}.jsonl"
+        return self.staged_name(final) if tmp else final
 
 
 class KafkaTopicSink:

@@ -15,70 +15,77 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any
 
 import xxhash
 
 from spark_jobs.pipeline import Pipeline
+from spark_jobs.schemas import avro_schema
 
-CLICK = {
-    "type": "record",
-    "name": "Click",
-    "fields": [
-        {"name": "seq", "type": "long"},
-        {"name": "user", "type": "long"},
-        {"name": "url", "type": "string"},
-        {"name": "ts", "type": "long"},
-    ],
-}
-PAGE_VIEW = {
-    "type": "record",
-    "name": "PageView",
-    "fields": [
-        {"name": "page", "type": "string"},
-        {"name": "section", "type": "string"},
-        {"name": "user", "type": "long"},
-    ],
-}
-PAGE_COUNT = {
-    "type": "record",
-    "name": "PageCount",
-    "fields": [
-        {"name": "page", "type": "string"},
-        {"name": "section", "type": "string"},
-        {"name": "views", "type": "long"},
-    ],
-}
+
+@dataclass(slots=True)
+class Click:
+    """One generated click."""
+
+    seq: int
+    user: int
+    url: str
+    ts: int
+
+
+@dataclass(slots=True)
+class PageView:
+    """A click parsed into page and section."""
+
+    page: str
+    section: str
+    user: int
+
+
+@dataclass(slots=True)
+class PageCount:
+    """The output row of one page."""
+
+    page: str
+    section: str
+    views: int
+
+
+# The channels' Avro schemas, made from the types: for tools that decode channel topics.
+CLICK, PAGE_VIEW, PAGE_COUNT = (
+    avro_schema(t, where="clicks example") for t in (Click, PageView, PageCount)
+)
 SECTIONS = ("news", "sport", "shop", "help", "blog")
 
 
-def make_click(i: int) -> dict[str, Any]:
+def make_click(i: int) -> Click:
     """Click number ``i``: a fixed function of ``i`` (so reruns and references agree)."""
     h = xxhash.xxh64_intdigest(i.to_bytes(8, "little"))
     section = SECTIONS[h % 5]
-    return {
-        "seq": i,
-        "user": (h >> 8) % 20_000,
-        "url": f"https://example.com/{section}/{(h >> 24) % 400}?ref={(h >> 40) % 7}",
-        "ts": 1_700_000_000_000 + i,
-    }
+    return Click(
+        seq=i,
+        user=(h >> 8) % 20_000,
+        url=f"https://example.com/{section}/{(h >> 24) % 400}?ref={(h >> 40) % 7}",
+        ts=1_700_000_000_000 + i,
+    )
 
 
-def enrich(click: dict[str, Any]) -> dict[str, Any]:
+def enrich(click: Click) -> PageView:
     """Parse the URL into page and section, drop the query string."""
-    path = click["url"].split("://", 1)[1].split("?", 1)[0]
+    path = click.url.split("://", 1)[1].split("?", 1)[0]
     _, section, page = path.split("/", 2)
-    return {"page": f"/{section}/{page}", "section": section, "user": click["user"]}
+    return PageView(page=f"/{section}/{page}", section=section, user=click.user)
 
 
-def count_result(page: str, acc: list[Any]) -> dict[str, Any]:
+def count_result(page: str, acc: list[Any]) -> PageCount:
     """The output row of one page."""
-    return {"page": page, "section": acc[0], "views": acc[1]}
+    return PageCount(page=page, section=acc[0], views=acc[1])
 
 
-def add_view(acc: list[Any], view: dict[str, Any]) -> list[Any]:
+def add_view(acc: list[Any], view: PageView) -> list[Any]:
     """Fold one view into ``[section, views]``."""
-    return [view["section"], acc[1] + 1]
+    return [view.section, acc[1] + 1]
 
 
 def build(
@@ -90,16 +97,17 @@ def build(
 ) -> Pipeline:
     """The click pipeline over ``records`` generated clicks, writing to ``out_dir``."""
     p = Pipeline("clicks", chaining=chaining)
+    # Schemas come from the annotations: make_click -> Click, enrich -> PageView,
+    # count_result -> PageCount. Key functions see records as dicts (see spark_jobs.records).
     clicks = p.generate(
-        "clicks", make=make_click, schema=CLICK, count=records, parallelism=parallelism, rate=rate
+        "clicks", make=make_click, count=records, parallelism=parallelism, rate=rate
     )
-    views = clicks.map("enrich", enrich, schema=PAGE_VIEW)
+    views = clicks.map("enrich", enrich)
     counts = views.key_by(lambda v: v["page"]).aggregate(
         "count",
         init=lambda: ["", 0],
         add=add_view,
         result=count_result,
-        schema=PAGE_COUNT,
         # A bounded run emits one final row per page; an endless one, a row per update.
         emit="final" if records is not None else "updates",
     )
@@ -126,6 +134,6 @@ def reference(records: int) -> dict[str, tuple[str, int]]:
     sections: dict[str, str] = {}
     for i in range(records):
         v = enrich(make_click(i))
-        views[v["page"]] += 1
-        sections[v["page"]] = v["section"]
+        views[v.page] += 1
+        sections[v.page] = v.section
     return {page: (sections[page], n) for page, n in views.items()}

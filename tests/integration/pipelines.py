@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -248,4 +249,52 @@ def kafka_sums() -> Pipeline:
         schema=KEY_SUM,
         parallelism=2,
     ).write_jsonl("out", os.environ["SPILLWAY_TEST_OUT"])
+    return p
+
+
+@dataclass(slots=True)
+class Visit:
+    """A typed record (the schema comes from this class)."""
+
+    seq: int
+    page: str
+    section: str
+    user: int | None
+
+
+VISIT_SECTIONS = ("news", "sport", "shop & more", "help/faq")
+
+
+def make_visit(i: int) -> Visit:
+    """Visit ``i``: a fixed function of ``i``; every 7th has no user."""
+    return Visit(
+        seq=i,
+        page=f"/p{i % 101}",
+        section=VISIT_SECTIONS[i % len(VISIT_SECTIONS)],
+        user=None if i % 7 == 0 else i % 1000,
+    )
+
+
+def visits_to_parquet() -> Pipeline:
+    """generate (p=2) → rebalance → Parquet files (or, with ``SPILLWAY_TEST_SINK=delta``, a
+    Delta table) partitioned by section (p=2)."""
+    p = Pipeline("visits-parquet")
+    visits = p.generate(
+        "visits",
+        make=make_visit,
+        count=int(os.environ["SPILLWAY_TEST_RECORDS"]),
+        parallelism=2,
+        rate=float(os.environ.get("SPILLWAY_TEST_RATE", "0")) or None,
+    )
+    sink = visits.rebalance()
+    write = (
+        sink.write_delta if os.environ.get("SPILLWAY_TEST_SINK") == "delta" else sink.write_parquet
+    )
+    write(
+        "out",
+        os.environ["SPILLWAY_TEST_OUT"],
+        partition_by="section",
+        max_file_bytes=int(os.environ.get("SPILLWAY_TEST_FILE_BYTES", str(128 << 20))),
+        parallelism=2,
+    )
     return p
