@@ -260,8 +260,12 @@ class SubtaskRunner:
 
     def _loop(self) -> SubtaskResult:
         """Step, tick the writers, checkpoint when due; returns when finished or stopped."""
+        # Processing-time timers (keyed process functions) need the clock, not input.
+        tick = getattr(self.logic, "on_processing_time", None)
         while True:
             ended = self._step()
+            if tick is not None and not ended:
+                self._emit(tick(int(time.time() * 1000)))
             for w in self.writers:
                 w.tick()
             # Aligned mode: only sources act on the trigger; the others on barriers.

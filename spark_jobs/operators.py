@@ -266,6 +266,17 @@ class ChainedLogic:
             out.extend(m.on_end())
         return out
 
+    def on_processing_time(self, now: int) -> list[Record]:
+        """The clock for members with processing-time timers; their outputs go through
+        the later members."""
+        out: list[Record] = []
+        for m in self.members:
+            out = list(m.process(out)) if out else []
+            tick = getattr(m, "on_processing_time", None)
+            if tick is not None:
+                out.extend(tick(now))
+        return out
+
     def set_aside(self) -> list[SetAside]:
         """What every member set aside, in member order."""
         return [a for m in self.members for a in m.set_aside()]

@@ -38,15 +38,16 @@ from channels.ids import JobId, OperatorName, job_id, operator_name
 from channels.partitioners import Broadcast, Forward, KeyHash, Partitioner, RoundRobin
 from recovery.jobconf import conf as conf  # re-exported: pipelines read their settings
 from recovery.plan import EdgePlan, JobPlan, OperatorPlan, Record
+from spark_jobs import keyedops
 from spark_jobs.operators import (
     FilterLogic,
     FlatMapLogic,
     KeyedAggregateLogic,
     MapLogic,
-    TumblingWindowLogic,
     make_chain,
 )
 from spark_jobs.parquetsink import columnar_sink
+from spark_jobs.process import ProcessContext
 from spark_jobs.records import adapt, output_converter, output_schema, returned_type
 from spark_jobs.schemas import avro_schema
 from spark_jobs.sinks import ConsoleSink, JsonlFileSink, KafkaTopicSink
@@ -316,7 +317,7 @@ class Pipeline:
         time would never get one (a bounded source's end fires every window instead)."""
         problems: list[str] = []
         for name, node in self._nodes.items():
-            if node.description.get("op") != "tumbling_window":
+            if node.description.get("op") not in keyedops.EVENT_TIME_OPS:
                 continue
             upstream: set[str] = set()
             todo = [name]
@@ -782,20 +783,126 @@ class KeyedStream(Stream):
         add: Callable[[Any, Record], Any],
         result: Callable[[Any, int, int, Any], Record],
         schema: SchemaLike = None,
+        allowed_lateness_ms: int = 0,
+        emit: str = "final",
         parallelism: int | None = None,
     ) -> Stream:
-        """Event-time tumbling windows of ``size``, each emitted once the watermark passes it."""
-        if size < 1:
-            raise PipelineDefinitionError(
-                f"operator {name!r}: window size must be >= 1, got {size}"
-            )
-        avro, out = output_schema(schema, result, f"operator {name!r}", name)
-        event_time, add, result = adapt(event_time), adapt(add, (1,)), adapt(result, (), out)
+        """Event-time tumbling windows ``[start, start + size)`` (spark_jobs.windows)."""
+        spec = keyedops.fixed_window(
+            "tumbling_window", name, self.key_fn, size=size, hop=size, event_time=event_time,
+            init=init, add=add, result=result, schema=schema,
+            allowed_lateness_ms=allowed_lateness_ms, emit=emit,
+        )  # fmt: skip
+        return self._keyed(name, spec, parallelism)
+
+    def hopping_window(
+        self,
+        name: str,
+        *,
+        size: int,
+        hop: int,
+        event_time: Callable[[Record], int],
+        init: Callable[[], Any],
+        add: Callable[[Any, Record], Any],
+        result: Callable[[Any, int, int, Any], Record],
+        schema: SchemaLike = None,
+        allowed_lateness_ms: int = 0,
+        emit: str = "final",
+        parallelism: int | None = None,
+    ) -> Stream:
+        """Event-time windows of ``size`` starting every ``hop`` ms (spark_jobs.windows)."""
+        spec = keyedops.fixed_window(
+            "hopping_window", name, self.key_fn, size=size, hop=hop, event_time=event_time,
+            init=init, add=add, result=result, schema=schema,
+            allowed_lateness_ms=allowed_lateness_ms, emit=emit,
+        )  # fmt: skip
+        return self._keyed(name, spec, parallelism)
+
+    def sliding_window(
+        self,
+        name: str,
+        *,
+        size: int,
+        slide: int,
+        event_time: Callable[[Record], int],
+        init: Callable[[], Any],
+        add: Callable[[Any, Record], Any],
+        result: Callable[[Any, int, int, Any], Record],
+        schema: SchemaLike = None,
+        allowed_lateness_ms: int = 0,
+        emit: str = "final",
+        parallelism: int | None = None,
+    ) -> Stream:
+        """Flink's sliding windows: hopping windows of ``size`` every ``slide`` ms."""
+        spec = keyedops.fixed_window(
+            "sliding_window", name, self.key_fn, size=size, hop=slide, event_time=event_time,
+            init=init, add=add, result=result, schema=schema,
+            allowed_lateness_ms=allowed_lateness_ms, emit=emit,
+        )  # fmt: skip
+        return self._keyed(name, spec, parallelism)
+
+    def session_window(
+        self,
+        name: str,
+        *,
+        gap: int,
+        event_time: Callable[[Record], int],
+        init: Callable[[], Any],
+        add: Callable[[Any, Record], Any],
+        merge: Callable[[Any, Any], Any],
+        result: Callable[[Any, int, int, Any], Record],
+        schema: SchemaLike = None,
+        allowed_lateness_ms: int = 0,
+        emit: str = "final",
+        parallelism: int | None = None,
+    ) -> Stream:
+        """Sessions ``[first, last + gap)`` per key, merged as records bridge them."""
+        spec = keyedops.session_window(
+            name, self.key_fn, gap=gap, event_time=event_time, init=init, add=add,
+            merge=merge, result=result, schema=schema,
+            allowed_lateness_ms=allowed_lateness_ms, emit=emit,
+        )  # fmt: skip
+        return self._keyed(name, spec, parallelism)
+
+    def count_window(
+        self,
+        name: str,
+        *,
+        size: int,
+        init: Callable[[], Any],
+        add: Callable[[Any, Record], Any],
+        result: Callable[[Any, int, int, Any], Record],
+        schema: SchemaLike = None,
+        emit: str = "final",
+        parallelism: int | None = None,
+    ) -> Stream:
+        """Windows of ``size`` records per key, in arrival order (spark_jobs.windows)."""
+        spec = keyedops.count_window(
+            name, self.key_fn, size=size, init=init, add=add, result=result, schema=schema,
+            emit=emit,
+        )  # fmt: skip
+        return self._keyed(name, spec, parallelism)
+
+    def process(
+        self,
+        name: str,
+        fn: Callable[[Record, ProcessContext], Iterable[Record] | None],
+        *,
+        on_timer: Callable[[int, ProcessContext], Iterable[Record] | None] | None = None,
+        event_time: Callable[[Record], int] | None = None,
+        ttl_ms: dict[str, int] | None = None,
+        schema: SchemaLike = None,
+        parallelism: int | None = None,
+    ) -> Stream:
+        """A keyed process function with keyed state and timers (spark_jobs.process)."""
+        spec = keyedops.process(
+            name, self.key_fn, fn, on_timer=on_timer, event_time=event_time, ttl_ms=ttl_ms,
+            schema=schema,
+        )  # fmt: skip
+        return self._keyed(name, spec, parallelism)
+
+    def _keyed(self, name: str, spec: keyedops.OperatorSpec, parallelism: int | None) -> Stream:
         return self._then(
-            name,
-            partial(TumblingWindowLogic, self.key_fn, event_time, size, init, add, result),
-            avro,
-            parallelism,
-            stateful=True,
-            description={"op": "tumbling_window", "size": size},
-        )
+            name, spec.factory, spec.schema, parallelism, stateful=True,
+            description=spec.description,
+        )  # fmt: skip

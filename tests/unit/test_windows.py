@@ -1,0 +1,341 @@
+"""Window kinds against plain-Python references on out-of-order input with late records;
+the timer index; restore of windows from their keyed state. No broker."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from channels.errors import PipelineDefinitionError
+from channels.ids import TopicPartition
+from recovery.state import ChangelogState
+from spark_jobs.pipeline import Pipeline
+from spark_jobs.timers import TimerIndex
+from spark_jobs.windows import CountWindowLogic, FixedWindowLogic, SessionWindowLogic
+from tests.unit.test_operators import SUBTASK
+
+Event = tuple[str, Any]
+REC = {
+    "type": "record",
+    "name": "R",
+    "fields": [{"name": "k", "type": "long"}],
+}  # ("r", record) or ("w", watermark)
+
+
+@dataclass
+class Ctx:
+    subtask: Any = SUBTASK
+    state: ChangelogState = field(default_factory=lambda: ChangelogState(TopicPartition("t", 0)))
+    watermark: int | None = None
+
+
+def add(acc: list[int], r: dict[str, Any]) -> list[int]:
+    return [acc[0] + 1, acc[1] + r["seq"]]
+
+
+def merge(a: list[int], b: list[int]) -> list[int]:
+    return [a[0] + b[0], a[1] + b[1]]
+
+
+def result(key: str, start: int, end: int, acc: list[int]) -> dict[str, Any]:
+    return {"key": key, "start": start, "end": end, "n": acc[0], "seqs": acc[1]}
+
+
+def summary(key: str, start: int, end: int, recs: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the reference computes from the records themselves (not from ``add``)."""
+    return {
+        "key": key,
+        "start": start,
+        "end": end,
+        "n": len(recs),
+        "seqs": sum(r["seq"] for r in recs),
+    }
+
+
+def events(
+    seed: int, n: int = 600, keys: int = 4, bound: int = 300, late_every: int = 17
+) -> list[Event]:
+    """Out-of-order records (within ``bound`` of the frontier), a watermark every few
+    records (frontier - bound), and every ``late_every``-th record far behind it."""
+    rng = random.Random(seed)
+    out: list[Event] = []
+    frontier = 1000
+    for seq in range(n):
+        frontier += rng.randrange(0, 40)
+        t = frontier - rng.randrange(bound)
+        if seq % late_every == late_every - 1:
+            t = frontier - bound - rng.randrange(1, 2000)  # behind the watermark: maybe late
+        out.append(("r", {"seq": seq, "key": f"k{rng.randrange(keys)}", "t": t}))
+        if seq % 5 == 4:
+            out.append(("w", frontier - bound))
+    return out
+
+
+def run(logic: Any, evs: list[Event], restart_at: int | None = None) -> tuple[list[Any], list[int]]:
+    """Feed ``evs`` (one record per call, watermarks when they rise); with ``restart_at``,
+    continue from there in a fresh logic over a copy of the state, as after a restore."""
+    ctx = Ctx()
+    logic.open(ctx)
+    out: list[Any] = []
+    late: list[int] = []
+    wm: int | None = None
+    for i, (kind, x) in enumerate(evs):
+        if i == restart_at:
+            restored = ChangelogState(TopicPartition("t", 0))
+            for k, v in ctx.state.items():
+                restored.put(k, v)
+            ctx = Ctx(state=restored, watermark=wm)
+            logic = type(logic)(*logic.args)
+            logic.open(ctx)
+        if kind == "r":
+            out += logic.process([x])
+            late += [a.record["seq"] for a in logic.set_aside()]
+        elif wm is None or x > wm:
+            wm = x
+            out += logic.on_watermark(x)
+    out += logic.on_end()
+    return out, late
+
+
+def _keep_args(cls: type, *args: Any) -> Any:
+    logic = cls(*args)
+    logic.args = args
+    return logic
+
+
+def ref_fixed(
+    evs: list[Event], size: int, hop: int, lateness: int, emit: str
+) -> tuple[list[Any], list[int]]:
+    """Brute force: every window's records, every watermark scans every window."""
+    windows: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    gone: set[tuple[str, int]] = set()
+    out: list[Any] = []
+    late: list[int] = []
+    wm: int | None = None
+    for kind, x in evs:
+        if kind == "r":
+            t, k = x["t"], x["key"]
+            starts = [s for s in range(t - t % hop, t - size, -hop)]
+            live = [s for s in starts if wm is None or s + size + lateness > wm]
+            if not live:
+                late.append(x["seq"])
+                continue
+            for s in sorted(live):
+                windows.setdefault((k, s), []).append(x)
+                if emit == "updates" or (wm is not None and s + size <= wm):
+                    out.append(summary(k, s, s + size, windows[(k, s)]))
+        elif wm is None or x > wm:
+            before, wm = wm, x
+            for k, s in sorted(windows, key=lambda ks: (ks[1] + size, ks)):
+                end = s + size
+                if emit == "final" and end <= wm and (before is None or end > before):
+                    out.append(summary(k, s, end, windows[(k, s)]))
+                if end + lateness <= wm:
+                    gone.add((k, s))
+            windows = {ks: v for ks, v in windows.items() if ks not in gone}
+    for k, s in sorted(windows, key=lambda ks: (ks[1] + size, ks)):
+        if emit == "final" and (wm is None or s + size > wm):
+            out.append(summary(k, s, s + size, windows[(k, s)]))
+    return out, late
+
+
+@pytest.mark.parametrize(("size", "hop"), [(500, 500), (600, 200), (500, 300)])
+@pytest.mark.parametrize("lateness", [0, 250])
+@pytest.mark.parametrize("emit", ["final", "updates"])
+def test_fixed_windows_match_the_reference(size: int, hop: int, lateness: int, emit: str) -> None:
+    evs = events(seed=size + hop + lateness)
+    args = (
+        lambda r: r["key"],
+        lambda r: r["t"],
+        size,
+        hop,
+        lambda: [0, 0],
+        add,
+        result,
+        lateness,
+        emit,
+    )
+    got, late = run(_keep_args(FixedWindowLogic, *args), evs)
+    want, want_late = ref_fixed(evs, size, hop, lateness, emit)
+    assert late == want_late
+    assert len(want_late) >= 5  # the input does hold late records
+    assert got == want
+    # A restart in the middle (state and watermark restored, timers rebuilt) changes nothing.
+    again, late2 = run(_keep_args(FixedWindowLogic, *args), evs, restart_at=len(evs) // 2)
+    assert (again, late2) == (got, late)
+
+
+def test_lateness_re_emits_updated_results_and_only_later_records_are_set_aside() -> None:
+    logic = FixedWindowLogic(
+        lambda r: r["key"], lambda r: r["t"], 100, 100, lambda: [0, 0], add, result, 50
+    )
+    logic.open(Ctx())
+    assert logic.process([{"key": "a", "t": 10, "seq": 1}]) == []
+    assert logic.on_watermark(120) == [result("a", 0, 100, [1, 1])]
+    # within lateness: the window's updated result, at once
+    assert logic.process([{"key": "a", "t": 20, "seq": 2}]) == [result("a", 0, 100, [2, 3])]
+    assert logic.set_aside() == []
+    assert logic.on_watermark(150) == []  # clean-up only
+    assert logic.process([{"key": "a", "t": 30, "seq": 4}]) == []
+    (aside,) = logic.set_aside()
+    assert aside.kind == "late"
+    assert aside.record["seq"] == 4
+    assert "past its allowed lateness of 50 ms at watermark 150" in aside.reason
+    assert logic.late == 1
+    assert len(logic._state()) == 0
+    assert len(logic.timers) == 0
+
+
+def ref_sessions(
+    evs: list[Event], gap: int, lateness: int, emit: str
+) -> tuple[list[Any], list[int]]:
+    """Sessions as lists of records, merged by scanning every session of the key."""
+    live: dict[str, list[list[dict[str, Any]]]] = {}
+    out: list[Any] = []
+    late: list[int] = []
+    wm: int | None = None
+
+    def bounds(recs: list[dict[str, Any]]) -> tuple[int, int]:
+        return min(r["t"] for r in recs), max(r["t"] for r in recs) + gap
+
+    for kind, x in evs:
+        if kind == "r":
+            t, k = x["t"], x["key"]
+            sessions = live.setdefault(k, [])
+            hit = [s for s in sessions if bounds(s)[0] <= t + gap and t <= bounds(s)[1]]
+            merged = [r for s in hit for r in s] + [x]
+            start, end = bounds(merged)
+            if wm is not None and end + lateness <= wm:
+                late.append(x["seq"])
+                continue
+            live[k] = [s for s in sessions if s not in hit] + [merged]
+            if emit == "updates" or (wm is not None and end <= wm):
+                out.append(summary(k, start, end, merged))
+        elif wm is None or x > wm:
+            before, wm = wm, x
+            fired = []
+            for k, sessions in live.items():
+                for s in sessions:
+                    start, end = bounds(s)
+                    if emit == "final" and end <= wm and (before is None or end > before):
+                        fired.append(((end, k, start), summary(k, start, end, s)))
+                live[k] = [s for s in sessions if bounds(s)[1] + lateness > wm]
+            out += [o for _, o in sorted(fired, key=lambda f: f[0])]
+    rest = sorted(((bounds(s)[1], k, bounds(s)[0]), s) for k, ss in live.items() for s in ss)
+    out += [
+        summary(k, st, e, s) for (e, k, st), s in rest if emit == "final" and (wm is None or e > wm)
+    ]
+    return out, late
+
+
+@pytest.mark.parametrize("gap", [30, 120])
+@pytest.mark.parametrize("lateness", [0, 200])
+@pytest.mark.parametrize("emit", ["final", "updates"])
+def test_session_windows_match_the_reference(gap: int, lateness: int, emit: str) -> None:
+    evs = events(seed=gap * 7 + lateness, keys=3)
+    args = (
+        lambda r: r["key"],
+        lambda r: r["t"],
+        gap,
+        lambda: [0, 0],
+        add,
+        merge,
+        result,
+        lateness,
+        emit,
+    )
+    got, late = run(_keep_args(SessionWindowLogic, *args), evs)
+    want, want_late = ref_sessions(evs, gap, lateness, emit)
+    assert late == want_late
+    assert len(want_late) >= 3
+    assert got == want
+    assert any(o["n"] > 2 for o in got)  # sessions did merge records
+    again, late2 = run(_keep_args(SessionWindowLogic, *args), evs, restart_at=len(evs) // 3)
+    assert (again, late2) == (got, late)
+
+
+def test_a_record_bridging_two_sessions_merges_them() -> None:
+    logic = SessionWindowLogic(
+        lambda r: "k", lambda r: r["t"], 10, lambda: [0, 0], add, merge, result
+    )
+    logic.open(Ctx())
+    logic.process([{"t": 0, "seq": 1}, {"t": 20, "seq": 2}])
+    assert logic._state().get("k") == [[0, 10, [1, 1]], [20, 30, [1, 2]]]
+    assert len(logic.timers) == 2
+    logic.process([{"t": 10, "seq": 4}])  # [10, 20) touches both: one session (Flink's rule)
+    assert logic._state().get("k") == [[0, 30, [3, 7]]]
+    assert len(logic.timers) == 1
+    assert logic.on_watermark(29) == []
+    assert logic.on_watermark(30) == [result("k", 0, 30, [3, 7])]
+
+
+@pytest.mark.parametrize("emit", ["final", "updates"])
+def test_count_windows_match_the_reference(emit: str) -> None:
+    evs = [e for e in events(seed=3) if e[0] == "r"]
+    args = (lambda r: r["key"], 4, lambda: [0, 0], add, result, emit)
+    got, late = run(_keep_args(CountWindowLogic, *args), evs)
+    seen: dict[str, list[dict[str, Any]]] = {}
+    want = []
+    for _, r in evs:
+        recs = seen.setdefault(r["key"], [])
+        recs.append(r)
+        n = (len(recs) - 1) // 4
+        if emit == "updates" or len(recs) % 4 == 0:
+            want.append(summary(r["key"], n * 4, n * 4 + 4, recs[n * 4 :]))
+    if emit == "final":
+        want += [
+            summary(k, len(v) // 4 * 4, len(v) // 4 * 4 + 4, v[len(v) // 4 * 4 :])
+            for k, v in sorted(seen.items())
+            if len(v) % 4
+        ]
+    assert late == []
+    assert got == want
+    again, _ = run(_keep_args(CountWindowLogic, *args), evs, restart_at=len(evs) // 2)
+    assert again == got
+
+
+def test_timer_index_fires_in_time_then_key_order_once_and_honours_deletes() -> None:
+    idx = TimerIndex()
+    for t, k in [(5, "b"), (5, "a"), (3, "z"), (9, "c"), (5, "a")]:
+        idx.register(t, k)
+    idx.delete(9, "c")
+    idx.register(7, ("tuple", 1))
+    assert len(idx) == 4
+    assert idx.next_time() == 3
+    assert idx.pop_due(5) == [(3, "z"), (5, "a"), (5, "b")]
+    assert idx.pop_due(6) == []
+    assert idx.pop_due(100) == [(7, ("tuple", 1))]
+    assert idx.next_time() is None
+    assert len(idx) == 0
+    for i in range(5000):  # lazy deletes are compacted away
+        idx.register(i, "k")
+        idx.delete(i, "k")
+    assert len(idx._heap) <= 1024 + 2
+
+
+def test_window_arguments_are_checked() -> None:
+    keyed = (
+        Pipeline("p")
+        .generate("g", count=1, make=lambda i: {"k": i}, schema=REC)
+        .key_by(lambda r: r)
+    )
+    common: dict[str, Any] = {
+        "event_time": lambda r: 0,
+        "init": list,
+        "add": add,
+        "result": result,
+        "schema": None,
+    }
+    with pytest.raises(PipelineDefinitionError, match="hop 20 is larger than size 10"):
+        keyed.hopping_window("h", size=10, hop=20, **common)
+    with pytest.raises(
+        PipelineDefinitionError, match="allowed_lateness_ms must be an integer >= 0"
+    ):
+        keyed.sliding_window("s", size=10, slide=5, allowed_lateness_ms=-1, **common)
+    with pytest.raises(PipelineDefinitionError, match="session gap must be >= 1, got 0"):
+        keyed.session_window("x", gap=0, merge=merge, **common)
+    with pytest.raises(PipelineDefinitionError, match="emit must be 'final' or 'updates'"):
+        keyed.count_window("c", size=3, init=list, add=add, result=result, emit="all")
