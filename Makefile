@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit chaos chaos-long bench bench-channels bench-checkpoints bench-codecs broker-start broker-stop clean
+.PHONY: demo test lint typecheck unit chaos chaos-long bench bench-channels bench-checkpoints bench-codecs bench-windows broker-start broker-stop clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required")'
@@ -66,6 +66,10 @@ bench-checkpoints: $(STAMP)
 ## bench-codecs: channel codecs per record, Avro (fastavro) vs Arrow IPC, and JSON input (no broker)
 bench-codecs: $(STAMP)
 	$(BIN)/python -m bench.codecs
+
+## bench-windows: watermark advance cost vs open keys (10k/100k/1M), full scan vs timer index
+bench-windows: $(STAMP)
+	$(BIN)/python -m bench.windows
 
 broker-start: $(STAMP)
 	$(BIN)/spillway broker start

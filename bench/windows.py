@@ -1,0 +1,117 @@
+"""``python -m bench.windows``: what a watermark advance costs vs the number of open keys.
+
+For each size N (default 10k, 100k, 1M open keys), a tumbling-window operator holds one
+open window per key, far in the future, plus ``--fired`` keys whose windows end at each
+of ``--advances`` earlier watermarks. Each advance then fires exactly ``--fired``
+windows. Timed per advance: the old full scan (``operators.TumblingWindowLogic``, which
+walks all keyed state per watermark) against the timer index (``windows.FixedWindowLogic``,
+which pops due timers only). Also timed: rebuilding the timer index from N windows of
+restored state (``open``), which a restore pays once. Real ``ChangelogState``, no
+broker. Writes ``bench/results/windows-<UTC time>.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from channels.ids import JobId, OperatorName, SubtaskId, TopicPartition
+from recovery.state import ChangelogState
+from spark_jobs.operators import TumblingWindowLogic
+from spark_jobs.windows import FixedWindowLogic
+
+SIZE = 1000
+FAR = 10**9  # the open windows' start: never reached by the advances
+
+
+class _Ctx:
+    def __init__(self) -> None:
+        self.subtask = SubtaskId(JobId("bench"), OperatorName("win"), 0)
+        self.state = ChangelogState(TopicPartition("bench-changelog", 0))
+        self.watermark: int | None = None
+
+
+def _add(acc: int, _r: Any) -> int:
+    return acc + 1
+
+
+def _result(key: Any, start: int, end: int, acc: int) -> tuple[Any, int, int, int]:
+    return (key, start, end, acc)
+
+
+def _logic(kind: str) -> Any:
+    args = (lambda r: r[0], lambda r: r[1], SIZE)
+    if kind == "scan":
+        return TumblingWindowLogic(*args, lambda: 0, _add, _result)
+    return FixedWindowLogic(*args, SIZE, lambda: 0, _add, _result)
+
+
+def measure(kind: str, keys: int, fired: int, advances: int) -> dict[str, Any]:
+    """Seconds per watermark advance (each firing ``fired`` windows) with ``keys`` open."""
+    logic, ctx = _logic(kind), _Ctx()
+    logic.open(ctx)
+    batch = 10_000
+    for lo in range(0, keys, batch):
+        logic.process([(f"open-{i}", FAR) for i in range(lo, min(keys, lo + batch))])
+    for a in range(advances):
+        logic.process([(f"due-{a}-{j}", a * SIZE) for j in range(fired)])
+    rebuild_s = None
+    if kind == "index":  # what a restore pays once: the index from the state
+        t0 = time.perf_counter()
+        logic.open(ctx)
+        rebuild_s = time.perf_counter() - t0
+    times = []
+    for a in range(advances):
+        t0 = time.perf_counter()
+        out = logic.on_watermark((a + 1) * SIZE)
+        times.append(time.perf_counter() - t0)
+        assert len(out) == fired, (kind, len(out))
+    assert len(ctx.state) == keys
+    return {
+        "open_keys": keys,
+        "fired_per_advance": fired,
+        "advance_s_median": statistics.median(times),
+        "advance_s": times,
+        "us_per_fired_window": statistics.median(times) / fired * 1e6,
+        "index_rebuild_s": rebuild_s,
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Print the table and write the JSON result."""
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--keys", default="10000,100000,1000000")
+    ap.add_argument("--fired", type=int, default=100)
+    ap.add_argument("--advances", type=int, default=5)
+    ap.add_argument("--out", default="bench/results")
+    args = ap.parse_args(argv)
+    rows = []
+    print(f"watermark advance, {args.fired} windows fired each (median of {args.advances})")
+    for keys in (int(k) for k in args.keys.split(",")):
+        for kind in ("scan", "index"):
+            gc.collect()
+            row = {"kind": kind, **measure(kind, keys, args.fired, args.advances)}
+            rows.append(row)
+            rebuild = row["index_rebuild_s"]
+            print(
+                f"  {keys:>9} open keys  {kind:5}  {row['advance_s_median'] * 1e3:10.3f} ms"
+                f"  ({row['us_per_fired_window']:.1f} µs per fired window)"
+                + (f"  index rebuild {rebuild:.2f} s" if rebuild is not None else "")
+            )
+    load = os.getloadavg()
+    print(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    path = Path(args.out) / f"windows-{stamp}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"loadavg": load, "window_size_ms": SIZE, "rows": rows}, indent=1))
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
