@@ -9,6 +9,7 @@ holds everything a timer is derived from (a window's end, a persisted user timer
 
 from __future__ import annotations
 
+import gc
 import heapq
 from collections.abc import Hashable, Iterable
 from typing import Any
@@ -34,6 +35,21 @@ class TimerIndex:
         self._live.add(entry)
         heapq.heappush(self._heap, (time, self._seq, key))
         self._seq += 1
+
+    def rebuild(self, timers: Iterable[tuple[int, Hashable]]) -> None:
+        """Replace every timer with ``timers`` at once (a restore): one ``heapify``, with
+        the garbage collector paused, since millions of new tuples would otherwise set off
+        full collections that walk the whole restored state."""
+        paused = gc.isenabled()
+        gc.disable()
+        try:
+            self._live = set(timers)
+            self._heap = [(t, i, k) for i, (t, k) in enumerate(self._live)]
+            heapq.heapify(self._heap)
+            self._seq = len(self._heap)
+        finally:
+            if paused:
+                gc.enable()
 
     def delete(self, time: int, key: Hashable) -> None:
         """Cancel the timer ``(time, key)`` if it is pending."""

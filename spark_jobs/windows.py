@@ -100,9 +100,11 @@ class FixedWindowLogic(_EventTimeWindows):
     def open(self, ctx: Context) -> None:
         """Take the restored state and watermark; rebuild the timer index from the state."""
         self._ctx, self._wm = ctx, ctx.watermark
-        self.timers.clear()
-        for (key, start), _acc in ctx.state.items():
-            self.timers.register(self._timer_time(start + self.size), (key, start))
+        size, late, wm = self.size, self.lateness, self._wm
+        self.timers.rebuild(
+            (s + size + (late if wm is not None and s + size <= wm else 0), (k, s))
+            for (k, s), _acc in ctx.state.items()
+        )
 
     def starts(self, t: int) -> list[int]:
         """Starts of the windows holding event time ``t``, latest first."""
@@ -201,10 +203,11 @@ class SessionWindowLogic(_EventTimeWindows):
     def open(self, ctx: Context) -> None:
         """Take the restored state and watermark; rebuild the timer index from the state."""
         self._ctx, self._wm = ctx, ctx.watermark
-        self.timers.clear()
-        for key, sessions in ctx.state.items():
-            for _start, end, _acc in sessions:
-                self.timers.register(self._timer_time(end), key)
+        self.timers.rebuild(
+            (self._timer_time(end), key)
+            for key, sessions in ctx.state.items()
+            for _start, end, _acc in sessions
+        )
 
     def process(self, records: Sequence[Record]) -> list[Record]:
         """Merge each record into its key's sessions; emit what ``emit`` asks for."""
