@@ -9,6 +9,7 @@ import pytest
 
 from channels.ids import TopicPartition
 from recovery.state import ChangelogState
+from spark_jobs.operators import ChainedLogic, MapLogic
 from spark_jobs.process import ProcessContext, ProcessLogic
 from tests.unit.test_windows import Ctx
 
@@ -168,3 +169,19 @@ def test_state_ttl_hides_expired_state_and_a_timer_removes_it() -> None:
     assert len(again.processing) == 1
     again.on_processing_time(clock.now + 500)
     assert ("v", "c", "seen") not in dict(again._state().items())
+
+
+def test_a_chain_passes_the_clock_to_its_process_function() -> None:
+    def fn(r: dict[str, Any], ctx: ProcessContext) -> None:
+        ctx.timers.register_processing_time(r["at"])
+
+    def on_timer(ts: int, ctx: ProcessContext) -> list[Any]:
+        return [{"key": ctx.key, "ts": ts}]
+
+    chain = ChainedLogic(
+        [MapLogic(dict), ProcessLogic(lambda r: r["key"], fn, on_timer, clock=Clock())]
+    )
+    chain.open(Ctx())
+    chain.process([{"key": "a", "at": 50}])
+    assert chain.on_processing_time(49) == []
+    assert chain.on_processing_time(50) == [{"key": "a", "ts": 50}]

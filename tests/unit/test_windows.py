@@ -339,3 +339,28 @@ def test_window_arguments_are_checked() -> None:
         keyed.session_window("x", gap=0, merge=merge, **common)
     with pytest.raises(PipelineDefinitionError, match="emit must be 'final' or 'updates'"):
         keyed.count_window("c", size=3, init=list, add=add, result=result, emit="all")
+
+
+def test_every_event_time_window_behind_a_source_without_watermarks_is_rejected() -> None:
+    p = Pipeline("w")
+    events = p.read_kafka("clicks", "in", schema=REC)
+    keyed = events.key_by(lambda r: r["k"])
+    common: dict[str, Any] = {
+        "event_time": lambda r: 0,
+        "init": list,
+        "add": add,
+        "result": result,
+        "schema": {"type": "record", "name": "W", "fields": [{"name": "key", "type": "long"}]},
+    }
+    keyed.hopping_window("hop", size=10, hop=5, **common).write_jsonl("o1", "/x")
+    keyed.sliding_window("slide", size=10, slide=5, **common).write_jsonl("o2", "/x")
+    keyed.session_window("sess", gap=5, merge=merge, **common).write_jsonl("o3", "/x")
+    keyed.count_window(
+        "count", size=3, init=list, add=add, result=result, schema=common["schema"]
+    ).write_jsonl("o4", "/x")
+    with pytest.raises(PipelineDefinitionError) as info:
+        p.plan("j")
+    msg = str(info.value)
+    for name in ("hop", "slide", "sess"):
+        assert f"window {name!r} would never fire: source 'clicks'" in msg
+    assert "'count' would never fire" not in msg  # count windows need no event time
