@@ -79,7 +79,10 @@ class ValueState:
 
     def update(self, value: Any) -> None:
         """Set the value (``None`` clears it)."""
-        self._w.put(self._sk, value) if value is not None else self.clear()
+        if value is None:
+            self.clear()
+        else:
+            self._w.put(self._sk, value)
 
     def clear(self) -> None:
         """Remove the value."""
@@ -136,7 +139,10 @@ class MapState:
         """Unset ``k``."""
         m = self._get()
         m.pop(k, None)
-        self._w.put(self._sk, m) if m else self.clear()
+        if m:
+            self._w.put(self._sk, m)
+        else:
+            self.clear()
 
     def items(self) -> list[tuple[str, Any]]:
         """Every (key, value), sorted by key."""
@@ -238,7 +244,10 @@ class ProcessLogic:
 
     def _index(self, domain: str, key: Any, ts: int, register: bool) -> None:
         idx, entry = (self.event, key) if domain == EVENT else (self.processing, ("u", key))
-        idx.register(ts, entry) if register else idx.delete(ts, entry)
+        if register:
+            idx.register(ts, entry)
+        else:
+            idx.delete(ts, entry)
 
     def _apply(self, w: _Writes) -> None:
         state = w.state
@@ -251,7 +260,10 @@ class ProcessLogic:
                 self.processing.register(v[0] + self.ttl[sk[2]], ("x", sk))
         for (domain, key, ts), register in w.timers.items():
             tk = ("t", key, domain, ts)
-            state.put(tk, 1) if register else state.delete(tk)
+            if register:
+                state.put(tk, 1)
+            else:
+                state.delete(tk)
             self._index(domain, key, ts, register)
 
     def _state(self) -> Any:
