@@ -97,7 +97,13 @@ def fixed_window(
         allowed_lateness_ms,
         emit,
     )
-    desc = {"op": op, "size": size, "hop": hop, "lateness": allowed_lateness_ms, "mode": emit}
+    desc: dict[str, Any] = {"op": op, "size": size}
+    # Only what differs from a plain tumbling window: its plan fingerprint (and so the
+    # checkpoints of jobs that ran before lateness and hops existed) stays as it was.
+    if hop != size:
+        desc["hop"] = hop
+    if allowed_lateness_ms or emit != "final":
+        desc.update(lateness=allowed_lateness_ms, mode=emit)
     return OperatorSpec(factory, avro, desc)
 
 
