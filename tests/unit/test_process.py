@@ -7,10 +7,13 @@ from typing import Any
 
 import pytest
 
+from channels.errors import PipelineDefinitionError
 from channels.ids import TopicPartition
 from recovery.state import ChangelogState
 from spark_jobs.operators import ChainedLogic, MapLogic
+from spark_jobs.pipeline import Pipeline
 from spark_jobs.process import ProcessContext, ProcessLogic
+from tests.integration import keyedops
 from tests.unit.test_windows import Ctx
 
 
@@ -185,3 +188,27 @@ def test_a_chain_passes_the_clock_to_its_process_function() -> None:
     chain.process([{"key": "a", "at": 50}])
     assert chain.on_processing_time(49) == []
     assert chain.on_processing_time(50) == [{"key": "a", "ts": 50}]
+
+
+def test_process_through_the_pipeline_api() -> None:
+    p = Pipeline("proc")
+    events = p.read_kafka("events", "in", schema=keyedops.EVENT, timestamp=lambda r: r["ts"])
+    events.key_by(lambda r: r["key"]).process(
+        "proc", keyedops.per_second, on_timer=keyedops.close_second, schema=keyedops.WINDOW
+    ).write_jsonl("out", "/x")
+    op = p.plan("j").operator("proc")
+    assert op.stateful
+    assert op.description == {"op": "process", "ttl_ms": {}}
+    assert op.make_logic is not None
+    logic = op.make_logic()
+    logic.open(Ctx())
+    logic.process([{"seq": 1, "key": "a", "ts": 1500, "kind": "on"}])
+    assert list(logic.on_watermark(2000)) == [
+        {"key": "a", "start": 1000, "end": 2000, "count": 1, "seqs": 1}
+    ]
+    with pytest.raises(PipelineDefinitionError, match="ttl_ms\\['x'\\] must be >= 1, got 0"):
+        events.key_by(lambda r: r["key"]).process(
+            "p2", keyedops.per_second, ttl_ms={"x": 0}, schema=keyedops.WINDOW
+        )
+    with pytest.raises(PipelineDefinitionError, match="operator 'p3' has no schema"):
+        events.key_by(lambda r: r["key"]).process("p3", keyedops.per_second)
