@@ -106,35 +106,43 @@ class FixedWindowLogic(_EventTimeWindows):
             for (k, s), _acc in ctx.state.items()
         )
 
-    def starts(self, t: int) -> list[int]:
-        """Starts of the windows holding event time ``t``, latest first."""
-        last = t - t % self.hop
-        return list(range(last, t - self.size, -self.hop))
-
     def process(self, records: Sequence[Record]) -> list[Record]:
         """Add each record to its open windows; emit what ``emit`` asks for."""
-        state, size = self._state(), self.size
+        state, size, hop = self._state(), self.size, self.hop
+        time_fn, key_fn, add, init, result = (
+            self.time_fn, self.key_fn, self.add, self.init, self.result
+        )  # fmt: skip
+        wm = self._wm
+        # Bounds on a window's start instead of per-window calls (the hot loop): a window
+        # is alive while start > alive_above, and has fired once start <= fired_upto.
+        alive_above = None if wm is None else wm - size - self.lateness
+        fired_upto = None if wm is None or self.emit == "updates" else wm - size
+        every = self.emit == "updates"
         touched: dict[tuple[Any, int], Any] = {}
         late: list[SetAside] = []
         out: list[Record] = []
         for r in records:
-            t = self.time_fn(r)
-            starts = [s for s in self.starts(t) if not self._expired(s + size)]
-            if not starts:
+            t = time_fn(r)
+            last = t - t % hop
+            if alive_above is not None and last <= alive_above:  # its latest window too
                 late.append(SetAside("late", self._late_reason(r, t), r))
                 continue
-            k = self.key_fn(r)
-            for s in reversed(starts):
+            first = last - (last - (t - size) - 1) // hop * hop
+            if alive_above is not None and first <= alive_above:
+                first += ((alive_above - first) // hop + 1) * hop
+            k = key_fn(r)
+            for s in range(first, last + 1, hop):
                 sk = (k, s)
                 acc = touched[sk] if sk in touched else _copy(state.get(sk))
-                acc = self.add(self.init() if acc is None else acc, r)
+                acc = add(init() if acc is None else acc, r)
                 touched[sk] = acc
-                if self.emit == "updates" or self._fired(s + size):
-                    out.append(self.result(k, s, s + size, acc))
+                if every or (fired_upto is not None and s <= fired_upto):
+                    out.append(result(k, s, s + size, acc))
         # State and timers change only once the whole call succeeded.
+        register, timer_time = self.timers.register, self._timer_time
         for sk, acc in touched.items():
             state.put(sk, acc)
-            self.timers.register(self._timer_time(sk[1] + size), sk)
+            register(timer_time(sk[1] + size), sk)
         self._set_aside(late)
         return out
 
