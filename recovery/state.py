@@ -171,6 +171,24 @@ class ChangelogState:
             self._decoded(k, v) if isinstance(v, bytes) else v for k, v in list(self._data.items())
         ]
 
+    def keys(self) -> list[Any]:
+        """All live keys. Restored values stay undecoded (a restore rebuilding an index
+        from the keys alone, such as a window operator's timers, skips their cost)."""
+        out = []
+        for k, v in self._data.items():
+            if not isinstance(v, bytes):
+                out.append(v[0])
+                continue
+            try:
+                out.append(_decode_key(k))
+            except ValueError as e:
+                raise SpillwayError(
+                    f"changelog {self.tp} holds a corrupt state key "
+                    f"{k.decode(errors='replace')}: {e}. The changelog topic was written by "
+                    "something other than this subtask"
+                ) from e
+        return out
+
     def __len__(self) -> int:
         return len(self._data)
 
