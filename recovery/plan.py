@@ -51,8 +51,6 @@ class KeyedState(Protocol):
 
     def items(self) -> Iterable[tuple[Any, Any]]: ...
 
-    def keys(self) -> Iterable[Any]: ...
-
 
 class Logic(Protocol):
     """A transforming operator: records in, records out."""
