@@ -68,6 +68,23 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument(
         "--global-interval", type=float, default=2.0, help="seconds between global checkpoints"
     )
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        metavar="N",
+        help="serve Prometheus metrics of the run on http://HOST:N/metrics (driver)",
+    )
+    p.add_argument(
+        "--metrics-host", default="127.0.0.1", help="address the metrics endpoint binds to"
+    )
+    p.add_argument(
+        "--progress",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="progress line on stderr (auto: on; redrawn in place on a terminal, "
+        "a plain line every 10 s otherwise)",
+    )
     p.add_argument("--replication-factor", type=int, default=1)
     p.add_argument("--min-insync-replicas", type=int, default=1)
     add_pipeline_conf(p, env=True)
@@ -110,6 +127,9 @@ def _run(args: argparse.Namespace) -> int:
         channel_codec=args.channel_codec,
         conf=conf,
         forward_env=forward_env,
+        metrics_port=args.metrics_port,
+        metrics_host=args.metrics_host,
+        progress=args.progress != "off",
     )
     results = run_on_spark(config, rewind_to=args.from_checkpoint)
     for r in results:

@@ -1,0 +1,163 @@
+"""Metrics from events and heartbeats, their Prometheus form, and the progress line."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from recovery.metrics import JobMetrics, Snapshot, SubtaskMetrics
+from recovery.plandoc import InputDoc, OperatorDoc, PlanDoc
+from spark_jobs.metrics_http import SnapshotCollector, families
+from spark_jobs.progress import ProgressLine, percent_done, render
+
+CH = "spillway.j.src-count"
+PLAN = PlanDoc(
+    (
+        OperatorDoc("src", 2, "source", False, "spillway.j.ckpt.src", ()),
+        OperatorDoc("count", 1, "reduce", True, "spillway.j.ckpt.count", (InputDoc(CH, 1),)),
+    )
+)
+RUN = "r1"
+
+
+def ev(kind: str, op: str, i: int, attempt: int, pid: int, **kw: Any) -> dict[str, Any]:
+    """An event-log document as EventLog.emit writes it."""
+    return {"event": kind, "operator": op, "index": i, "attempt": attempt, "run": RUN,
+            "pid": pid, "host": "h", "time": 100.0 + attempt, **kw}  # fmt: skip
+
+
+def beat(op: str, i: int, attempt: int, pid: int, t: float, **kw: Any) -> dict[str, Any]:
+    """A heartbeat document with livestats fields."""
+    return {"operator": op, "index": i, "attempt": attempt, "run": RUN, "pid": pid,
+            "host": "h", "time": t, **kw}  # fmt: skip
+
+
+def test_restart_replay_and_counts_across_incarnations() -> None:
+    m = JobMetrics(PLAN, RUN)
+    m.event(ev("fencing", "count", 0, 0, 10))
+    m.event(ev("started", "count", 0, 0, 10, replay={}))
+    m.heartbeat(beat("count", 0, 0, 10, 101, records_in=500, records_out=5, checkpoints=3))
+    # attempt 0 is SIGKILLed; attempt 1 restores and replays 120 records of partition 0
+    m.event(ev("fencing", "count", 0, 1, 11))
+    m.event(ev("started", "count", 0, 1, 11, replay={f"{CH}[0]": [400, 520, 0]}))
+    m.heartbeat(
+        beat(
+            "count", 0, 1, 11, 103.0,
+            records_in=200, records_out=2, checkpoints=1, checkpoint=7, checkpoint_time=102.5,
+            checkpoint_s=0.02, commit_s=0.01, state_keys=42,
+            checkpointed={f"{CH}[0]": 600}, positions={f"{CH}[0]": 610},
+            replay={f"{CH}[0]": [400, 520, 120]},
+        )
+    )  # fmt: skip
+    m.heartbeat(beat("count", 0, 0, 10, 99, records_in=400))  # late, older: ignored
+    m.ends({f"{CH}[0]": 650})
+    m.event({"event": "fencing", "operator": "count", "index": 0, "run": "other", "pid": 1})
+    snap = m.snapshot(now=104.0)
+    c = {s.name: s for s in snap.subtasks}["count[0]"]
+    assert (c.state, c.restarts) == ("running", 1)
+    assert (c.records_in, c.records_out, c.checkpoints) == (700, 7, 4)
+    assert c.replayed == {f"{CH}[0]": 120}
+    assert c.replay_debt == {f"{CH}[0]": 50}
+    assert c.lag == {f"{CH}[0]": 40}
+    assert (c.checkpoint, c.checkpoint_age_s, c.checkpoint_s, c.commit_s) == (7, 1.5, 0.02, 0.01)
+    assert c.state_keys == 42
+    assert not c.source
+    src = {s.name: s for s in snap.subtasks}["src[1]"]
+    assert (src.state, src.restarts, src.records_in, src.source) == ("not started", 0, 0, True)
+
+
+def test_finished_subtask_owes_nothing_and_is_done() -> None:
+    m = JobMetrics(PLAN, RUN)
+    for i in range(2):
+        m.event(ev("fencing", "src", i, 0, 20 + i))
+        m.event(ev("started", "src", i, 0, 20 + i, replay={}))
+        m.heartbeat(beat("src", i, 0, 20 + i, 101, records_in=10, progress=[10, 50]))
+    m.event(ev("finished", "src", 0, 0, 20, records_in=50, records_out=50, replay={}))
+    snap = m.snapshot(now=105.0)
+    s0, s1 = snap.subtasks[0], snap.subtasks[1]
+    assert (s0.state, s0.records_in, s0.progress) == ("finished", 50, (50, 50))
+    assert (s1.state, s1.records_in, s1.progress) == ("running", 10, (10, 50))
+    # count[0] has no progress report: a bound is known only for the sources
+    assert percent_done(snap) == 60.0
+
+
+def test_global_checkpoint_durations() -> None:
+    m = JobMetrics(PLAN, RUN)
+    m.global_checkpoint({"id": 2, "duration_s": 0.3})
+    m.global_checkpoint({"id": 1, "duration_s": 0.1})
+    m.global_checkpoint({"id": 2, "duration_s": 0.3})  # read twice: counted once
+    m.global_checkpoint({"note": "not a summary"})
+    assert m.snapshot(1.0).global_durations_s == [0.1, 0.3]
+
+
+def scrape(snap: Snapshot) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SnapshotCollector("j", lambda: snap))
+    text = generate_latest(registry).decode()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+    }
+
+
+def test_prometheus_text() -> None:
+    s = SubtaskMetrics("count", 0, state="running", restarts=2, records_in=7, checkpoint=3,
+                       checkpoint_s=0.5, replay_debt={"t[0]": 4}, replayed={"t[0]": 9})  # fmt: skip
+    got = scrape(Snapshot([s], [0.2, 3.0]))
+    lab = (("index", "0"), ("job_id", "j"), ("operator", "count"))
+    part = tuple(sorted((*lab, ("partition", "t[0]"))))
+    assert got[("spillway_subtask_restarts_total", lab)] == 2
+    assert got[("spillway_subtask_records_in_total", lab)] == 7
+    assert got[("spillway_subtask_checkpoint_id", lab)] == 3
+    assert got[("spillway_subtask_checkpoint_duration_seconds", lab)] == 0.5
+    assert got[("spillway_subtask_replay_debt_offsets", part)] == 4
+    assert got[("spillway_subtask_replayed_records_total", part)] == 9
+    assert got[("spillway_subtask_state", tuple(sorted((*lab, ("state", "running")))))] == 1
+    assert ("spillway_subtask_commit_latency_seconds", lab) not in got  # unknown: no sample
+    h = "spillway_global_checkpoint_duration_seconds"
+    assert got[(f"{h}_bucket", (("job_id", "j"), ("le", "0.25")))] == 1
+    assert got[(f"{h}_bucket", (("job_id", "j"), ("le", "+Inf")))] == 2
+    assert got[(f"{h}_count", (("job_id", "j"),))] == 2
+    assert got[(f"{h}_sum", (("job_id", "j"),))] == 3.2
+    assert len(families("j", Snapshot([], []))) == 14
+
+
+def snap_of(records: int, restarts: int = 0, progress: tuple[int, int] | None = None) -> Snapshot:
+    src = SubtaskMetrics("src", 0, state="running", records_in=records, checkpoints=4,
+                         restarts=restarts, source=True, progress=progress)  # fmt: skip
+    sink = SubtaskMetrics("sink", 0, state="finished", records_in=records * 2, checkpoints=2)
+    return Snapshot([src, sink], [])
+
+
+def test_render_line() -> None:
+    line = render("clicks", snap_of(12_000, 1, (12_000, 48_000)), snap_of(2_000), 2.0)
+    assert line == (
+        "clicks: 12,000 records (5,000/s) · 6 checkpoints · 1 restart · "
+        "1/2 subtasks finished · 25% done"
+    )
+    assert render("c", Snapshot(snap_of(3).subtasks, [0.1, 0.2]), None, 0.0) == (
+        "c: 3 records (0/s) · 6 checkpoints · 2 global · 0 restarts · 1/2 subtasks finished"
+    )
+
+
+class Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_line_redraws_on_a_terminal_and_prints_lines_elsewhere() -> None:
+    tty, plain = Tty(), io.StringIO()
+    for out in (tty, plain):
+        p = ProgressLine("j", lambda: snap_of(5), out=out, every_s=3600, plain_every_s=3600)
+        p.start()
+        p.stop()
+    assert tty.getvalue() == (
+        "\rj: 5 records (0/s) · 6 checkpoints · 0 restarts · 1/2 subtasks finished\x1b[K\n"
+    )
+    assert plain.getvalue() == (
+        "[progress] j: 5 records (0/s) · 6 checkpoints · 0 restarts · 1/2 subtasks finished\n"
+    )
