@@ -221,6 +221,8 @@ def run_on_spark(
     )
     if config.master:
         builder = builder.master(config.master)
+    if config.progress:  # Spark's own stage bar would overwrite our progress line
+        builder = builder.config("spark.ui.showConsoleProgress", "false")
     spark = builder.getOrCreate()
     try:
         sc = spark.sparkContext

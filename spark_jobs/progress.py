@@ -76,7 +76,8 @@ class ProgressLine:
         self._prev: tuple[Snapshot, float] | None = None
 
     def start(self) -> None:
-        """Start drawing."""
+        """Start drawing (the first rate is measured from here)."""
+        self._prev = (self._snapshot(), time.monotonic())
         self._thread.start()
 
     def stop(self) -> None:
