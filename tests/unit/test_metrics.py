@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import io
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from channels.ids import JobId, OperatorName, SubtaskId
 from recovery.metrics import JobMetrics, Snapshot, SubtaskMetrics
 from recovery.plandoc import InputDoc, OperatorDoc, PlanDoc
 from spark_jobs.metrics_http import SnapshotCollector, families
 from spark_jobs.progress import ProgressLine, percent_done, render
+from spark_jobs.sources import FileSource, GeneratorSource
 
 CH = "spillway.j.src-count"
 PLAN = PlanDoc(
@@ -21,6 +25,12 @@ PLAN = PlanDoc(
     )
 )
 RUN = "r1"
+
+
+@dataclass
+class FakeContext:
+    subtask: SubtaskId
+    state: Any = None
 
 
 def ev(kind: str, op: str, i: int, attempt: int, pid: int, **kw: Any) -> dict[str, Any]:
@@ -161,3 +171,24 @@ def test_progress_line_redraws_on_a_terminal_and_prints_lines_elsewhere() -> Non
     assert plain.getvalue() == (
         "[progress] j: 5 records (0/s) · 6 checkpoints · 0 restarts · 1/2 subtasks finished\n"
     )
+
+
+def test_bounded_sources_report_progress_in_their_own_units(tmp_path: Path) -> None:
+    gen = GeneratorSource(lambda i: {"i": i}, 10, 3)
+    gen.open(FakeContext(SubtaskId(JobId("j"), OperatorName("src"), 1)), {})
+    assert gen.progress() == (0, 3)  # indices 1, 4, 7
+    assert [r["i"] for r in gen.read(2) or []] == [1, 4]
+    assert gen.progress() == (2, 3)
+    gen.read(5)
+    assert gen.progress() == (3, 3)
+    unbounded = GeneratorSource(lambda i: {"i": i}, None, 1)
+    unbounded.open(FakeContext(SubtaskId(JobId("j"), OperatorName("src"), 0)), {})
+    assert unbounded.progress() is None
+    for n in range(3):
+        (tmp_path / f"{n}.jsonl").write_text('{"x": 1}\n')
+    files = FileSource(str(tmp_path / "*.jsonl"), "jsonl", 1)
+    files.open(FakeContext(SubtaskId(JobId("j"), OperatorName("src"), 0)), {})
+    assert files.progress() == (0, 3)
+    while files.read(100) is not None:
+        pass
+    assert files.progress() == (3, 3)
