@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from typing import Any
 
 from channels.config import CODECS
@@ -95,6 +96,11 @@ def add_parser(subparsers: Any) -> None:
 def _run(args: argparse.Namespace) -> int:
     from spark_jobs.driver import JobConfig, run_on_spark, subtask_count
 
+    # As `python -m` and uvicorn's --app-dir do: a pipeline module in the current directory
+    # (a checkout's chaos/ or tests/, a user's project) imports with the installed command,
+    # on the driver and, through spark.executorEnv.PYTHONPATH, in every task.
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
     if args.task_attempts < 1:
         raise ConfigError(f"--task-attempts must be >= 1, got {args.task_attempts}")
     conf = parse_conf(args.conf)
