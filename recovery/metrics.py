@@ -6,6 +6,8 @@ partitions' ends (:meth:`JobMetrics.ends`); :meth:`JobMetrics.snapshot` gives th
 The driver serves them to Prometheus (:mod:`spark_jobs.metrics_http`) and the progress
 line renders them (:mod:`spark_jobs.progress`).
 
+A subtask whose current incarnation went silent (no event or heartbeat for
+:data:`~recovery.heartbeat.LOST_AFTER_S`) is ``lost``, as in ``spillway status``.
 Counters survive restarts: an incarnation's counts start at zero again, so a subtask's
 ``records_in`` is the sum over its incarnations of the newest count each reported (a
 replayed record counts again: it was processed again). Restarts and states come from the
@@ -18,8 +20,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from recovery.heartbeat import LOST_AFTER_S
 from recovery.plandoc import PlanDoc
-from recovery.status import Incarnation, SubtaskLog, fold_events
+from recovery.status import Incarnation, SubtaskLog, fold_events, liveness
 
 
 @dataclass
@@ -155,6 +158,13 @@ class JobMetrics:
         beat = self._beat.get(key)
         if beat is not None and (log is None or _inc(beat) == log.incarnation):
             _from_beat(m, beat, now)
+        else:
+            beat = None  # an older incarnation's
+        if log is not None:  # "lost": restoring or running, but silent (recovery.status)
+            seen = [log.last_event] if log.last_event is not None else []
+            if beat is not None and isinstance(beat.get("time"), int | float):
+                seen.append(float(beat["time"]))
+            m.state = liveness(m.state, max(seen, default=None), now, LOST_AFTER_S)
         finished = key in self._finished or m.state == "finished"
         for topic in inputs:
             tp = f"{topic}[{index}]"

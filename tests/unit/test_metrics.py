@@ -77,6 +77,9 @@ def test_restart_replay_and_counts_across_incarnations() -> None:
     assert not c.source
     src = {s.name: s for s in snap.subtasks}["src[1]"]
     assert (src.state, src.restarts, src.records_in, src.source) == ("not started", 0, 0, True)
+    # count[0]'s newest sign of life is its heartbeat at 103.0: lost 5 s later (LOST_AFTER_S)
+    assert m.snapshot(now=108.0).subtasks[2].state == "running"
+    assert m.snapshot(now=108.1).subtasks[2].state == "lost"
 
 
 def test_finished_subtask_owes_nothing_and_is_done() -> None:
