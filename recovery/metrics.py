@@ -59,6 +59,7 @@ class Snapshot:
 
     subtasks: list[SubtaskMetrics]
     global_durations_s: list[float]
+    time: float = 0.0  # wall time it was taken
 
     def total(self, attr: str) -> int:
         """Sum of an integer attribute (e.g. ``records_in``) over subtasks."""
@@ -141,7 +142,7 @@ class JobMetrics:
         for op in self.plan.operators:
             for i in range(op.parallelism):
                 out.append(self._subtask(op.name, i, [c.topic for c in op.inputs], now))
-        return Snapshot(out, [self._global[n] for n in sorted(self._global)])
+        return Snapshot(out, [self._global[n] for n in sorted(self._global)], now)
 
     def _subtask(self, name: str, index: int, inputs: list[str], now: float) -> SubtaskMetrics:
         key = f"{name}[{index}]"

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import sys
 import threading
-import time
 from collections.abc import Callable
 from typing import TextIO
 
@@ -73,11 +72,12 @@ class ProgressLine:
         self._every_s = every_s if self._tty else plain_every_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="progress", daemon=True)
-        self._prev: tuple[Snapshot, float] | None = None
+        self._prev: Snapshot | None = None
+        self._line: str | None = None
 
     def start(self) -> None:
         """Start drawing (the first rate is measured from here)."""
-        self._prev = (self._snapshot(), time.monotonic())
+        self._prev = self._snapshot()
         self._thread.start()
 
     def stop(self) -> None:
@@ -95,10 +95,15 @@ class ProgressLine:
             self._draw()
 
     def _draw(self) -> None:
-        snap, now = self._snapshot(), time.monotonic()
-        prev, then = self._prev if self._prev is not None else (None, now)
-        line = render(self._job, snap, prev, now - then)
-        self._prev = (snap, now)
-        # \r and "erase to end of line": the line is redrawn in place on a terminal.
-        self._out.write(f"\r{line}\x1b[K" if self._tty else f"[progress] {line}\n")
+        snap = self._snapshot()
+        prev = self._prev
+        # The rate is measured between snapshots (taken about once a second by the metrics
+        # feed); a snapshot not renewed since the last draw keeps the last line's rate.
+        if self._line is None or prev is None or snap.time != prev.time:
+            self._line = render(self._job, snap, prev, snap.time - prev.time if prev else 0.0)
+            self._prev = snap
+        # A terminal: redrawn in place ("erase to end of line"), and the cursor is left at
+        # the line's start, so a log line written meanwhile by a Spark worker overwrites it
+        # instead of being appended to it; the next draw comes back below.
+        self._out.write(f"\r{self._line}\x1b[K\r" if self._tty else f"[progress] {self._line}\n")
         self._out.flush()

@@ -169,7 +169,7 @@ def test_progress_line_redraws_on_a_terminal_and_prints_lines_elsewhere() -> Non
         p.start()
         p.stop()
     assert tty.getvalue() == (
-        "\rj: 5 records (0/s) · 6 checkpoints · 0 restarts · 1/2 subtasks finished\x1b[K\n"
+        "\rj: 5 records (0/s) · 6 checkpoints · 0 restarts · 1/2 subtasks finished\x1b[K\r\n"
     )
     assert plain.getvalue() == (
         "[progress] j: 5 records (0/s) · 6 checkpoints · 0 restarts · 1/2 subtasks finished\n"
@@ -195,3 +195,20 @@ def test_bounded_sources_report_progress_in_their_own_units(tmp_path: Path) -> N
     while files.read(100) is not None:
         pass
     assert files.progress() == (3, 3)
+
+
+def test_progress_rate_is_measured_between_renewed_snapshots() -> None:
+    def at(t: float, records: int) -> Snapshot:
+        s = snap_of(records)
+        s.time = t
+        return s
+
+    feed = iter([at(10.0, 0), at(10.0, 0), at(12.0, 10), at(12.0, 10), at(13.0, 10)])
+    out = io.StringIO()
+    p = ProgressLine("j", lambda: next(feed), out=out, every_s=3600, plain_every_s=3600)
+    p.start()  # first snapshot: the rate's origin
+    for _ in range(3):
+        p._draw()
+    p.stop()
+    rates = [line.split("(")[1].split(")")[0] for line in out.getvalue().splitlines()]
+    assert rates == ["0/s", "5/s", "5/s", "0/s"]
