@@ -35,7 +35,8 @@ def source_records(snap: Snapshot) -> int:
 
 
 def render(job: str, snap: Snapshot, prev: Snapshot | None, dt_s: float) -> str:
-    """The progress line: records read and rate, checkpoints, restarts, finished, percent."""
+    """The progress line: records read and rate, checkpoints, restarts, lost subtasks (if
+    any), finished subtasks and, for a bounded job, percent done."""
     n = source_records(snap)
     rate = (n - source_records(prev)) / dt_s if prev is not None and dt_s > 0 else 0.0
     restarts = snap.total("restarts")
@@ -46,6 +47,9 @@ def render(job: str, snap: Snapshot, prev: Snapshot | None, dt_s: float) -> str:
         f"{restarts} restart{'' if restarts == 1 else 's'}",
         f"{finished}/{len(snap.subtasks)} subtasks finished",
     ]
+    lost = sum(1 for s in snap.subtasks if s.state == "lost")
+    if lost:  # killed and not restarted yet (or its machine is gone)
+        parts.insert(3, f"{lost} lost")
     if snap.global_durations_s:
         parts.insert(2, f"{len(snap.global_durations_s)} global")
     pct = percent_done(snap)

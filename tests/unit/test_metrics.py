@@ -152,6 +152,11 @@ def test_render_line() -> None:
         "clicks: 12,000 records (5,000/s) · 6 checkpoints · 1 restart · "
         "1/2 subtasks finished · 25% done"
     )
+    lost = snap_of(1, 1)
+    lost.subtasks[0].state = "lost"
+    assert render("c", lost, None, 0.0) == (
+        "c: 1 records (0/s) · 6 checkpoints · 1 restart · 1 lost · 1/2 subtasks finished"
+    )
     assert render("c", Snapshot(snap_of(3).subtasks, [0.1, 0.2]), None, 0.0) == (
         "c: 3 records (0/s) · 6 checkpoints · 2 global · 0 restarts · 1/2 subtasks finished"
     )
