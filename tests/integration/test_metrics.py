@@ -126,3 +126,40 @@ def test_metrics_show_the_restart_and_the_replay_of_a_killed_subtask(
     last = lines[-1]
     assert last.startswith(f"[progress] {unique}: {RECORDS:,} records ("), last
     assert last.endswith(" · 1 restart · 8/8 subtasks finished · 100% done"), last
+
+
+def test_metrics_show_global_checkpoint_durations_as_the_coordinator_logs_them(
+    kafka_bootstrap: str, unique: str, clicks_env: Path, tmp_path: Path
+) -> None:
+    port = free_port()
+    log = tmp_path / "driver.log"
+    cmd = [sys.executable, "-m", "spark_jobs.cli", "run", REF, "--job-id", unique]
+    cmd += ["--bootstrap", kafka_bootstrap, "--master", "local[8,2]", "--metrics-port", str(port)]
+    cmd += ["--checkpoint-mode", "unaligned", "--global-interval", "1"]
+    env = {**os.environ, "CLICKS_RATE": str(RECORDS / 2 / 12)}
+    with open(log, "wb") as out:
+        driver = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
+    last: Samples = {}
+    try:
+        deadline = time.monotonic() + 300  # only stops a hang
+        while driver.poll() is None and time.monotonic() < deadline:
+            last = scrape(port) or last
+            time.sleep(0.5)
+        assert driver.wait(300) == 0, log.read_text()[-3000:]
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+    h = "spillway_global_checkpoint_duration_seconds"
+    count = int(last[(f"{h}_count", (("job_id", unique),))])
+    total = last[(f"{h}_sum", (("job_id", unique),))]
+    # The coordinator logs each completed checkpoint's duration (3 decimals) in id order;
+    # the metrics fold the same records, so the first `count` of them add up to the sum.
+    logged = [
+        float(line.rsplit(" in ", 1)[1].rstrip("s"))
+        for line in log.read_text().splitlines()
+        if "global checkpoint " in line and f" of {unique} complete in " in line
+    ]
+    assert 1 <= count <= len(logged)
+    assert abs(sum(logged[:count]) - total) <= 0.0005 * count + 1e-9
+    assert read_output(clicks_env) == clicks.reference(RECORDS)
