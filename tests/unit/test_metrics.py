@@ -5,8 +5,9 @@ from __future__ import annotations
 import io
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
+import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -217,3 +218,67 @@ def test_progress_rate_is_measured_between_renewed_snapshots() -> None:
     p.stop()
     rates = [line.split("(")[1].split(")")[0] for line in out.getvalue().splitlines()]
     assert rates == ["0/s", "5/s", "5/s", "0/s"]
+
+
+class _Msg:
+    def __init__(self, p: int, off: int) -> None:
+        self.p, self.off = p, off
+
+    def partition(self) -> int:
+        return self.p
+
+    def offset(self) -> int:
+        return self.off
+
+    def value(self) -> bytes:
+        return b'{"n": 1}'
+
+
+class _Topic:
+    """Stands in for Admin and AssignedConsumer: partitions 0-1 hold offsets [10, 30)."""
+
+    batches: ClassVar[list[list[_Msg]]] = []
+
+    def __init__(self, *_a: Any) -> None:
+        pass
+
+    def partition_counts(self) -> dict[str, int]:
+        return {"in": 2}
+
+    def watermarks(self, tp: Any) -> tuple[int, int]:
+        return 10, 30
+
+    def assign(self, starts: Any) -> None:
+        pass
+
+    def consume(self, n: int, timeout: float) -> list[_Msg]:
+        return _Topic.batches.pop(0) if _Topic.batches else []
+
+    def position(self, tp: Any) -> int | None:
+        return None
+
+
+def test_bounded_kafka_source_progress_counts_offsets_up_to_its_fixed_ends(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import spark_jobs.sources as sources
+
+    monkeypatch.setattr(sources, "Admin", _Topic)
+    monkeypatch.setattr(sources, "AssignedConsumer", _Topic)
+    _Topic.batches = [[_Msg(0, o) for o in range(10, 20)] + [_Msg(1, 10)]]
+    src = sources.KafkaTopicSource("in", 1, True)
+    src.open(FakeKafkaContext(SubtaskId(JobId("j"), OperatorName("src"), 0)), {})
+    assert src.progress() == (0, 40)
+    assert len(src.read(100) or []) == 11
+    assert src.progress() == (11, 40)
+    # Restarted from that position: the same units, from the same log start.
+    again = sources.KafkaTopicSource("in", 1, True)
+    again.open(FakeKafkaContext(SubtaskId(JobId("j"), OperatorName("src"), 0)), src.position())
+    assert again.progress() == (11, 40)
+    assert sources.KafkaTopicSource("in", 1, False).progress() is None
+
+
+@dataclass
+class FakeKafkaContext:
+    subtask: SubtaskId
+    kafka: Any = None
