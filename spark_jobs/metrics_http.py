@@ -23,6 +23,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from channels.config import KafkaSettings
+from channels.errors import ConfigError
 from channels.ids import JobId, Offset, TopicPartition
 from channels.kafka.consumer import AssignedConsumer
 from recovery.events import events_topic
@@ -196,7 +197,13 @@ def serve(feed: Callable[[], Snapshot], job: str, host: str, port: int) -> Calla
     """Serve ``/metrics`` on ``host:port`` (a thread); returns the function that stops it."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(SnapshotCollector(job, feed))
-    server, thread = start_http_server(port, addr=host, registry=registry)
+    try:
+        server, thread = start_http_server(port, addr=host, registry=registry)
+    except OSError as e:  # in use, or not an address of this machine
+        raise ConfigError(
+            f"--metrics-port {port}: cannot serve metrics on {host}:{port} ({e.strerror or e}); "
+            "choose a free port (or --metrics-host)"
+        ) from None
     log.info("metrics of %s on http://%s:%d/metrics", job, host, server.server_port)
 
     def stop() -> None:

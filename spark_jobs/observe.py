@@ -32,10 +32,16 @@ def observed(
     from spark_jobs.progress import ProgressLine
 
     feed = MetricsFeed(settings, job, plan, run_id)
+    try:
+        stop_serving = (
+            serve(feed.snapshot, job, metrics_host, metrics_port)
+            if metrics_port is not None
+            else None
+        )
+    except BaseException:
+        feed.stop()
+        raise
     feed.start()
-    stop_serving = (
-        serve(feed.snapshot, job, metrics_host, metrics_port) if metrics_port is not None else None
-    )
     line = ProgressLine(job, feed.snapshot) if progress else None
     if line is not None:
         line.start()

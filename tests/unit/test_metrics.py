@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import socket
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -11,10 +13,11 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from channels.errors import ConfigError
 from channels.ids import JobId, OperatorName, SubtaskId
 from recovery.metrics import JobMetrics, Snapshot, SubtaskMetrics
 from recovery.plandoc import InputDoc, OperatorDoc, PlanDoc
-from spark_jobs.metrics_http import SnapshotCollector, families
+from spark_jobs.metrics_http import SnapshotCollector, families, serve
 from spark_jobs.progress import ProgressLine, percent_done, render
 from spark_jobs.sources import FileSource, GeneratorSource
 
@@ -282,3 +285,19 @@ def test_bounded_kafka_source_progress_counts_offsets_up_to_its_fixed_ends(
 class FakeKafkaContext:
     subtask: SubtaskId
     kafka: Any = None
+
+
+def test_serve_answers_on_loopback_and_a_taken_port_is_a_clear_error() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(ConfigError, match=rf"--metrics-port {port}: cannot serve metrics"):
+            serve(lambda: snap_of(3), "j", "127.0.0.1", port)
+    stop = serve(lambda: snap_of(3), "j", "127.0.0.1", port)
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+            text = r.read().decode()
+    finally:
+        stop()
+    assert 'spillway_subtask_records_in_total{index="0",job_id="j",operator="src"} 3.0' in text
