@@ -94,8 +94,10 @@ class JobMetrics:
 
     def event(self, e: Mapping[str, Any]) -> None:
         """Take one event-log document (oldest first)."""
-        if not self._ours(e) or "operator" not in e:
-            return
+        if not self._ours(e) or "operator" not in e or e.get("event") == "checkpointed":
+            return  # checkpointed: one per subtask per global checkpoint, and heartbeats
+            # already show the subtask alive; kept, they would make every snapshot's fold
+            # grow with the job's age
         self._events.append(e)
         key = f"{e['operator']}[{e.get('index')}]"
         if e.get("event") == "finished":
