@@ -23,7 +23,7 @@ test: $(STAMP) lint typecheck
 	$(BIN)/python -m pytest tests --durations=15
 
 lint: $(STAMP)
-	$(BIN)/ruff check channels offsets recovery spark_jobs bench chaos tests
+	$(BIN)/ruff check spillway channels offsets recovery spark_jobs bench chaos tests
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

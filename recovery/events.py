@@ -11,7 +11,7 @@ import json
 import os
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from confluent_kafka import KafkaError, Producer
@@ -46,9 +46,18 @@ class EventLog:
         self._topic = events_topic(subtask.job)
         self._producer = Producer({**settings.base(), "enable.idempotence": True, "linger.ms": 0})
         self._heartbeat = Heartbeat(
-            self._producer, heartbeats_topic(subtask.job), str(subtask).encode(), self._identity
+            self._producer, heartbeats_topic(subtask.job), str(subtask).encode(), self._beat
         )
         self._beating = False
+        # More heartbeat fields (recovery.livestats); called from the heartbeat thread.
+        self.extra: Callable[[], Mapping[str, Any]] = dict
+
+    def _beat(self) -> dict[str, Any]:
+        try:
+            extra = dict(self.extra())
+        except Exception:  # a beat without figures still says the subtask is alive
+            extra = {}
+        return {**extra, **self._identity()}
 
     def _identity(self) -> dict[str, Any]:
         # Heartbeats and events of one incarnation match on these (recovery.status).

@@ -36,6 +36,7 @@ from recovery.failures import emit_failure, failure_fields, process_failure, sou
 from recovery.faults import Faults
 from recovery.gcpolicy import streaming_collector
 from recovery.lifecycle import Lifecycle, Phase
+from recovery.livestats import LiveStats
 from recovery.origins import UNKNOWN, Origins, Same, TopicOffset
 from recovery.plan import JobPlan, Logic, Record, Sink, Source
 from recovery.state import ChangelogState
@@ -189,6 +190,8 @@ class SubtaskRunner:
             else self.producer
         )
         self.events = EventLog(settings, subtask, attempt, options.run_id)
+        self.live = LiveStats()
+        self.events.extra = lambda: self.live.doc(self.result, self.reader, self.state, self.source)
         self.faults = Faults(subtask, attempt)
         self.result = SubtaskResult(str(subtask), attempt, "created")
         self.state = (
@@ -642,6 +645,7 @@ class SubtaskRunner:
         self, finished: bool, stopping: bool = False, global_id: int | None = None
     ) -> None:
         self.lifecycle.to(Phase.CHECKPOINTING)
+        t0 = time.monotonic()
         cid = self._seq.next()
         for w in self.writers:
             w.flush_batches()
@@ -694,7 +698,10 @@ class SubtaskRunner:
         if self.faults.armed:
             self._flush_and_reach("after-produce")
         reached = self._crash_point if self.faults.armed else None
+        t1 = time.monotonic()
         commit_checkpoint(self.producer, self.store, ckpt, metadata, reached)
+        t2 = time.monotonic()
+        self.live.checkpointed(cid, ckpt.wall_time, t2 - t0, t2 - t1, inputs)
         self._ckpt_bytes = (self.producer.txn_bytes - spilled, spilled)
         self.faults.reached("after-final-commit" if finished else "after-commit")
         if self.sink is not None:

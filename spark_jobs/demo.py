@@ -105,7 +105,9 @@ def run_demo(
     ref = "spark_jobs.examples.clicks:pipeline"
     n = subtask_count(ref, job)
     settings = KafkaSettings(bootstrap)
-    config = JobConfig(ref, job, bootstrap, master=f"local[{n},4]", task_attempts=4)
+    config = JobConfig(
+        ref, job, bootstrap, master=f"local[{n},4]", task_attempts=4, progress=True
+    )
     _say(
         f"job {job}: {records:,} clicks over ~{duration_s:.0f}s, parallelism {parallelism}, "
         f"{n} subtasks on Spark local[{n},4]"
@@ -129,10 +131,7 @@ def run_demo(
     killed_at, killed_pid = _kill_when_ready(
         settings, JobId(job), op_name, kill_index, parallelism, kill_after, thread
     )
-    while thread.is_alive():
-        thread.join(5)
-        if thread.is_alive():
-            _progress(settings, JobId(job), parallelism, records)
+    thread.join()  # the driver draws the progress line meanwhile (spark_jobs.progress)
     wall = time.monotonic() - t0
     if failure:
         _say(f"FAILED: the job raised {failure[0]!r}")
@@ -191,30 +190,6 @@ def _pid_of(settings: KafkaSettings, job: JobId, op: str, index: int) -> int | N
         if e.get("event") == "started" and e.get("operator") == op and e.get("index") == index:
             pid = int(e["pid"])
     return pid
-
-
-def _progress(settings: KafkaSettings, job: JobId, parallelism: int, records: int) -> None:
-    events = list(read_events(settings, job))
-    done = sum(1 for e in events if e.get("event") in ("finished", "skipped"))
-    restarts = sum(1 for e in events if e.get("event") == "started" and e["attempt"] > 0)
-    parts = []
-    emitted = 0
-    for op in ("clicks", "enrich", "count", "out"):
-        store = CheckpointStore(settings, job, OperatorName(op), parallelism)
-        try:
-            ids = []
-            for i in range(parallelism):
-                c = store.latest(i)
-                ids.append("-" if c is None else str(c.checkpoint_id))
-                if op == "clicks" and c is not None:
-                    emitted += (int(c.source.get("next", i)) - i + parallelism - 1) // parallelism
-        finally:
-            store.close()
-        parts.append(f"{op} {'/'.join(ids)}")
-    _say(
-        f"committed {emitted:,}/{records:,} source records; checkpoints {', '.join(parts)}; "
-        f"{done} subtasks finished, {restarts} restarted"
-    )
 
 
 def _report(

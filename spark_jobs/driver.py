@@ -38,6 +38,7 @@ from recovery.rewind import rewind_job
 from recovery.runner import GUARANTEES, RunOptions, SubtaskResult, SubtaskRunner
 from recovery.state import CHANGELOG_TOPIC_CONFIG
 from spark_jobs.failfast import FailureWatch
+from spark_jobs.observe import observed
 from spark_jobs.usertopics import check_user_topics
 
 log = logging.getLogger("spark_jobs.driver")
@@ -81,6 +82,11 @@ class JobConfig:
     # every task gets (--env), besides those with env_prefixes.
     conf: Mapping[str, str] = field(default_factory=dict, repr=False)
     forward_env: tuple[str, ...] = ()
+    # Driver-side views of the run (spark_jobs.observe): Prometheus metrics on
+    # metrics_host:metrics_port (None: off) and the progress line on stderr.
+    metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
+    progress: bool = False
 
     def settings(self) -> KafkaSettings:
         """Kafka settings of this run."""
@@ -215,6 +221,8 @@ def run_on_spark(
     )
     if config.master:
         builder = builder.master(config.master)
+    if config.progress:  # Spark's own stage bar would overwrite our progress line
+        builder = builder.config("spark.ui.showConsoleProgress", "false")
     spark = builder.getOrCreate()
     try:
         sc = spark.sparkContext
@@ -246,7 +254,15 @@ def run_on_spark(
             )
             coordinator.start()
         try:
-            with _stop_on_sigterm(settings, plan, run_id):
+            with _stop_on_sigterm(settings, plan, run_id), observed(
+                settings,
+                plan.job,
+                PlanDoc.of(plan),
+                run_id,
+                config.metrics_port,
+                config.metrics_host,
+                config.progress,
+            ):
                 rows = (
                     sc.parallelize(range(n), n)
                     .mapPartitionsWithIndex(lambda i, _it: _task(payload, i))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from typing import Any
 
 from channels.config import CODECS
@@ -68,6 +69,23 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument(
         "--global-interval", type=float, default=2.0, help="seconds between global checkpoints"
     )
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        metavar="N",
+        help="serve Prometheus metrics of the run on http://HOST:N/metrics (driver)",
+    )
+    p.add_argument(
+        "--metrics-host", default="127.0.0.1", help="address the metrics endpoint binds to"
+    )
+    p.add_argument(
+        "--progress",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="progress line on stderr (auto: on; redrawn in place on a terminal, "
+        "a plain line every 10 s otherwise)",
+    )
     p.add_argument("--replication-factor", type=int, default=1)
     p.add_argument("--min-insync-replicas", type=int, default=1)
     add_pipeline_conf(p, env=True)
@@ -78,6 +96,11 @@ def add_parser(subparsers: Any) -> None:
 def _run(args: argparse.Namespace) -> int:
     from spark_jobs.driver import JobConfig, run_on_spark, subtask_count
 
+    # As `python -m` and uvicorn's --app-dir do: a pipeline module in the current directory
+    # (a checkout's chaos/ or tests/, a user's project) imports with the installed command,
+    # on the driver and, through spark.executorEnv.PYTHONPATH, in every task.
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
     if args.task_attempts < 1:
         raise ConfigError(f"--task-attempts must be >= 1, got {args.task_attempts}")
     conf = parse_conf(args.conf)
@@ -110,6 +133,9 @@ def _run(args: argparse.Namespace) -> int:
         channel_codec=args.channel_codec,
         conf=conf,
         forward_env=forward_env,
+        metrics_port=args.metrics_port,
+        metrics_host=args.metrics_host,
+        progress=args.progress != "off",
     )
     results = run_on_spark(config, rewind_to=args.from_checkpoint)
     for r in results:

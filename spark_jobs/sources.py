@@ -56,12 +56,14 @@ class GeneratorSource:
         )
         self.watermarks = watermarks or Watermarks.monotonic()
         self._next = 0
+        self._first = 0
         self._tracker: WatermarkTracker | None = None
         self._t0 = 0.0
         self._emitted = 0
 
     def open(self, ctx: Context, position: Mapping[str, Any]) -> None:
         """Continue after the last checkpointed record."""
+        self._first = ctx.subtask.index
         self._next = int(position.get("next", ctx.subtask.index))
         self._t0 = time.monotonic()
         if self.event_time is not None:
@@ -96,6 +98,13 @@ class GeneratorSource:
                     raise RecordError(f"generated record {first + n * self.p}: {e}") from e
                 self._tracker.observe(0, t, now)
         return out
+
+    def progress(self) -> tuple[int, int] | None:
+        """(records emitted, records to emit) by this subtask; None when unbounded."""
+        if self.count is None:
+            return None
+        k = self._first
+        return len(range(k, min(self._next, self.count), self.p)), len(range(k, self.count, self.p))
 
     def position(self) -> dict[str, Any]:
         """The next index and the watermark so far."""
@@ -203,6 +212,10 @@ class FileSource:
         """This subtask's file list, the file index and the next row (and the watermark)."""
         pos = {"files": self._files, "file": self._file, "row": self._row}
         return pos if self._tracker is None else {**pos, **self._tracker.position()}
+
+    def progress(self) -> tuple[int, int]:
+        """(files read, files known) of this subtask."""
+        return min(self._file, len(self._files)), len(self._files)
 
     def watermark(self) -> int | None:
         """Largest event time read minus the bound; ``None`` without ``timestamp``."""
@@ -327,6 +340,7 @@ class KafkaTopicSource:
         self._consumer: AssignedConsumer | None = None
         self._next: dict[int, int] = {}
         self._ends: dict[int, int] = {}
+        self._low: dict[int, int] = {}
         self._tracker: WatermarkTracker | None = None
         self._rejected: list[Rejected] = []
         self._origins: Runs = topic_runs(topic)
@@ -347,6 +361,7 @@ class KafkaTopicSource:
         )
         # Never read before: start at the log start (earlier records were never ours).
         self._next = {p: saved.get(p, marks[p][0]) for p in mine}
+        self._low = {p: marks[p][0] for p in mine}
         ends = position.get("ends")
         self._ends = (
             {int(k): int(v) for k, v in ends.items()}
@@ -412,6 +427,15 @@ class KafkaTopicSource:
         if self._tracker is not None:
             pos["watermarks"] = self._tracker.position()
         return pos
+
+    def progress(self) -> tuple[int, int] | None:
+        """(offsets read, offsets to read) from the log start to the fixed ends; None when
+        unbounded."""
+        if not self.bounded:
+            return None
+        ends, low = dict(self._ends), dict(self._low)
+        done = sum(min(self._next.get(p, 0), e) - low.get(p, 0) for p, e in ends.items())
+        return max(0, done), sum(max(0, e - low.get(p, 0)) for p, e in ends.items())
 
     def watermark(self) -> int | None:
         """Min over this subtask's active partitions of (max event time − bound);

@@ -1,0 +1,64 @@
+"""``import spillway``: the pipeline API in one place.
+
+A front door over the layered packages (channels → offsets → recovery → spark_jobs),
+which stay where they are; everything here is re-exported from them::
+
+    import spillway
+
+    p = spillway.Pipeline("clicks")
+    clicks = p.generate("clicks", count=1_000, make=make_click, parallelism=2)
+    clicks.map("enrich", enrich).write_jsonl("out", "/tmp/out")
+
+Errors all derive from :class:`SpillwayError`. :func:`main` is the ``spillway`` command.
+"""
+
+from __future__ import annotations
+
+from importlib import metadata as _metadata
+
+from channels.errors import (
+    ConfigError,
+    JobAbortedError,
+    PipelineDefinitionError,
+    RecordError,
+    SchemaMismatchError,
+    SpillwayError,
+)
+from spark_jobs.cli import main
+from spark_jobs.deltasink import DeltaTableSink
+from spark_jobs.parquetsink import ParquetFileSink
+from spark_jobs.pipeline import KeyedStream, Pipeline, Stream, conf
+from spark_jobs.schemas import avro_schema
+from spark_jobs.sinks import ConsoleSink, JsonlFileSink, KafkaTopicSink
+from spark_jobs.sources import FileSource, GeneratorSource, KafkaTopicSource
+from spark_jobs.watermarks import Watermarks
+
+__all__ = [
+    "ConfigError",
+    "ConsoleSink",
+    "DeltaTableSink",
+    "FileSource",
+    "GeneratorSource",
+    "JobAbortedError",
+    "JsonlFileSink",
+    "KafkaTopicSink",
+    "KafkaTopicSource",
+    "KeyedStream",
+    "ParquetFileSink",
+    "Pipeline",
+    "PipelineDefinitionError",
+    "RecordError",
+    "SchemaMismatchError",
+    "SpillwayError",
+    "Stream",
+    "Watermarks",
+    "__version__",
+    "avro_schema",
+    "conf",
+    "main",
+]
+
+try:
+    __version__ = _metadata.version("spillway-channels")
+except _metadata.PackageNotFoundError:  # a source tree that was never installed
+    __version__ = "unknown"
