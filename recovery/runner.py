@@ -34,6 +34,8 @@ from recovery.events import EventLog, JobSignals
 from recovery.faults import Faults
 from recovery.gcpolicy import streaming_collector
 from recovery.lifecycle import Lifecycle, Phase
+from recovery.phases import PhaseClock
+from recovery.phases import merge as merge_phases
 from recovery.plan import JobPlan, Logic, Record, Sink, Source
 from recovery.state import ChangelogState
 
@@ -108,6 +110,7 @@ class SubtaskResult:
     replay: dict[str, list[int]] = field(default_factory=dict)  # tp -> [from, to, records]
     restore_s: float = 0.0
     catchup_s: float | None = None
+    phases: dict[str, float] = field(default_factory=dict)  # recovery.phases, wall times
 
 
 class _Ctx:
@@ -150,7 +153,9 @@ class SubtaskRunner:
         options: RunOptions,
         attempt: int = 0,
         should_stop: Callable[[], bool] = lambda: False,
+        phases: PhaseClock | None = None,
     ) -> None:
+        self.phases = phases if phases is not None else PhaseClock()
         self.plan = plan
         self.subtask = subtask
         self.settings = settings
@@ -224,6 +229,7 @@ class SubtaskRunner:
         self._resume: dict[tuple[TopicPartition, int], int] = {}
         self._produced = False  # anything written in the open transaction (crash points)
         self._pruning: threading.Thread | None = None
+        self.phases.lap("clients")
 
     # -- life ----------------------------------------------------------------------------
 
@@ -281,10 +287,13 @@ class SubtaskRunner:
         self.events.emit("fencing")  # tells a fenced older copy it was replaced (driver._task)
         if self.out is not self.producer:
             self.out.start()
+        self.phases.mark("fenced")
+        self.phases.lap("fence")
         # One read of the checkpoint tail serves both the latest checkpoint and the last
         # global checkpoint this subtask took.
         recent = self.store.history(self.subtask.index, 5)
         ckpt = self._load_checkpoint(recent)
+        self.phases.lap("history")
         if ckpt is not None:
             ckpt.check_topology(self.plan.fingerprint)
             self.result.restored_from = int(ckpt.checkpoint_id)
@@ -319,6 +328,7 @@ class SubtaskRunner:
             log.info(
                 "%s restored %d keys from %d changelog records", self.subtask, len(self.state), n
             )
+        self.phases.lap("state")
         self.faults.reached("restore")
         if self.inputs:
             self.consumer = AssignedConsumer(self.settings, self.subtask.group_id)
@@ -358,6 +368,7 @@ class SubtaskRunner:
                 w.restore_marks(ckpt.output_marks[topic])
             self.writers.append(w)
         self.ctx.restored_watermark = ckpt.watermark if ckpt else None
+        self.phases.lap("inputs")
         restored_global: tuple[int, int] | None = None
         if ckpt is not None:
             taken: list[tuple[int, int]] = []
@@ -379,13 +390,20 @@ class SubtaskRunner:
         self._wm_out = ckpt.watermark if ckpt else None
         self.result.restore_s = time.monotonic() - t0
         self._started = time.monotonic()
+        self.phases.lap("opened")
+        self.phases.mark("restored")
         if not self._replay_ends:
             self.result.catchup_s = 0.0 if ckpt else None
+            if ckpt is not None:
+                self.phases.mark("caught_up", self.phases.times["restored"])
+        self.result.phases = self._phases()
         self.events.emit(
             "started",
             restored_from=self.result.restored_from,
             replay=self.result.replay,
             restore_s=round(self.result.restore_s, 3),
+            phases=self.result.phases,
+            restore_steps=self.phases.steps_dict(),
             # A checkpoint taken inside a message: how many of its records were done.
             resumed_mid_message={str(tp): [o, d] for (tp, o), d in self._resume.items()},
         )
@@ -490,7 +508,7 @@ class SubtaskRunner:
                 all(pos[tp] >= end for tp, end in self._replay_ends.items())
                 and self.result.catchup_s is None
             ):
-                self.result.catchup_s = time.monotonic() - self._started
+                self._caught_up()
         if barrier is not None and self._global:
             self._global_checkpoint(barrier)
         if self._aligned:
@@ -533,6 +551,22 @@ class SubtaskRunner:
                         self._partial = None
                     self.faults.reached("after-partial-commit")
             self._deliver(records[start : start + step], tp, offset)
+
+    def _phases(self) -> dict[str, float]:
+        """This attempt's restart phases so far, with Spark's (driver-side) ones once known."""
+        spark = None
+        if self._signals is not None and self.attempt > 0:
+            spark = self._signals.spark_phases(self.subtask, self.attempt)
+        return merge_phases(spark, self.phases.as_dict())
+
+    def _caught_up(self) -> None:
+        """Re-read everything the previous attempt had read: record it (once)."""
+        self.result.catchup_s = time.monotonic() - self._started
+        self.phases.mark("caught_up")
+        self.result.phases = self._phases()
+        self.events.emit(
+            "caught-up", catchup_s=round(self.result.catchup_s, 3), phases=self.result.phases
+        )
 
     def _count_replay(self, tp: TopicPartition, offset: int, n: int) -> None:
         end = self._replay_ends[tp]
@@ -783,7 +817,7 @@ class SubtaskRunner:
         self.lifecycle.to(Phase.FINISHED)
         self.result.status = "finished"
         if self.result.catchup_s is None and self._replay_ends:
-            self.result.catchup_s = time.monotonic() - self._started
+            self._caught_up()
         self.events.emit(
             "finished",
             checkpoint=self._seq.last,
@@ -791,6 +825,7 @@ class SubtaskRunner:
             records_out=self.result.records_out,
             replay=self.result.replay,
             catchup_s=self.result.catchup_s,
+            phases=self.result.phases,
         )
 
     def _close(self) -> None:

@@ -27,10 +27,12 @@ from recovery.deadletter import dead_letter_spec
 from recovery.events import events_topic_spec, newer_incarnation, record_job_event
 from recovery.globalckpt import Coordinator, checkpoints_topic_spec
 from recovery.loader import load_plan
+from recovery.phases import PhaseClock, process_start_time
 from recovery.plan import JobPlan
 from recovery.rewind import rewind_job
 from recovery.runner import GUARANTEES, RunOptions, SubtaskResult, SubtaskRunner
 from recovery.state import CHANGELOG_TOPIC_CONFIG
+from spark_jobs.attempts import AttemptWatcher
 
 log = logging.getLogger("spark_jobs.driver")
 
@@ -188,6 +190,8 @@ def run_on_spark(
             log.info("%d subtasks on %d slots: bounded job, upstream operators run first", n, slots)
         env = {k: v for k, v in os.environ.items() if k.startswith(config.env_prefixes)}
         payload = (config, from_checkpoint, env, run_id)
+        watcher = AttemptWatcher(sc, settings, plan.job, run_id, subtasks)
+        watcher.start()
         coordinator = None
         if config.checkpoint_mode != "interval":
             coordinator = Coordinator(
@@ -208,6 +212,7 @@ def run_on_spark(
                     .collect()
                 )
         finally:
+            watcher.stop()
             if coordinator is not None:
                 coordinator.stop()
     finally:
@@ -258,8 +263,17 @@ def _task(
     attempt = ctx.attemptNumber() if ctx is not None else 0
     plan = load_plan(config.pipeline, config.job_id)
     subtask = plan.subtasks()[index]
+    phases = PhaseClock()
+    if (born := process_start_time()) is not None:
+        phases.mark("python_started", born)
+    phases.mark("imported")  # this module, the pipeline's and their imports
     runner = SubtaskRunner(
-        plan, subtask, config.settings(), config.options(from_checkpoint, run_id), attempt
+        plan,
+        subtask,
+        config.settings(),
+        config.options(from_checkpoint, run_id),
+        attempt,
+        phases=phases,
     )
     started = time.time()
     try:
