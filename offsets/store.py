@@ -28,6 +28,7 @@ from offsets.checkpoint import Checkpoint
 log = logging.getLogger("spillway.checkpoints")
 
 CHECKPOINT_TOPIC_CONFIG = {"cleanup.policy": "delete", "retention.ms": "-1"}
+_SCAN_WAIT_S = 0.01  # per consume() call while reading a range of the checkpoint topic
 
 
 class CheckpointStore:
@@ -129,7 +130,10 @@ class CheckpointStore:
         consumer.assign({tp: Offset(start)})
         deadline = time.monotonic() + self.settings.request_timeout_s
         while time.monotonic() < deadline:
-            out.extend(consumer.consume(100, 0.2))
+            # A short wait: consume() returns early only once it has all it asked for, and
+            # the range holds fewer messages than offsets (a commit marker per checkpoint),
+            # so a long wait was always waited out in full (0.2 s of every restart).
+            out.extend(consumer.consume(100, _SCAN_WAIT_S))
             pos = consumer.position(tp)  # moves past transaction markers too
             if pos is not None and pos >= end:
                 return out

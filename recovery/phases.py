@@ -41,7 +41,7 @@ PHASES = (
 # Recorded by the new attempt itself (the rest come from Spark's driver or the killer).
 ATTEMPT_PHASES = ("python_started", "imported", "fenced", "restored", "caught_up")
 # Steps inside "restored" worth telling apart when looking for where the time goes.
-RESTORE_STEPS = ("clients", "fence", "history", "state", "inputs", "opened")
+RESTORE_STEPS = ("clients", "fence", "announce", "history", "state", "inputs", "opened")
 
 
 @dataclass

@@ -284,11 +284,12 @@ class SubtaskRunner:
     def _restore(self) -> bool:
         t0 = time.monotonic()
         self.producer.start()  # fences the previous incarnation, aborts its open transaction
+        self.phases.mark("fenced")
+        self.phases.lap("fence")
         self.events.emit("fencing")  # tells a fenced older copy it was replaced (driver._task)
         if self.out is not self.producer:
             self.out.start()
-        self.phases.mark("fenced")
-        self.phases.lap("fence")
+        self.phases.lap("announce")
         # One read of the checkpoint tail serves both the latest checkpoint and the last
         # global checkpoint this subtask took.
         recent = self.store.history(self.subtask.index, 5)
