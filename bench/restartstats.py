@@ -50,7 +50,7 @@ def restart_of(
         "killed": killed,
         "phases": times,
         "steps": dict(steps(times)),
-        "restore_steps": dict((started or {}).get("restore_steps") or {}),
+        "attempt_steps": dict((started or {}).get("steps") or {}),
         "kill_to_processing_s": times["restored"] - killed if "restored" in times else None,
         "kill_to_caught_up_s": times["caught_up"] - killed if "caught_up" in times else None,
         "out_of_order": out_of_order(times),
@@ -61,7 +61,7 @@ def restart_of(
 
 def summarise(restarts: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """Median (min–max) of kill → processing, kill → caught up, every phase step and
-    every restore step, over the restarts that have them; and the dominant step."""
+    every step of the new attempt, over the restarts that have them; and the dominant phase."""
     rs = list(restarts)
 
     def sp(values: list[float]) -> dict[str, Any] | None:
@@ -77,9 +77,9 @@ def summarise(restarts: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     }
     names: list[str] = []
     for r in rs:
-        names += [n for n in r.get("restore_steps", {}) if n not in names]
-    out["restore_steps"] = {
-        n: sp([float(r["restore_steps"][n]) for r in rs if n in r["restore_steps"]]) for n in names
+        names += [n for n in r.get("attempt_steps", {}) if n not in names]
+    out["attempt_steps"] = {
+        n: sp([float(r["attempt_steps"][n]) for r in rs if n in r["attempt_steps"]]) for n in names
     }
     # The dominant phase: the largest median step up to processing (caught_up depends on
     # how much there was to re-read, not on restart latency).
@@ -104,8 +104,8 @@ def render(summary: Mapping[str, Any]) -> list[str]:
         "phase steps (each from the previous phase), median (min–max):",
     ]
     lines += [f"  {p:15} {cell(s)}" for p, s in summary["steps"].items()]
-    lines.append("inside restored (restore steps), median (min–max):")
-    lines += [f"  {n:15} {cell(s)}" for n, s in summary["restore_steps"].items()]
+    lines.append("steps of the new attempt (recovery.phases.STEPS), median (min–max):")
+    lines += [f"  {n:15} {cell(s)}" for n, s in summary["attempt_steps"].items()]
     lines.append(f"dominant phase: {summary['dominant']}")
     if summary["out_of_order"]:
         lines.append(f"WARNING: {summary['out_of_order']} restarts had phases out of order")

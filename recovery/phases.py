@@ -40,16 +40,29 @@ PHASES = (
 )
 # Recorded by the new attempt itself (the rest come from Spark's driver or the killer).
 ATTEMPT_PHASES = ("python_started", "imported", "fenced", "restored", "caught_up")
-# Steps inside "restored" worth telling apart when looking for where the time goes.
-RESTORE_STEPS = ("clients", "fence", "announce", "history", "state", "inputs", "opened")
+# Steps of a new attempt, from its process start to processing, worth telling apart when
+# looking for where the time goes: the worker's set-up before the task body runs, building
+# the plan, creating the clients, init_transactions, the "fencing" event, reading the
+# checkpoint, restoring state, assigning inputs and creating writers, opening operators.
+STEPS = (
+    "worker",
+    "plan",
+    "clients",
+    "fence",
+    "announce",
+    "history",
+    "state",
+    "inputs",
+    "opened",
+)
 
 
 @dataclass
 class PhaseClock:
-    """Wall times at which one attempt passed its phases, and the steps of its restore."""
+    """Wall times at which one attempt passed its phases, and how long its steps took."""
 
     times: dict[str, float] = field(default_factory=dict)
-    steps: dict[str, float] = field(default_factory=dict)  # restore step -> seconds
+    steps: dict[str, float] = field(default_factory=dict)  # step -> seconds
     _lap: float = field(default_factory=time.monotonic, repr=False)
 
     def mark(self, phase: str, at: float | None = None) -> None:
@@ -59,9 +72,9 @@ class PhaseClock:
         self.times[phase] = time.time() if at is None else at
 
     def step(self, name: str, seconds: float) -> None:
-        """Add ``seconds`` to restore step ``name`` (ValueError for unknown steps)."""
-        if name not in RESTORE_STEPS:
-            raise ValueError(f"unknown restore step {name!r}; steps: {', '.join(RESTORE_STEPS)}")
+        """Add ``seconds`` to step ``name`` (ValueError for unknown steps)."""
+        if name not in STEPS:
+            raise ValueError(f"unknown step {name!r}; steps: {', '.join(STEPS)}")
         self.steps[name] = self.steps.get(name, 0.0) + seconds
 
     def lap(self, name: str) -> None:
@@ -75,8 +88,8 @@ class PhaseClock:
         return {p: round(self.times[p], 3) for p in PHASES if p in self.times}
 
     def steps_dict(self) -> dict[str, float]:
-        """The restore steps in step order, in seconds to the millisecond."""
-        return {s: round(self.steps[s], 3) for s in RESTORE_STEPS if s in self.steps}
+        """The steps in step order, in seconds to the millisecond."""
+        return {s: round(self.steps[s], 3) for s in STEPS if s in self.steps}
 
 
 def merge(*records: Mapping[str, float] | None) -> dict[str, float]:

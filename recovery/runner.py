@@ -404,7 +404,7 @@ class SubtaskRunner:
             replay=self.result.replay,
             restore_s=round(self.result.restore_s, 3),
             phases=self.result.phases,
-            restore_steps=self.phases.steps_dict(),
+            steps=self.phases.steps_dict(),
             # A checkpoint taken inside a message: how many of its records were done.
             resumed_mid_message={str(tp): [o, d] for (tp, o), d in self._resume.items()},
         )

@@ -172,6 +172,8 @@ def run_on_spark(
         .config("spark.driver.bindAddress", os.environ["SPARK_LOCAL_IP"])
         .config("spark.ui.enabled", "false")
         .config("spark.python.worker.reuse", "false")
+        # Forks workers with Spillway's modules already imported (a restart's imports).
+        .config("spark.python.daemon.module", "spark_jobs.daemon")
         .config("spark.executorEnv.PYTHONPATH", os.pathsep.join(p for p in sys.path if p))
     )
     if config.master:
@@ -261,12 +263,15 @@ def _task(
         logging.getLogger(noisy).setLevel(logging.WARNING)
     ctx = TaskContext.get()
     attempt = ctx.attemptNumber() if ctx is not None else 0
-    plan = load_plan(config.pipeline, config.job_id)
-    subtask = plan.subtasks()[index]
+    entered = time.time()
     phases = PhaseClock()
     if (born := process_start_time()) is not None:
         phases.mark("python_started", born)
+        phases.step("worker", max(0.0, entered - born))
+    plan = load_plan(config.pipeline, config.job_id)
+    subtask = plan.subtasks()[index]
     phases.mark("imported")  # this module, the pipeline's and their imports
+    phases.lap("plan")
     runner = SubtaskRunner(
         plan,
         subtask,
