@@ -42,7 +42,18 @@ class EventLog:
         self.attempt = attempt
         self.run_id = run_id
         self._topic = events_topic(subtask.job)
-        self._producer = Producer({**settings.base(), "enable.idempotence": True, "linger.ms": 0})
+        # Not idempotent: an idempotent producer asks for its producer id only 500 ms after
+        # it is made (librdkafka), which delayed a restart's first event ("fencing") by up
+        # to that much. Ordering holds with one request in flight; a duplicate needs a
+        # produce whose answer was lost, and an event seen twice only repeats a fact.
+        self._producer = Producer(
+            {
+                **settings.base(),
+                "enable.idempotence": False,
+                "max.in.flight.requests.per.connection": 1,
+                "linger.ms": 0,
+            }
+        )
 
     def emit(self, kind: str, **fields: Any) -> None:
         """Append an event and wait (briefly) until it is stored."""

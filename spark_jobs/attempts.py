@@ -138,7 +138,10 @@ class AttemptWatcher:
             return
         s = self._subtasks[nxt.index]
         if self._producer is None:  # kept: a new client would delay every later event
-            self._producer = Producer({**self._settings.base(), "enable.idempotence": True})
+            # Not idempotent: that asks for a producer id only after 500 ms (see EventLog).
+            self._producer = Producer(
+                {**self._settings.base(), "max.in.flight.requests.per.connection": 1}
+            )
         record_job_event(
             self._settings,
             self._job,
