@@ -37,6 +37,7 @@ from recovery.lifecycle import Lifecycle, Phase
 from recovery.phases import PhaseClock
 from recovery.phases import merge as merge_phases
 from recovery.plan import JobPlan, Logic, Record, Sink, Source
+from recovery.progress import READ, ProgressLog, Replay, Rereading, read_last_mark, replay_ends
 from recovery.state import ChangelogState
 
 log = logging.getLogger("spillway.subtask")
@@ -108,6 +109,8 @@ class SubtaskResult:
     records_in: int = 0
     records_out: int = 0
     replay: dict[str, list[int]] = field(default_factory=dict)  # tp -> [from, to, records]
+    replay_basis: str | None = None  # recovery.progress: "read" or "upper-bound"
+    source_replay: dict[str, Any] = field(default_factory=dict)  # what its source re-reads
     restore_s: float = 0.0
     catchup_s: float | None = None
     phases: dict[str, float] = field(default_factory=dict)  # recovery.phases, wall times
@@ -216,8 +219,9 @@ class SubtaskRunner:
         self._last_ckpt = time.monotonic()
         self._last_wm_check = 0.0
         self._wm_out: int | None = None
-        self._replay_ends: dict[TopicPartition, int] = {}
-        self._replayed: dict[TopicPartition, int] = {}
+        self.progress = ProgressLog(settings, subtask)
+        self.replay = Replay({}, {}, None)
+        self._source_until: dict[str, Any] | None = None  # source position to re-read up to
         self._started = 0.0
         # Bytes of the last checkpoint: its own (state changes, record) and the channel data
         # its transaction had spilled since the previous one.
@@ -259,6 +263,8 @@ class SubtaskRunner:
         """Step, tick the writers, checkpoint when due; returns when finished or stopped."""
         while True:
             ended = self._step()
+            if self.progress.due(time.monotonic()):
+                self._mark()
             for w in self.writers:
                 w.tick()
             # Aligned mode: only sources act on the trigger; the others on barriers.
@@ -294,6 +300,7 @@ class SubtaskRunner:
         # global checkpoint this subtask took.
         recent = self.store.history(self.subtask.index, 5)
         ckpt = self._load_checkpoint(recent)
+        mark = read_last_mark(self.store, self.progress.tp)  # how far the last attempt read
         self.phases.lap("history")
         if ckpt is not None:
             ckpt.check_topology(self.plan.fingerprint)
@@ -348,12 +355,11 @@ class SubtaskRunner:
             self.reader.start(start, ckpt.reader_state() if ckpt else None)
             if ckpt is not None:
                 self._resume = {(tp, off): done for tp, (off, done) in ckpt.partial.items()}
-            if ckpt is not None:
-                self._replay_ends = {tp: marks[tp][1] for tp in start if marks[tp][1] > start[tp]}
-                self._replayed = dict.fromkeys(self._replay_ends, 0)
-                self.result.replay = {
-                    str(tp): [int(start[tp]), end, 0] for tp, end in self._replay_ends.items()
-                }
+            ends, basis = replay_ends(
+                start, {tp: m[1] for tp, m in marks.items()}, mark, ckpt is not None
+            )
+            self.replay = Replay(start, ends, basis)
+            self.result.replay, self.result.replay_basis = self.replay.figure, basis
         for e in self.plan.outputs_of(self.op.name):
             p = self.plan.operator(e.downstream).parallelism
             topic = self.plan.topic_of(e)
@@ -384,6 +390,7 @@ class SubtaskRunner:
         source_position, sink_position = self._split_position(ckpt.source if ckpt else {})
         if self.source is not None:
             self.source.open(self.ctx, source_position)
+            self._reread_source(mark.source if mark else None)
         if self.sink is not None:
             self.sink.open(self.ctx, sink_position, self.out)
         if self.logic is not None:
@@ -393,7 +400,7 @@ class SubtaskRunner:
         self._started = time.monotonic()
         self.phases.lap("opened")
         self.phases.mark("restored")
-        if not self._replay_ends:
+        if not self.replay.pending and self._source_until is None:
             self.result.catchup_s = 0.0 if ckpt else None
             if ckpt is not None:
                 self.phases.mark("caught_up", self.phases.times["restored"])
@@ -405,6 +412,9 @@ class SubtaskRunner:
             restore_s=round(self.result.restore_s, 3),
             phases=self.result.phases,
             steps=self.phases.steps_dict(),
+            replay_basis=self.result.replay_basis,
+            source_replay=self.result.source_replay,
+            replay_read_by={"attempt": mark.attempt, "time": mark.time} if mark else None,
             # A checkpoint taken inside a message: how many of its records were done.
             resumed_mid_message={str(tp): [o, d] for (tp, o), d in self._resume.items()},
         )
@@ -476,6 +486,8 @@ class SubtaskRunner:
             if recs is None:
                 return True
             self.result.records_in += len(recs)
+            if self._source_until is not None and self._source_caught_up():
+                self._caught_up()
             # A source chained with transforms: they run here, before anything is written.
             self._emit(self._process(recs, None, None) if self.logic is not None else recs)
             self._maybe_forward_watermark(self.source.watermark())
@@ -497,19 +509,18 @@ class SubtaskRunner:
                 done = self._resume.pop((d.tp, d.offset), 0)
                 records = d.records[done:] if done else d.records
                 self.result.records_in += len(records)
-                if d.tp in self._replay_ends:
-                    self._count_replay(d.tp, d.offset, len(records))
+                if self.replay.pending:
+                    self.replay.count(d.tp, d.offset, len(records))
                 if self._unaligned:
                     self._deliver_in_chunks(records, d.tp, d.offset, done)
                 else:
                     self._deliver(records, d.tp, d.offset)
-        if self._replay_ends and self.reader is not None:
-            pos = self.reader.positions()
-            if (
-                all(pos[tp] >= end for tp, end in self._replay_ends.items())
-                and self.result.catchup_s is None
-            ):
-                self._caught_up()
+        if (
+            self.replay.pending
+            and self.result.catchup_s is None
+            and self.replay.done(self.reader.positions())
+        ):
+            self._caught_up()
         if barrier is not None and self._global:
             self._global_checkpoint(barrier)
         if self._aligned:
@@ -566,14 +577,39 @@ class SubtaskRunner:
         self.phases.mark("caught_up")
         self.result.phases = self._phases()
         self.events.emit(
-            "caught-up", catchup_s=round(self.result.catchup_s, 3), phases=self.result.phases
+            "caught-up",
+            catchup_s=round(self.result.catchup_s, 3),
+            phases=self.result.phases,
+            replay=self.result.replay,
+            replay_basis=self.result.replay_basis,
+            source_replay=self.result.source_replay,
         )
 
-    def _count_replay(self, tp: TopicPartition, offset: int, n: int) -> None:
-        end = self._replay_ends[tp]
-        if offset < end:
-            self._replayed[tp] += n
-            self.result.replay[str(tp)][2] = self._replayed[tp]
+    def _reread_source(self, until: dict[str, Any] | None) -> None:
+        """Restarted source: what it re-reads up to ``until``, the position it had read to."""
+        if until is None or not isinstance(self.source, Rereading):
+            return
+        span = self.source.reread(self.source.position(), until)
+        if span is not None:
+            self.result.source_replay = {**span, "basis": READ}
+            self._source_until = until
+
+    def _source_caught_up(self) -> bool:
+        """True once the restarted source re-read what its previous attempt had read."""
+        if self._source_until is None or not isinstance(self.source, Rereading):
+            return False
+        if self.source.reread(self.source.position(), self._source_until) is not None:
+            return False
+        self._source_until = None
+        return True
+
+    def _mark(self) -> None:
+        """Record how far this attempt has read (recovery.progress)."""
+        self.progress.write(
+            self.attempt,
+            self.reader.positions() if self.reader else {},
+            self.source.position() if self.source else None,
+        )
 
     def _process(
         self, records: list[Record], tp: TopicPartition | None, offset: int | None
@@ -705,6 +741,7 @@ class SubtaskRunner:
             skip=self.reader.skip_state() if self.reader else {},
         )
         metadata = self.consumer.group_metadata() if self.consumer else None
+        self._mark()  # what this checkpoint read, in case the commit never happens
         if self.faults.armed:
             self._flush_and_reach("after-produce")
         reached = self._crash_point if self.faults.armed else None
@@ -801,6 +838,7 @@ class SubtaskRunner:
         # Make the planned crash land with everything on the broker, still uncommitted.
         self.out.flush()
         self.producer.flush()
+        self.progress.flush()
         self.faults.reached(point)
 
     def _before_output(self) -> None:
@@ -817,14 +855,17 @@ class SubtaskRunner:
         self._checkpoint(finished=True)
         self.lifecycle.to(Phase.FINISHED)
         self.result.status = "finished"
-        if self.result.catchup_s is None and self._replay_ends:
+        if self.result.catchup_s is None and (self.replay.pending or self._source_until):
             self._caught_up()
+        self.result.phases = self._phases()  # Spark's phases, if they came after caught_up
         self.events.emit(
             "finished",
             checkpoint=self._seq.last,
             records_in=self.result.records_in,
             records_out=self.result.records_out,
             replay=self.result.replay,
+            replay_basis=self.result.replay_basis,
+            source_replay=self.result.source_replay,
             catchup_s=self.result.catchup_s,
             phases=self.result.phases,
         )
@@ -832,7 +873,7 @@ class SubtaskRunner:
     def _close(self) -> None:
         if self._pruning is not None:
             self._pruning.join(self.settings.request_timeout_s)  # before its store closes
-        closers = [self.producer.close, self.store.close]
+        closers = [self.producer.close, self.store.close, self.progress.close]
         if self.out is not self.producer:
             closers.append(self.out.close)
         if self._signals is not None:

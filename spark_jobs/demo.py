@@ -23,10 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from channels.config import KafkaSettings
-from channels.ids import JobId, OperatorName
+from channels.ids import JobId, OperatorName, TopicPartition
 from channels.localbroker import BrokerConfig, LocalBroker
 from offsets.store import CheckpointStore
 from recovery.events import read_events
+from recovery.phases import merge, out_of_order, steps
+from recovery.progress import last_mark, progress_topic
 from recovery.runner import SubtaskResult
 from spark_jobs.examples import clicks
 
@@ -161,11 +163,14 @@ def _kill_when_ready(
     thread: threading.Thread,
 ) -> tuple[float | None, int | None]:
     store = CheckpointStore(settings, job, OperatorName(op), parallelism)
+    progress = TopicPartition(progress_topic(job, OperatorName(op)), index)
+    pid: int | None = None
     try:
         while thread.is_alive():
-            time.sleep(0.5)
+            time.sleep(0.05)
             try:
                 ckpt = store.latest(index)
+                mark = last_mark(store.tail(progress, 1))
             except Exception:  # topics may not exist yet while the driver starts
                 continue
             if ckpt is None or ckpt.checkpoint_id + 1 < after:
@@ -173,8 +178,13 @@ def _kill_when_ready(
             if ckpt.finished:
                 _say(f"{op}[{index}] finished before the kill; use more --records")
                 return None, None
-            pid = _pid_of(settings, job, op, index)
-            if pid is None:
+            pid = pid or _pid_of(settings, job, op, index)
+            # Kill it once it has read past its checkpoint (its read mark says so), so the
+            # restart has something to re-process.
+            ahead = mark is not None and any(
+                mark.inputs.get(tp, off) > off for tp, off in ckpt.inputs.items()
+            )
+            if pid is None or not ahead:
                 continue
             os.kill(pid, signal.SIGKILL)
             at = time.time()
@@ -215,6 +225,22 @@ def _progress(settings: KafkaSettings, job: JobId, parallelism: int, records: in
         f"committed {emitted:,}/{records:,} source records; checkpoints {', '.join(parts)}; "
         f"{done} subtasks finished, {restarts} restarted"
     )
+
+
+def _print_phases(events: list[dict[str, Any]], started: dict[str, Any], killed: float) -> None:
+    """The restart's phases (recovery.phases), each with the time since the previous one."""
+    key = (started["operator"], started["index"], started["attempt"])
+    mine = [e for e in events if (e.get("operator"), e.get("index"), e.get("attempt")) == key]
+    spark = next((e for e in mine if e.get("event") == "task-retried"), {})
+    times = merge(
+        {"killed": killed},
+        {k: spark[k] for k in ("spark_noticed", "scheduled") if spark.get(k) is not None},
+        *(e.get("phases") for e in mine if e.get("event") in ("started", "caught-up", "finished")),
+    )
+    print("restart phases (seconds after the previous one):")
+    print("  " + ", ".join(f"{p} +{dt:.3f}" for p, dt in steps(times)))
+    for problem in out_of_order(times):
+        print(f"  (clock skew?) {problem}")
 
 
 def _report(
@@ -279,13 +305,19 @@ def _report(
             f"caught up with its inputs {catchup:.2f}s later: "
             f"recovery took {restart_s + catchup:.2f}s"
         )
+        _print_phases(events, rec, killed_at)
         replayed = 0
         for tp, (start, end, n) in sorted(final.replay.items()):
-            print(f"  replayed {tp}: offsets [{start}, {end}) = {n:,} records")
+            print(f"  re-processed {tp}: offsets [{start}, {end}) = {n:,} records")
             replayed += n
+        basis = {
+            "read": "up to what the killed attempt had read (its last read mark)",
+            "upper-bound": "an upper bound: up to the partition ends at the restart",
+        }.get(str(final.replay_basis), "nothing to re-process")
         print(
-            f"replayed {replayed:,} records of the {total_in:,} that {op} read "
-            f"({100 * replayed / max(total_in, 1):.1f}%), only from {target}'s own partitions"
+            f"re-processed {replayed:,} records of the {total_in:,} that {op} read "
+            f"({100 * replayed / max(total_in, 1):.1f}%), only from {target}'s own partitions; "
+            f"{basis}"
         )
     print(f"subtasks restarted: {', '.join(restarted) or 'none'}")
     print(

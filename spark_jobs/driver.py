@@ -29,6 +29,7 @@ from recovery.globalckpt import Coordinator, checkpoints_topic_spec
 from recovery.loader import load_plan
 from recovery.phases import PhaseClock, process_start_time
 from recovery.plan import JobPlan
+from recovery.progress import progress_topic_spec
 from recovery.rewind import rewind_job
 from recovery.runner import GUARANTEES, RunOptions, SubtaskResult, SubtaskRunner
 from recovery.state import CHANGELOG_TOPIC_CONFIG
@@ -122,6 +123,9 @@ def prepare_topics(plan: JobPlan, settings: KafkaSettings, dead_letter: bool = F
     admin.ensure_topics([checkpoints_topic_spec(plan.job)])
     admin.ensure_topics(
         [*plan.topics(CHANGELOG_TOPIC_CONFIG, CHANNEL_TOPIC_CONFIG), events_topic_spec(plan.job)]
+    )
+    admin.ensure_topics(
+        [progress_topic_spec(plan.job, op.name, op.parallelism) for op in plan.operators]
     )
 
 
@@ -265,7 +269,9 @@ def _task(
     attempt = ctx.attemptNumber() if ctx is not None else 0
     entered = time.time()
     phases = PhaseClock()
-    if (born := process_start_time()) is not None:
+    # Forked from spark_jobs.daemon: the fork time it noted; else the process's start time.
+    born = getattr(sys.modules.get("__main__"), "spillway_forked_at", None) or process_start_time()
+    if born is not None:
         phases.mark("python_started", born)
         phases.step("worker", max(0.0, entered - born))
     plan = load_plan(config.pipeline, config.job_id)

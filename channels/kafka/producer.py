@@ -35,9 +35,9 @@ from channels.kafka.retry import is_fenced, kafka_error, retrying
 log = logging.getLogger("spillway.producer")
 
 # init_transactions is called in steps this long (see TransactionalProducer._init_transactions),
-# again after a step that timed out or found the older transaction still being aborted.
+# again after a step that timed out or ended in a retriable error.
 _INIT_WAIT_S = 0.02
-_INIT_AGAIN = (KafkaError._TIMED_OUT, KafkaError.CONCURRENT_TRANSACTIONS)
+_INIT_PAUSE_S = {KafkaError.CONCURRENT_TRANSACTIONS: 0.005}  # before asking again; else 0.1 s
 
 
 def pending_kafka_exception(exc: BaseException) -> KafkaException | None:
@@ -127,9 +127,15 @@ class TransactionalProducer:
                 return
             except KafkaException as e:
                 err = kafka_error(e)
-                again = err is not None and err.code() in _INIT_AGAIN
-                if not again or time.monotonic() >= deadline:
+                if err is None or time.monotonic() >= deadline:
                     raise
+                if err.code() == KafkaError._TIMED_OUT:
+                    continue  # the request is still in flight: wait on
+                if err.fatal() or not err.retriable():
+                    raise
+                # CONCURRENT_TRANSACTIONS: the abort takes milliseconds. Others (the
+                # coordinator moving or loading): librdkafka would wait, so do we, briefly.
+                time.sleep(_INIT_PAUSE_S.get(err.code(), 0.1))
 
     def close(self) -> None:
         """Abort anything still open (so read_committed readers are not held back until the
