@@ -169,8 +169,10 @@ def _kill_when_ready(
         while thread.is_alive():
             time.sleep(0.05)
             try:
-                ckpt = store.latest(index)
+                # The mark first: a checkpoint committed after it covers at least as much,
+                # so "read past its checkpoint" below cannot be a checkpoint behind.
                 mark = last_mark(store.tail(progress, 1))
+                ckpt = store.latest(index)
             except Exception:  # topics may not exist yet while the driver starts
                 continue
             if ckpt is None or ckpt.checkpoint_id + 1 < after:
@@ -239,6 +241,8 @@ def _print_phases(events: list[dict[str, Any]], started: dict[str, Any], killed:
     )
     print("restart phases (seconds after the previous one):")
     print("  " + ", ".join(f"{p} +{dt:.3f}" for p, dt in steps(times)))
+    inside = started.get("steps") or {}
+    print("  steps of the new attempt: " + ", ".join(f"{k} {v:.3f}" for k, v in inside.items()))
     for problem in out_of_order(times):
         print(f"  (clock skew?) {problem}")
 
