@@ -182,8 +182,8 @@ def run(
                 # A random moment 1-3 s after the attempt started processing.
                 time.sleep(max(0.0, float(last["time"]) + rng.uniform(1.0, 3.0) - time.time()))
                 loads.append(os.getloadavg()[0])
+                killed = time.time()  # before the call: the death comes after, never before
                 os.kill(int(last["pid"]), signal.SIGKILL)
-                killed = time.time()
                 events = _wait_for(
                     bootstrap, job, lambda ev, a=attempt: _caught_up(ev, op, index, a), 120
                 )

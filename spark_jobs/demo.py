@@ -188,8 +188,8 @@ def _kill_when_ready(
             )
             if pid is None or not ahead:
                 continue
+            at = time.time()  # before the call: the death comes after, never before
             os.kill(pid, signal.SIGKILL)
-            at = time.time()
             _say(f"SIGKILLed {op}[{index}] (pid {pid}) after its checkpoint {ckpt.checkpoint_id}")
             return at, pid
     finally:
