@@ -175,6 +175,36 @@ class Replay:
         return all(positions.get(tp, Offset(0)) >= end for tp, end in self.ends.items())
 
 
+class SourceReplay:
+    """What a restarted source re-reads: from where it restarts up to ``until``, the position
+    its previous attempt had read to (``None``: unknown, or not a restart)."""
+
+    def __init__(self, source: Source | None, until: Mapping[str, Any] | None) -> None:
+        self._source = source if isinstance(source, Rereading) else None
+        self._until = until if self._source is not None else None
+        self.span: dict[str, Any] = {}  # the recovery record's source_replay
+        if self._source is not None and self._until is not None:
+            span = self._source.reread(self._source.position(), self._until)
+            if span is None:
+                self._until = None
+            else:
+                self.span = {**span, "basis": READ}
+
+    @property
+    def pending(self) -> bool:
+        """True until the source has re-read up to ``until``."""
+        return self._until is not None
+
+    def caught_up(self) -> bool:
+        """True (once) when the source has just re-read up to ``until``."""
+        if self._source is None or self._until is None:
+            return False
+        if self._source.reread(self._source.position(), self._until) is not None:
+            return False
+        self._until = None
+        return True
+
+
 class ProgressLog:
     """Writes one subtask's read marks (a producer of its own, made at the first mark)."""
 

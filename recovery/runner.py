@@ -37,7 +37,7 @@ from recovery.lifecycle import Lifecycle, Phase
 from recovery.phases import PhaseClock
 from recovery.phases import merge as merge_phases
 from recovery.plan import JobPlan, Logic, Record, Sink, Source
-from recovery.progress import READ, ProgressLog, Replay, Rereading, read_last_mark, replay_ends
+from recovery.progress import ProgressLog, Replay, SourceReplay, read_last_mark, replay_ends
 from recovery.state import ChangelogState
 
 log = logging.getLogger("spillway.subtask")
@@ -221,7 +221,7 @@ class SubtaskRunner:
         self._wm_out: int | None = None
         self.progress = ProgressLog(settings, subtask)
         self.replay = Replay({}, {}, None)
-        self._source_until: dict[str, Any] | None = None  # source position to re-read up to
+        self.source_replay = SourceReplay(None, None)
         self._started = 0.0
         # Bytes of the last checkpoint: its own (state changes, record) and the channel data
         # its transaction had spilled since the previous one.
@@ -390,7 +390,8 @@ class SubtaskRunner:
         source_position, sink_position = self._split_position(ckpt.source if ckpt else {})
         if self.source is not None:
             self.source.open(self.ctx, source_position)
-            self._reread_source(mark.source if mark else None)
+            self.source_replay = SourceReplay(self.source, mark.source if mark else None)
+            self.result.source_replay = self.source_replay.span
         if self.sink is not None:
             self.sink.open(self.ctx, sink_position, self.out)
         if self.logic is not None:
@@ -400,7 +401,7 @@ class SubtaskRunner:
         self._started = time.monotonic()
         self.phases.lap("opened")
         self.phases.mark("restored")
-        if not self.replay.pending and self._source_until is None:
+        if not self.replay.pending and not self.source_replay.pending:
             self.result.catchup_s = 0.0 if ckpt else None
             if ckpt is not None:
                 self.phases.mark("caught_up", self.phases.times["restored"])
@@ -486,7 +487,7 @@ class SubtaskRunner:
             if recs is None:
                 return True
             self.result.records_in += len(recs)
-            if self._source_until is not None and self._source_caught_up():
+            if self.source_replay.pending and self.source_replay.caught_up():
                 self._caught_up()
             # A source chained with transforms: they run here, before anything is written.
             self._emit(self._process(recs, None, None) if self.logic is not None else recs)
@@ -584,24 +585,6 @@ class SubtaskRunner:
             replay_basis=self.result.replay_basis,
             source_replay=self.result.source_replay,
         )
-
-    def _reread_source(self, until: dict[str, Any] | None) -> None:
-        """Restarted source: what it re-reads up to ``until``, the position it had read to."""
-        if until is None or not isinstance(self.source, Rereading):
-            return
-        span = self.source.reread(self.source.position(), until)
-        if span is not None:
-            self.result.source_replay = {**span, "basis": READ}
-            self._source_until = until
-
-    def _source_caught_up(self) -> bool:
-        """True once the restarted source re-read what its previous attempt had read."""
-        if self._source_until is None or not isinstance(self.source, Rereading):
-            return False
-        if self.source.reread(self.source.position(), self._source_until) is not None:
-            return False
-        self._source_until = None
-        return True
 
     def _mark(self) -> None:
         """Record how far this attempt has read (recovery.progress)."""
@@ -855,7 +838,7 @@ class SubtaskRunner:
         self._checkpoint(finished=True)
         self.lifecycle.to(Phase.FINISHED)
         self.result.status = "finished"
-        if self.result.catchup_s is None and (self.replay.pending or self._source_until):
+        if self.result.catchup_s is None and (self.replay.pending or self.source_replay.pending):
             self._caught_up()
         self.result.phases = self._phases()  # Spark's phases, if they came after caught_up
         self.events.emit(

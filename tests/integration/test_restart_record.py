@@ -39,10 +39,12 @@ def read_output(out: Path) -> dict[str, tuple[str, int]]:
     return rows
 
 
-def _aborted_checkpoint(settings: KafkaSettings, store: CheckpointStore, cid: int) -> Checkpoint:
-    """Checkpoint ``cid`` of count[0] as attempt 0 wrote it in the transaction that never
-    committed (visible to read_uncommitted readers only): what that attempt had read."""
-    tp = TopicPartition(store.topic, 0)
+def _aborted_checkpoint(
+    settings: KafkaSettings, store: CheckpointStore, index: int, cid: int
+) -> Checkpoint:
+    """Checkpoint ``cid`` of subtask ``index`` as attempt 0 wrote it in the transaction that
+    never committed (visible to read_uncommitted readers only): what that attempt had read."""
+    tp = TopicPartition(store.topic, index)
     reader = AssignedConsumer(
         settings, "restart-record-probe", extra={"isolation.level": "read_uncommitted"}
     )
@@ -84,9 +86,10 @@ def test_killed_subtask_records_every_phase_in_order_and_replays_what_it_had_rea
 ) -> None:
     # count[0] dies with its third checkpoint written (outputs and checkpoint record on the
     # broker, uncommitted) while the sources keep emitting: what it had read past its second
-    # checkpoint is exactly that aborted checkpoint's input positions.
+    # checkpoint is exactly that aborted checkpoint's input positions. The source clicks[1]
+    # dies the same way: what it re-reads is the aborted checkpoint's source position.
     monkeypatch.setenv("CLICKS_RATE", str(RECORDS / 2 / 6))
-    monkeypatch.setenv("SPILLWAY_CRASH_AT", "count:0:before-commit:0:3")
+    monkeypatch.setenv("SPILLWAY_CRASH_AT", "count:0:before-commit:0:3,clicks:1:before-commit:0:3")
     results = run_on_spark(JobConfig(REF, unique, kafka_bootstrap, master="local[8,4]"))
     assert read_output(clicks_env) == clicks.reference(RECORDS)
     final = next(r for r in results if r.subtask.endswith("/count[0]"))
@@ -113,7 +116,7 @@ def test_killed_subtask_records_every_phase_in_order_and_replays_what_it_had_rea
         restored = store.get(0, started["restored_from"])
         assert restored is not None
         assert restored.attempt == 0
-        dead = _aborted_checkpoint(settings, store, started["restored_from"] + 1)
+        dead = _aborted_checkpoint(settings, store, 0, started["restored_from"] + 1)
     finally:
         store.close()
     start, end = int(restored.inputs[ch.tp]), int(dead.inputs[ch.tp])
@@ -131,3 +134,18 @@ def test_killed_subtask_records_every_phase_in_order_and_replays_what_it_had_rea
     else:
         assert end == start
         assert started["replay"] == final.replay == {}
+
+    # The restarted source re-generates the indices from its checkpoint to where it had got.
+    source = next(r for r in results if r.subtask.endswith("/clicks[1]"))
+    assert source.attempt == 1
+    assert source.restored_from is not None
+    clicks_store = CheckpointStore(settings, JobId(unique), OperatorName("clicks"), 2)
+    try:
+        restored_src = clicks_store.get(1, source.restored_from)
+        assert restored_src is not None
+        dead_src = _aborted_checkpoint(settings, clicks_store, 1, source.restored_from + 1)
+    finally:
+        clicks_store.close()
+    a, b = int(restored_src.source["next"]), int(dead_src.source["next"])
+    assert b > a  # a paced generator always emits between two checkpoints
+    assert source.source_replay == {"index": [a, b], "records": len(range(a, b, 2)), "basis": READ}

@@ -261,3 +261,22 @@ def test_subtask_ids_name_the_progress_partition() -> None:
     log = ProgressLog(KafkaSettings("127.0.0.1:1"), SubtaskId(JobId("j"), OperatorName("op"), 2))
     assert log.tp == TopicPartition("spillway.j.progress.op", 2)
     assert log.due(1e9)
+
+
+def test_source_replay_spans_the_reread_and_catches_up_once() -> None:
+    from recovery.progress import SourceReplay
+
+    g = GeneratorSource(lambda i: {"i": i}, None, parallelism=2)
+    g._next = 4  # restored at index 4; the dead attempt had emitted up to 10
+    r = SourceReplay(g, {"next": 10})
+    assert r.span == {"index": [4, 10], "records": 3, "basis": READ}
+    assert r.pending
+    assert not r.caught_up()
+    g.read(2)  # 4, 6
+    assert not r.caught_up()
+    g.read(5)  # 8, 10, ...
+    assert r.caught_up()
+    assert not r.pending
+    assert not r.caught_up()
+    assert not SourceReplay(g, None).pending  # no mark: nothing known to re-read
+    assert not SourceReplay(g, {"next": 2}).pending  # it had read less than restored
