@@ -28,6 +28,7 @@ from offsets.checkpoint import Checkpoint
 log = logging.getLogger("spillway.checkpoints")
 
 CHECKPOINT_TOPIC_CONFIG = {"cleanup.policy": "delete", "retention.ms": "-1"}
+_SCAN_WAIT_S = 0.01  # per consume() call while reading a range of the checkpoint topic
 
 
 class CheckpointStore:
@@ -75,6 +76,14 @@ class CheckpointStore:
             if len(found) >= n or start == low:
                 return found[-n:]
             window *= 4
+
+    def tail(self, tp: TopicPartition, n: int) -> list[Message]:
+        """Up to the last ``n`` committed messages of ``tp`` (any topic), oldest first, read
+        with this store's reader (a restart reads its progress mark with it: one client
+        fewer to connect)."""
+        consumer = self._reader()
+        low, high = consumer.watermarks(tp)
+        return self._scan(consumer, tp, max(low, high - n), high)
 
     def get(self, index: int, checkpoint_id: int, search: int = 100) -> Checkpoint | None:
         """A retained checkpoint of subtask ``index`` by id (searching the last ``search``)."""
@@ -129,15 +138,28 @@ class CheckpointStore:
         consumer.assign({tp: Offset(start)})
         deadline = time.monotonic() + self.settings.request_timeout_s
         while time.monotonic() < deadline:
-            out.extend(consumer.consume(100, 0.2))
+            # A short wait: consume() returns early only once it has all it asked for, and
+            # the range holds fewer messages than offsets (a commit marker per checkpoint),
+            # so a long wait was always waited out in full (0.2 s of every restart).
+            out.extend(consumer.consume(100, _SCAN_WAIT_S))
             pos = consumer.position(tp)  # moves past transaction markers too
             if pos is not None and pos >= end:
+                consumer.unassign()
                 return out
         raise RetentionGapError(f"could not read checkpoints {tp} [{start}, {end}) in time")
 
     def _reader(self) -> AssignedConsumer:
         if self._consumer is None:
-            self._consumer = AssignedConsumer(self.settings, f"spillway.{self._job}.ckpt-reader")
+            # Short fetch waits: a fetch waiting at the broker for data at a partition's end
+            # holds up the next read of another partition (one fetch per broker at a time),
+            # and a restart reads two (its checkpoints, then its read mark): the default
+            # 100 ms wait cost 0.1-0.3 s (bench.restart). Unassigned between reads, it does
+            # not fetch while idle.
+            self._consumer = AssignedConsumer(
+                self.settings,
+                f"spillway.{self._job}.ckpt-reader",
+                extra={"fetch.wait.max.ms": 5},
+            )
         return self._consumer
 
     def _admin_client(self) -> Admin:

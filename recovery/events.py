@@ -44,7 +44,18 @@ class EventLog:
         self.attempt = attempt
         self.run_id = run_id
         self._topic = events_topic(subtask.job)
-        self._producer = Producer({**settings.base(), "enable.idempotence": True, "linger.ms": 0})
+        # Not idempotent: an idempotent producer asks for its producer id only 500 ms after
+        # it is made (librdkafka), which delayed a restart's first event ("fencing") by up
+        # to that much. Ordering holds with one request in flight; a duplicate needs a
+        # produce whose answer was lost, and an event seen twice only repeats a fact.
+        self._producer = Producer(
+            {
+                **settings.base(),
+                "enable.idempotence": False,
+                "max.in.flight.requests.per.connection": 1,
+                "linger.ms": 0,
+            }
+        )
         self._heartbeat = Heartbeat(
             self._producer, heartbeats_topic(subtask.job), str(subtask).encode(), self._beat
         )
@@ -199,6 +210,8 @@ class JobSignals:
         self._last = 0.0
         # Wall time this subtask's poll first delivered the highest trigger (for timing).
         self._seen_at: tuple[int, float] | None = None
+        # The driver's task-retried events: (operator, index, attempt) -> event.
+        self._retried: dict[tuple[str, int, int], dict[str, Any]] = {}
 
     def _poll(self) -> None:
         now = time.monotonic()
@@ -214,6 +227,8 @@ class JobSignals:
             elif e.get("event") == "checkpoint-trigger" and int(e["n"]) > self._trigger:
                 self._trigger = int(e["n"])
                 self._seen_at = (self._trigger, time.time())
+            elif e.get("event") == "task-retried":
+                self._retried[(str(e["operator"]), int(e["index"]), int(e["attempt"]))] = e
 
     def requested(self) -> bool:
         """True once the driver asked this run to stop."""
@@ -228,6 +243,16 @@ class JobSignals:
     def seen_at(self, n: int) -> float | None:
         """Wall time a poll first delivered trigger ``n`` (None: not seen, or superseded)."""
         return self._seen_at[1] if self._seen_at and self._seen_at[0] == n else None
+
+    def spark_phases(self, subtask: SubtaskId, attempt: int) -> dict[str, float] | None:
+        """When Spark noticed the previous attempt of ``subtask`` failed and launched
+        ``attempt`` (wall times, from the driver's ``task-retried`` event), if seen yet."""
+        self._last = 0.0  # poll now: this is asked once or twice per attempt
+        self._poll()
+        e = self._retried.get((subtask.operator, subtask.index, attempt))
+        if e is None:
+            return None
+        return {k: float(e[k]) for k in ("spark_noticed", "scheduled") if e.get(k) is not None}
 
     def close(self) -> None:
         """Release the consumer."""

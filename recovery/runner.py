@@ -38,7 +38,10 @@ from recovery.gcpolicy import streaming_collector
 from recovery.lifecycle import Lifecycle, Phase
 from recovery.livestats import LiveStats
 from recovery.origins import UNKNOWN, Origins, Same, TopicOffset
+from recovery.phases import PhaseClock
+from recovery.phases import merge as merge_phases
 from recovery.plan import JobPlan, Logic, Record, Sink, Source
+from recovery.progress import ProgressLog, Replay, SourceReplay, read_last_mark, replay_ends
 from recovery.state import ChangelogState
 
 log = logging.getLogger("spillway.subtask")
@@ -110,10 +113,13 @@ class SubtaskResult:
     records_in: int = 0
     records_out: int = 0
     replay: dict[str, list[int]] = field(default_factory=dict)  # tp -> [from, to, records]
+    replay_basis: str | None = None  # recovery.progress: "read" or "upper-bound"
+    source_replay: dict[str, Any] = field(default_factory=dict)  # what its source re-reads
     restore_s: float = 0.0
     catchup_s: float | None = None
     set_aside: dict[str, int] = field(default_factory=dict)  # e.g. late records, job totals
     error: str | None = None  # status "failed": the one line the job stops with
+    phases: dict[str, float] = field(default_factory=dict)  # recovery.phases, wall times
 
 
 class _Ctx:
@@ -156,7 +162,9 @@ class SubtaskRunner:
         options: RunOptions,
         attempt: int = 0,
         should_stop: Callable[[], bool] = lambda: False,
+        phases: PhaseClock | None = None,
     ) -> None:
+        self.phases = phases if phases is not None else PhaseClock()
         self.plan = plan
         self.subtask = subtask
         self.settings = settings
@@ -222,8 +230,9 @@ class SubtaskRunner:
         self._last_ckpt = time.monotonic()
         self._last_wm_check = 0.0
         self._wm_out: int | None = None
-        self._replay_ends: dict[TopicPartition, int] = {}
-        self._replayed: dict[TopicPartition, int] = {}
+        self.progress = ProgressLog(settings, subtask)
+        self.replay = Replay({}, {}, None)
+        self.source_replay = SourceReplay(None, None)
         self._started = 0.0
         # Bytes of the last checkpoint: its own (state changes, record) and the channel data
         # its transaction had spilled since the previous one.
@@ -235,6 +244,7 @@ class SubtaskRunner:
         self._resume: dict[tuple[TopicPartition, int], int] = {}
         self._produced = False  # anything written in the open transaction (crash points)
         self._pruning: threading.Thread | None = None
+        self.phases.lap("clients")
 
     # -- life ----------------------------------------------------------------------------
 
@@ -269,6 +279,8 @@ class SubtaskRunner:
             ended = self._step()
             if tick is not None and not ended:
                 self._emit(tick(int(time.time() * 1000)))
+            if self.progress.due(time.monotonic()):
+                self._mark()
             for w in self.writers:
                 w.tick()
             # Aligned mode: only sources act on the trigger; the others on barriers.
@@ -297,13 +309,18 @@ class SubtaskRunner:
     def _restore(self) -> bool:
         t0 = time.monotonic()
         self.producer.start()  # fences the previous incarnation, aborts its open transaction
+        self.phases.mark("fenced")
+        self.phases.lap("fence")
         self.events.emit("fencing")  # tells a fenced older copy it was replaced (driver._task)
         if self.out is not self.producer:
             self.out.start()
+        self.phases.lap("announce")
         # One read of the checkpoint tail serves both the latest checkpoint and the last
         # global checkpoint this subtask took.
         recent = self.store.history(self.subtask.index, 5)
         ckpt = self._load_checkpoint(recent)
+        mark = read_last_mark(self.store, self.progress.tp)  # how far the last attempt read
+        self.phases.lap("history")
         if ckpt is not None:
             ckpt.check_topology(self.plan.fingerprint)
             self.result.restored_from = int(ckpt.checkpoint_id)
@@ -338,6 +355,7 @@ class SubtaskRunner:
             log.info(
                 "%s restored %d keys from %d changelog records", self.subtask, len(self.state), n
             )
+        self.phases.lap("state")
         self.faults.reached("restore")
         if self.inputs:
             self.consumer = AssignedConsumer(self.settings, self.subtask.group_id)
@@ -356,12 +374,11 @@ class SubtaskRunner:
             self.reader.start(start, ckpt.reader_state() if ckpt else None)
             if ckpt is not None:
                 self._resume = {(tp, off): done for tp, (off, done) in ckpt.partial.items()}
-            if ckpt is not None:
-                self._replay_ends = {tp: marks[tp][1] for tp in start if marks[tp][1] > start[tp]}
-                self._replayed = dict.fromkeys(self._replay_ends, 0)
-                self.result.replay = {
-                    str(tp): [int(start[tp]), end, 0] for tp, end in self._replay_ends.items()
-                }
+            ends, basis = replay_ends(
+                start, {tp: m[1] for tp, m in marks.items()}, mark, ckpt is not None
+            )
+            self.replay = Replay(start, ends, basis)
+            self.result.replay, self.result.replay_basis = self.replay.figure, basis
         for e in self.plan.outputs_of(self.op.name):
             p = self.plan.operator(e.downstream).parallelism
             topic = self.plan.topic_of(e)
@@ -378,6 +395,7 @@ class SubtaskRunner:
             self.writers.append(w)
         self.ctx.restored_watermark = ckpt.watermark if ckpt else None
         self.aside.restore(ckpt.set_aside if ckpt else {})
+        self.phases.lap("inputs")
         restored_global: tuple[int, int] | None = None
         if ckpt is not None:
             taken: list[tuple[int, int]] = []
@@ -392,6 +410,8 @@ class SubtaskRunner:
         source_position, sink_position = self._split_position(ckpt.source if ckpt else {})
         if self.source is not None:
             self.source.open(self.ctx, source_position)
+            self.source_replay = SourceReplay(self.source, mark.source if mark else None)
+            self.result.source_replay = self.source_replay.span
         if self.sink is not None:
             self.sink.open(self.ctx, sink_position, self.out)
         if self.logic is not None:
@@ -399,13 +419,23 @@ class SubtaskRunner:
         self._wm_out = ckpt.watermark if ckpt else None
         self.result.restore_s = time.monotonic() - t0
         self._started = time.monotonic()
-        if not self._replay_ends:
+        self.phases.lap("opened")
+        self.phases.mark("restored")
+        if not self.replay.pending and not self.source_replay.pending:
             self.result.catchup_s = 0.0 if ckpt else None
+            if ckpt is not None:
+                self.phases.mark("caught_up", self.phases.times["restored"])
+        self.result.phases = self._phases()
         self.events.emit(
             "started",
             restored_from=self.result.restored_from,
             replay=self.result.replay,
             restore_s=round(self.result.restore_s, 3),
+            phases=self.result.phases,
+            steps=self.phases.steps_dict(),
+            replay_basis=self.result.replay_basis,
+            source_replay=self.result.source_replay,
+            replay_read_by={"attempt": mark.attempt, "time": mark.time} if mark else None,
             # A checkpoint taken inside a message: how many of its records were done.
             resumed_mid_message={str(tp): [o, d] for (tp, o), d in self._resume.items()},
         )
@@ -472,6 +502,8 @@ class SubtaskRunner:
             if recs is None:
                 return True
             self.result.records_in += len(recs)
+            if self.source_replay.pending and self.source_replay.caught_up():
+                self._caught_up()
             # A source chained with transforms: they run here, before anything is written
             # (their outputs have no per-record origin: a function may emit 0..n per input).
             if self.logic is not None:
@@ -497,19 +529,18 @@ class SubtaskRunner:
                 done = self._resume.pop((d.tp, d.offset), 0)
                 records = d.records[done:] if done else d.records
                 self.result.records_in += len(records)
-                if d.tp in self._replay_ends:
-                    self._count_replay(d.tp, d.offset, len(records))
+                if self.replay.pending:
+                    self.replay.count(d.tp, d.offset, len(records))
                 if self._unaligned:
                     self._deliver_in_chunks(records, d.tp, d.offset, done)
                 else:
                     self._deliver(records, d.tp, d.offset)
-        if self._replay_ends and self.reader is not None:
-            pos = self.reader.positions()
-            if (
-                all(pos[tp] >= end for tp, end in self._replay_ends.items())
-                and self.result.catchup_s is None
-            ):
-                self.result.catchup_s = time.monotonic() - self._started
+        if (
+            self.replay.pending
+            and self.result.catchup_s is None
+            and self.replay.done(self.reader.positions())
+        ):
+            self._caught_up()
         if barrier is not None and self._global:
             self._global_checkpoint(barrier)
         if self._aligned:
@@ -555,11 +586,34 @@ class SubtaskRunner:
                     self.faults.reached("after-partial-commit")
             self._deliver(records[start : start + step], tp, offset)
 
-    def _count_replay(self, tp: TopicPartition, offset: int, n: int) -> None:
-        end = self._replay_ends[tp]
-        if offset < end:
-            self._replayed[tp] += n
-            self.result.replay[str(tp)][2] = self._replayed[tp]
+    def _phases(self) -> dict[str, float]:
+        """This attempt's restart phases so far, with Spark's (driver-side) ones once known."""
+        spark = None
+        if self._signals is not None and self.attempt > 0:
+            spark = self._signals.spark_phases(self.subtask, self.attempt)
+        return merge_phases(spark, self.phases.as_dict())
+
+    def _caught_up(self) -> None:
+        """Re-read everything the previous attempt had read: record it (once)."""
+        self.result.catchup_s = time.monotonic() - self._started
+        self.phases.mark("caught_up")
+        self.result.phases = self._phases()
+        self.events.emit(
+            "caught-up",
+            catchup_s=round(self.result.catchup_s, 3),
+            phases=self.result.phases,
+            replay=self.result.replay,
+            replay_basis=self.result.replay_basis,
+            source_replay=self.result.source_replay,
+        )
+
+    def _mark(self) -> None:
+        """Record how far this attempt has read (recovery.progress)."""
+        self.progress.write(
+            self.attempt,
+            self.reader.positions() if self.reader else {},
+            self.source.position() if self.source else None,
+        )
 
     def _process(self, records: list[Record], origins: Origins) -> list[Record]:
         """Run the operator on one input message's records, or on what the chained source
@@ -695,6 +749,7 @@ class SubtaskRunner:
             set_aside=self.aside.counts(),
         )
         metadata = self.consumer.group_metadata() if self.consumer else None
+        self._mark()  # what this checkpoint read, in case the commit never happens
         if self.faults.armed:
             self._flush_and_reach("after-produce")
         reached = self._crash_point if self.faults.armed else None
@@ -794,6 +849,7 @@ class SubtaskRunner:
         # Make the planned crash land with everything on the broker, still uncommitted.
         self.out.flush()
         self.producer.flush()
+        self.progress.flush()
         self.faults.reached(point)
 
     def _before_output(self) -> None:
@@ -811,22 +867,26 @@ class SubtaskRunner:
         self.lifecycle.to(Phase.FINISHED)
         self.result.status = "finished"
         self.result.set_aside = self.aside.counts()
-        if self.result.catchup_s is None and self._replay_ends:
-            self.result.catchup_s = time.monotonic() - self._started
+        if self.result.catchup_s is None and (self.replay.pending or self.source_replay.pending):
+            self._caught_up()
+        self.result.phases = self._phases()  # Spark's phases, if they came after caught_up
         self.events.emit(
             "finished",
             checkpoint=self._seq.last,
             records_in=self.result.records_in,
             records_out=self.result.records_out,
             replay=self.result.replay,
+            replay_basis=self.result.replay_basis,
+            source_replay=self.result.source_replay,
             catchup_s=self.result.catchup_s,
             set_aside=self.result.set_aside,
+            phases=self.result.phases,
         )
 
     def _close(self) -> None:
         if self._pruning is not None:
             self._pruning.join(self.settings.request_timeout_s)  # before its store closes
-        closers = [self.events.close, self.producer.close, self.store.close]
+        closers = [self.events.close, self.producer.close, self.store.close, self.progress.close]
         if self.out is not self.producer:
             closers.append(self.out.close)
         if self._signals is not None:

@@ -24,6 +24,7 @@ _DELETED = object()
 _PENDING = object()  # dirty, encoded from the stored value when flushed
 # Messages per consume call while restoring; librdkafka fetches ahead meanwhile.
 _RESTORE_BATCH = 1000
+_RESTORE_WAIT_S = 0.01  # per consume() call of a restore
 
 CHANGELOG_TOPIC_CONFIG = {
     "cleanup.policy": "compact",
@@ -241,10 +242,12 @@ class ChangelogState:
             deadline = time.monotonic() + timeout_s
             pos: int | None = low
             while True:
-                # Never more than is left below `end`: the last batch then comes back as
-                # soon as it is complete instead of waiting out the timeout.
+                # Never more than is left below `end`, and a short wait: consume() returns
+                # early only once it has all it asked for, and the offsets left include a
+                # commit marker per checkpoint, so the last call used to wait out a 0.2 s
+                # timeout on every restore. librdkafka keeps fetching ahead meanwhile.
                 want = _RESTORE_BATCH if pos is None else min(_RESTORE_BATCH, end - pos)
-                batch = consumer.consume(want, 0.2)
+                batch = consumer.consume(want, _RESTORE_WAIT_S)
                 if batch:
                     n += self._apply(batch, upto, abandoned)
                 pos = consumer.position(self.tp)

@@ -23,10 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from channels.config import KafkaSettings
-from channels.ids import JobId, OperatorName
+from channels.ids import JobId, OperatorName, TopicPartition
 from channels.localbroker import BrokerConfig, LocalBroker
 from offsets.store import CheckpointStore
 from recovery.events import read_events
+from recovery.phases import merge, out_of_order, steps
+from recovery.progress import last_mark, progress_topic
 from recovery.runner import SubtaskResult
 from spark_jobs.examples import clicks
 
@@ -160,10 +162,15 @@ def _kill_when_ready(
     thread: threading.Thread,
 ) -> tuple[float | None, int | None]:
     store = CheckpointStore(settings, job, OperatorName(op), parallelism)
+    progress = TopicPartition(progress_topic(job, OperatorName(op)), index)
+    pid: int | None = None
     try:
         while thread.is_alive():
-            time.sleep(0.5)
+            time.sleep(0.05)
             try:
+                # The mark first: a checkpoint committed after it covers at least as much,
+                # so "read past its checkpoint" below cannot be a checkpoint behind.
+                mark = last_mark(store.tail(progress, 1))
                 ckpt = store.latest(index)
             except Exception:  # topics may not exist yet while the driver starts
                 continue
@@ -172,11 +179,16 @@ def _kill_when_ready(
             if ckpt.finished:
                 _say(f"{op}[{index}] finished before the kill; use more --records")
                 return None, None
-            pid = _pid_of(settings, job, op, index)
-            if pid is None:
+            pid = pid or _pid_of(settings, job, op, index)
+            # Kill it once it has read past its checkpoint (its read mark says so), so the
+            # restart has something to re-process.
+            ahead = mark is not None and any(
+                mark.inputs.get(tp, off) > off for tp, off in ckpt.inputs.items()
+            )
+            if pid is None or not ahead:
                 continue
+            at = time.time()  # before the call: the death comes after, never before
             os.kill(pid, signal.SIGKILL)
-            at = time.time()
             _say(f"SIGKILLed {op}[{index}] (pid {pid}) after its checkpoint {ckpt.checkpoint_id}")
             return at, pid
     finally:
@@ -190,6 +202,24 @@ def _pid_of(settings: KafkaSettings, job: JobId, op: str, index: int) -> int | N
         if e.get("event") == "started" and e.get("operator") == op and e.get("index") == index:
             pid = int(e["pid"])
     return pid
+
+
+def _print_phases(events: list[dict[str, Any]], started: dict[str, Any], killed: float) -> None:
+    """The restart's phases (recovery.phases), each with the time since the previous one."""
+    key = (started["operator"], started["index"], started["attempt"])
+    mine = [e for e in events if (e.get("operator"), e.get("index"), e.get("attempt")) == key]
+    spark = next((e for e in mine if e.get("event") == "task-retried"), {})
+    times = merge(
+        {"killed": killed},
+        {k: spark[k] for k in ("spark_noticed", "scheduled") if spark.get(k) is not None},
+        *(e.get("phases") for e in mine if e.get("event") in ("started", "caught-up", "finished")),
+    )
+    print("restart phases (seconds after the previous one):")
+    print("  " + ", ".join(f"{p} +{dt:.3f}" for p, dt in steps(times)))
+    inside = started.get("steps") or {}
+    print("  steps of the new attempt: " + ", ".join(f"{k} {v:.3f}" for k, v in inside.items()))
+    for problem in out_of_order(times):
+        print(f"  (clock skew?) {problem}")
 
 
 def _report(
@@ -254,13 +284,19 @@ def _report(
             f"caught up with its inputs {catchup:.2f}s later: "
             f"recovery took {restart_s + catchup:.2f}s"
         )
+        _print_phases(events, rec, killed_at)
         replayed = 0
         for tp, (start, end, n) in sorted(final.replay.items()):
-            print(f"  replayed {tp}: offsets [{start}, {end}) = {n:,} records")
+            print(f"  re-processed {tp}: offsets [{start}, {end}) = {n:,} records")
             replayed += n
+        basis = {
+            "read": "up to what the killed attempt had read (its last read mark)",
+            "upper-bound": "an upper bound: up to the partition ends at the restart",
+        }.get(str(final.replay_basis), "nothing to re-process")
         print(
-            f"replayed {replayed:,} records of the {total_in:,} that {op} read "
-            f"({100 * replayed / max(total_in, 1):.1f}%), only from {target}'s own partitions"
+            f"re-processed {replayed:,} records of the {total_in:,} that {op} read "
+            f"({100 * replayed / max(total_in, 1):.1f}%), only from {target}'s own partitions; "
+            f"{basis}"
         )
     print(f"subtasks restarted: {', '.join(restarted) or 'none'}")
     print(

@@ -32,11 +32,14 @@ from recovery.globalckpt import Coordinator, checkpoints_topic_spec
 from recovery.heartbeat import heartbeats_topic_spec
 from recovery.jobconf import forwarded_env, masked
 from recovery.loader import load_plan
+from recovery.phases import PhaseClock, process_start_time
 from recovery.plan import JobPlan
 from recovery.plandoc import PlanDoc
+from recovery.progress import progress_topic_spec
 from recovery.rewind import rewind_job
 from recovery.runner import GUARANTEES, RunOptions, SubtaskResult, SubtaskRunner
 from recovery.state import CHANGELOG_TOPIC_CONFIG
+from spark_jobs.attempts import AttemptWatcher
 from spark_jobs.failfast import FailureWatch
 from spark_jobs.observe import observed
 from spark_jobs.usertopics import check_user_topics
@@ -150,6 +153,9 @@ def prepare_topics(plan: JobPlan, settings: KafkaSettings, dead_letter: bool = F
             heartbeats_topic_spec(plan.job),
         ]
     )
+    admin.ensure_topics(
+        [progress_topic_spec(plan.job, op.name, op.parallelism) for op in plan.operators]
+    )
 
 
 def _raise_dead_letter_limit(admin: Admin, topic: str) -> None:
@@ -217,6 +223,8 @@ def run_on_spark(
         .config("spark.driver.bindAddress", os.environ["SPARK_LOCAL_IP"])
         .config("spark.ui.enabled", "false")
         .config("spark.python.worker.reuse", "false")
+        # Forks workers with Spillway's modules already imported (a restart's imports).
+        .config("spark.python.daemon.module", "spark_jobs.daemon")
         .config("spark.executorEnv.PYTHONPATH", os.pathsep.join(p for p in sys.path if p))
     )
     if config.master:
@@ -241,6 +249,8 @@ def run_on_spark(
         # Started first: a deterministic failure cancels the Spark job (spark_jobs.failfast).
         watch = FailureWatch(settings, plan.job, run_id, on_failure=sc.cancelAllJobs)
         watch.start()
+        watcher = AttemptWatcher(sc, settings, plan.job, run_id, subtasks)
+        watcher.start()
         coordinator = None
         if config.checkpoint_mode != "interval":
             coordinator = Coordinator(
@@ -276,6 +286,7 @@ def run_on_spark(
             raise JobAbortedError(watch.message()) from None
         finally:
             watch.stop()
+            watcher.stop()
             if coordinator is not None:
                 coordinator.stop()
     finally:
@@ -328,10 +339,24 @@ def _task(
         logging.getLogger(noisy).setLevel(logging.WARNING)
     ctx = TaskContext.get()
     attempt = ctx.attemptNumber() if ctx is not None else 0
+    entered = time.time()
+    phases = PhaseClock()
+    # Forked from spark_jobs.daemon: the fork time it noted; else the process's start time.
+    born = getattr(sys.modules.get("__main__"), "spillway_forked_at", None) or process_start_time()
+    if born is not None:
+        phases.mark("python_started", born)
+        phases.step("worker", max(0.0, entered - born))
     plan = load_plan(config.pipeline, config.job_id, config.conf)
     subtask = plan.subtasks()[index]
+    phases.mark("imported")  # this module, the pipeline's and their imports
+    phases.lap("plan")
     runner = SubtaskRunner(
-        plan, subtask, config.settings(), config.options(from_checkpoint, run_id), attempt
+        plan,
+        subtask,
+        config.settings(),
+        config.options(from_checkpoint, run_id),
+        attempt,
+        phases=phases,
     )
     started = time.time()
     try:

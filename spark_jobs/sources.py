@@ -120,6 +120,11 @@ class GeneratorSource:
         """Idle once nothing was generated for the strategy's idle timeout."""
         return self._tracker is not None and self._tracker.idle(time.monotonic())
 
+    def reread(self, since: Mapping[str, Any], until: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The indices ``[from, to)`` between two positions and how many are this subtask's."""
+        a, b = int(since["next"]), int(until["next"])
+        return {"index": [a, b], "records": len(range(a, b, self.p))} if b > a else None
+
     def rejected(self) -> list[Rejected]:
         """Generated records are never unreadable."""
         return []
@@ -237,6 +242,23 @@ class FileSource:
                 raise RecordError(f"{self._files[self._file]} row {n + 1}: {e}") from e
             self._tracker.observe(0, t, now)
         return rows
+
+    def reread(self, since: Mapping[str, Any], until: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The lines (parquet: rows) between two positions, per file: ``[file, first, end)``,
+        1-based line numbers as editors count (``end`` ``None``: to the end of the file)."""
+        files = [str(f) for f in until.get("files") or since.get("files") or self._files]
+        a = (int(since.get("file", 0)), int(since.get("row", 0)))
+        b = (int(until.get("file", 0)), int(until.get("row", 0)))
+        if b <= a:
+            return None
+        base = 0 if self.fmt == "parquet" else 2 if self.fmt == "csv" else 1
+        spans: list[list[Any]] = []
+        for f in range(a[0], min(b[0], len(files) - 1) + 1):
+            first = a[1] if f == a[0] else 0
+            end = b[1] if f == b[0] else None
+            if end is None or end > first:
+                spans.append([files[f], first + base, None if end is None else end + base])
+        return {"rows" if self.fmt == "parquet" else "lines": spans} if spans else None
 
     def rejected(self) -> list[Rejected]:
         """The lines the last :meth:`read` could not parse, with file, line and reason."""
@@ -445,6 +467,13 @@ class KafkaTopicSource:
     def idle(self) -> bool:
         """Every partition of this subtask is idle (or it has none)."""
         return self._tracker is not None and self._tracker.idle(time.monotonic())
+
+    def reread(self, since: Mapping[str, Any], until: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The offsets ``[from, to)`` between two positions, per partition of the topic."""
+        a = {int(p): int(o) for p, o in (since.get("offsets") or {}).items()}
+        b = {int(p): int(o) for p, o in (until.get("offsets") or {}).items()}
+        spans = {str(p): [a.get(p, o), o] for p, o in sorted(b.items()) if o > a.get(p, o)}
+        return {"topic": self.topic, "offsets": spans} if spans else None
 
     def rejected(self) -> list[Rejected]:
         """The messages the last :meth:`read` could not turn into records, with the reason."""

@@ -56,6 +56,10 @@ class AssignedConsumer:
             [CkTopicPartition(tp.topic, tp.partition, int(off)) for tp, off in starts.items()]
         )
 
+    def unassign(self) -> None:
+        """Read nothing until the next :meth:`assign` (no fetches while idle)."""
+        self._consumer.unassign()
+
     def consume(self, max_messages: int, timeout_s: float) -> list[Message]:
         """Up to ``max_messages`` committed messages; raises on partition-level errors."""
         msgs = self._consumer.consume(max_messages, timeout_s)
