@@ -140,7 +140,8 @@ def run(plan: Plan, report: Report) -> None:
     _say(f"deployment up and healthy in {report.up_healthy_s:.1f} s")
 
     submitted = time.monotonic()
-    job = deployment.popen(readme_submit(plan.job), work / "job.log")
+    job_log = work / f"job-{plan.job}.log"
+    job = deployment.popen(readme_submit(plan.job), job_log)
     try:
         report.submit_to_ready_s = wait_until(
             f"every subtask has committed {_CHECKPOINTS_BEFORE_KILL} checkpoints",
@@ -153,16 +154,22 @@ def run(plan: Plan, report: Report) -> None:
         _kill_broker(plan, deployment, report, job)
         _restart_broker(plan, deployment, report, job)
         code = job.wait(_JOB_TIMEOUT_S)
+    except ComposeTestError as exc:
+        raise ComposeTestError(f"{exc}\nlast lines of {job_log}:\n{_tail(job_log)}") from exc
     finally:
         if job.poll() is None:
             job.kill()
             job.wait(30)
     report.job_s = time.monotonic() - submitted
-    tail = "\n".join((work / "job.log").read_text(errors="replace").splitlines()[-15:])
+    tail = _tail(job_log)
     if code != 0:
         report.problems.append(f"spark-submit exited {code}:\n{tail}")
     _say(f"job ended (exit {code}) {report.job_s:.1f} s after spark-submit")
     _check(plan, deployment, report)
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
 
 def _all_checkpointed(plan: Plan) -> bool:
