@@ -56,11 +56,14 @@ class Recovery:
     restore_s: float
     replay: dict[str, tuple[int, int, int]]
     caught_up_s: float | None
+    finished: bool = True  # False: restarted again before it finished
 
     def describe(self) -> str:
         """One line for the report."""
         replay = ", ".join(
             f"{tp} offsets [{a}, {b}) = {n:,} records"
+            if self.finished
+            else f"{tp} from offset {a} (restarted again before it finished)"
             for tp, (a, b, n) in sorted(self.replay.items())
         )
         if not replay:
@@ -100,6 +103,7 @@ def recoveries(
                 restore_s=float(e.get("restore_s") or 0.0),
                 replay={tp: (int(a), int(b), int(n)) for tp, (a, b, n) in replay.items()},
                 caught_up_s=(final or {}).get("catchup_s") if same else None,
+                finished=same,
             )
         )
     return sorted(found, key=lambda r: (r.subtask, r.attempt))
