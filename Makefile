@@ -23,8 +23,8 @@ test: $(STAMP) lint typecheck
 	$(BIN)/python -m pytest tests --durations=15
 
 ## compose-test: docker/compose.yaml for real on a private Docker engine: the example job
-## with a broker and a worker killed, output checked exactly (needs root, or DOCKER_HOST
-## pointing at a running engine; docker/README.md has the times)
+## with a worker and a broker killed, output checked exactly (needs root, or DOCKER_HOST
+## pointing at a running engine; about 11 min the first time, 3-5 min after)
 compose-test: $(STAMP)
 	$(BIN)/python -m composetest
 
