@@ -137,8 +137,10 @@ class Admin:
                         ) from None
                     if code != KafkaError.TOPIC_ALREADY_EXISTS:
                         raise
-            self._wait_for_leaders([s.name for s in missing])
-            existing = self.partition_counts()
+            # The counts the leaders were seen with: another metadata request may be
+            # answered by a broker that has not heard of the new topics yet (seen with
+            # three brokers in make compose-test: "has None partitions").
+            existing.update(self._wait_for_leaders([s.name for s in missing]))
         for s in specs:
             actual = existing.get(s.name)
             if actual != s.partitions:
@@ -148,7 +150,8 @@ class Admin:
                     "job's topics (`spillway delete --job ...`) to start over"
                 )
 
-    def _wait_for_leaders(self, names: list[str], timeout_s: float = 30.0) -> None:
+    def _wait_for_leaders(self, names: list[str], timeout_s: float = 30.0) -> dict[str, int]:
+        """Wait until every partition of ``names`` has a leader; return their partition counts."""
         # CreateTopics returns before every partition has a leader; reads right after it
         # fail with NOT_LEADER. Wait here, once, instead of retrying everywhere else.
         deadline = time.monotonic() + timeout_s
@@ -163,7 +166,7 @@ class Admin:
                 or any(p.leader < 0 for p in md.topics[n].partitions.values())
             ]
             if not pending:
-                return
+                return {n: len(md.topics[n].partitions) for n in names}
             if time.monotonic() > deadline:
                 raise BrokerUnavailableError(
                     f"topics {pending} have no partition leader {timeout_s:.0f}s after creation"

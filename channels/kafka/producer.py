@@ -9,7 +9,10 @@ Policy (DESIGN §8, librdkafka's transactional API contract):
 * a commit that times out: the producer is closed and recreated (``init_transactions``
   aborts or completes whatever was pending) and :class:`TransactionAbortedError` is
   raised, because the outcome of that commit is unknown until the checkpoint is re-read.
-  Retrying the commit blindly could let a late commit end a later transaction.
+  Retrying the commit blindly could let a late commit end a later transaction;
+* ``send_offsets_to_transaction`` that does not return although its timeout passed
+  (librdkafka can wait for a dead group coordinator forever): abandoned after
+  :data:`SEND_OFFSETS_DEADLINE_S`, :class:`TransactionAbortedError`.
 """
 
 from __future__ import annotations
@@ -17,9 +20,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from confluent_kafka import TopicPartition as CkTopicPartition
@@ -43,6 +47,46 @@ _TOO_LARGE = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TO
 # again after a step that timed out or ended in a retriable error.
 _INIT_WAIT_S = 0.02
 _INIT_PAUSE_S = {KafkaError.CONCURRENT_TRANSACTIONS: 0.005}  # before asking again; else 0.1 s
+
+T = TypeVar("T")
+
+SEND_OFFSETS_TIMEOUT_S = 30.0
+# librdkafka's send_offsets_to_transaction() can block past its timeout while the group
+# coordinator is down (confluentinc/librdkafka#5456, #5511: its coordinator request timer
+# is never checked). Found by make compose-test: a subtask hung for minutes after one of
+# three brokers was killed. Past this deadline the call is abandoned.
+SEND_OFFSETS_DEADLINE_S = SEND_OFFSETS_TIMEOUT_S + 15.0
+
+
+def call_within(deadline_s: float, call: Callable[[], T], what: str) -> T:
+    """``call()`` run in a helper thread; :class:`TransactionAbortedError` past the deadline.
+
+    For client calls that may ignore their own timeout. A call still running at the
+    deadline is abandoned in its (daemon) thread; the caller must then give up the
+    producer, as it does after any aborted transaction: the subtask restarts.
+    """
+    outcome: list[tuple[bool, Any]] = []
+
+    def run() -> None:
+        try:
+            outcome.append((True, call()))
+        except BaseException as e:  # handed to the caller's thread below
+            outcome.append((False, e))
+
+    thread = threading.Thread(target=run, name=f"spillway {what}", daemon=True)
+    thread.start()
+    thread.join(deadline_s)
+    if not outcome:
+        raise TransactionAbortedError(
+            f"{what} did not return within {deadline_s:.0f}s although told to give up "
+            f"after {SEND_OFFSETS_TIMEOUT_S:.0f}s (librdkafka waits for a dead coordinator: "
+            "confluentinc/librdkafka#5456); restart the subtask from its last checkpoint"
+        )
+    ok, value = outcome[0]
+    if not ok:
+        raise value
+    result: T = value
+    return result
 
 
 def pending_kafka_exception(exc: BaseException) -> KafkaException | None:
@@ -292,9 +336,22 @@ class TransactionalProducer:
             return
         tps = [CkTopicPartition(tp.topic, tp.partition, int(off)) for tp, off in positions.items()]
         try:
-            self._p.send_offsets_to_transaction(tps, group_metadata, 30)
+            self._send_offsets(tps, group_metadata)
         except KafkaException as e:
             raise self._translate(e) from e
+
+    # Retriable errors (the coordinator moved after a broker died: _TRANSPORT,
+    # NOT_COORDINATOR) are retried, as librdkafka's contract for this call says.
+    @retrying(attempts=4)
+    def _send_offsets(self, tps: list[CkTopicPartition], group_metadata: Any) -> None:
+        producer = self._p
+        call_within(
+            SEND_OFFSETS_DEADLINE_S,
+            lambda: producer.send_offsets_to_transaction(
+                tps, group_metadata, SEND_OFFSETS_TIMEOUT_S
+            ),
+            f"send_offsets_to_transaction of {self.transactional_id}",
+        )
 
     def commit(self, timeout_s: float = 30.0) -> None:
         """Commit the open transaction: outputs become visible to read_committed readers."""

@@ -39,10 +39,11 @@ from channels.localbroker.config import (
     MIN_HEAP,
     BrokerConfig,
     read_ports,
+    render_log4j2_properties,
     render_log4j_properties,
     render_server_properties,
 )
-from channels.localbroker.jars import java_executable, resolve_jars
+from channels.localbroker.jars import java_executable, kafka_version, logging_binding, resolve_jars
 
 log = logging.getLogger(__name__)
 
@@ -104,9 +105,16 @@ class LocalBroker:
         start_timeout: float = 60.0,
         stop_timeout: float = 30.0,
         jar_cache: Path | None = None,
+        kafka: str | None = None,
     ) -> None:
-        """No I/O happens here. ``jar_cache`` overrides :func:`jars.cache_dir`."""
+        """No I/O happens here. ``jar_cache`` overrides :func:`jars.cache_dir`.
+
+        ``kafka`` is the Apache Kafka release to run (e.g. ``"3.9.1"``); None is the one
+        the packaged ``pom.xml`` names. A data directory formatted by one major version
+        is not meant to be started by an older one.
+        """
         self.config = config if config is not None else BrokerConfig.resolve()
+        self._kafka = kafka
         self.start_timeout = start_timeout
         self.stop_timeout = stop_timeout
         self._jar_cache = jar_cache
@@ -140,9 +148,12 @@ class LocalBroker:
             self._check_ports_free()
             # Java first: Maven needs it too, and its own error would be less clear.
             java = java_executable()
-            lib = resolve_jars(self._jar_cache)
+            lib = resolve_jars(self._jar_cache, self.kafka_version)
             config.server_properties.write_text(render_server_properties(config), "latin-1")
-            config.log4j_properties.write_text(render_log4j_properties(config), "latin-1")
+            if self._log4j2:
+                config.log4j2_properties.write_text(render_log4j2_properties(config), "latin-1")
+            else:
+                config.log4j_properties.write_text(render_log4j_properties(config), "latin-1")
             if not config.meta_properties.exists():
                 self._format_storage(java, lib)
             started = time.monotonic()
@@ -263,12 +274,26 @@ class LocalBroker:
                     f"program), so the local broker cannot listen there; choose a free one {how}"
                 )
 
+    @property
+    def kafka_version(self) -> str:
+        """The Apache Kafka release this broker runs (e.g. ``4.4.0``)."""
+        return self._kafka or kafka_version()
+
+    @property
+    def _log4j2(self) -> bool:
+        return logging_binding(self.kafka_version) == "log4j2"
+
     def _java_command(self, java: Path, lib: Path, heap: str) -> list[str]:
+        logging_config = (
+            f"-Dlog4j2.configurationFile={self.config.log4j2_properties.as_uri()}"
+            if self._log4j2
+            else f"-Dlog4j.configuration={self.config.log4j_properties.as_uri()}"
+        )
         return [
             str(java),
             f"-Xmx{heap}",
             "-Djava.awt.headless=true",
-            f"-Dlog4j.configuration={self.config.log4j_properties.as_uri()}",
+            logging_config,
             "-cp",
             # The JVM expands this wildcard itself; no shell is involved.
             str(lib / "*"),

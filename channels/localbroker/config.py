@@ -3,7 +3,8 @@
 Everything the broker owns lives in one data directory::
 
     <data_dir>/server.properties   Kafka configuration (rewritten on every start)
-    <data_dir>/log4j.properties    logging configuration (rewritten on every start)
+    <data_dir>/log4j2.properties   logging configuration of Kafka 4.x (rewritten on every start)
+    <data_dir>/log4j.properties    the same for Kafka 3.x (log4j 1.x, reload4j)
     <data_dir>/broker.log          the broker's log (log4j, rolled at 10 MB)
     <data_dir>/broker.out          the JVM's stdout/stderr (crashes before log4j is up)
     <data_dir>/broker.pid          PID of the running broker; absent when stopped
@@ -164,6 +165,10 @@ class BrokerConfig:
         return self.data_dir / "log4j.properties"
 
     @property
+    def log4j2_properties(self) -> Path:
+        return self.data_dir / "log4j2.properties"
+
+    @property
     def log_file(self) -> Path:
         return self.data_dir / "broker.log"
 
@@ -261,6 +266,32 @@ def render_log4j_properties(config: BrokerConfig) -> str:
         f"{appender}.MaxBackupIndex": "2",
         f"{appender}.layout": "org.apache.log4j.PatternLayout",
         f"{appender}.layout.ConversionPattern": "[%d] %p %m (%c)%n",
+    }
+    return "".join(f"{key}={_escape(value)}\n" for key, value in settings.items())
+
+
+def render_log4j2_properties(config: BrokerConfig) -> str:
+    """Return a log4j2 configuration (Kafka 4.x) that logs to ``broker.log`` only.
+
+    The same log as :func:`render_log4j_properties` gives Kafka 3.x: rolled at 10 MB, two
+    old files kept. ``status = warn`` keeps log4j2's own start-up chatter out of the log.
+    """
+    log_file = str(config.log_file)
+    settings = {
+        "status": "warn",
+        "appender.file.type": "RollingFile",
+        "appender.file.name": "file",
+        "appender.file.fileName": log_file,
+        "appender.file.filePattern": f"{log_file}.%i",
+        "appender.file.layout.type": "PatternLayout",
+        "appender.file.layout.pattern": "[%d] %p %m (%c)%n",
+        "appender.file.policies.type": "Policies",
+        "appender.file.policies.size.type": "SizeBasedTriggeringPolicy",
+        "appender.file.policies.size.size": "10MB",
+        "appender.file.strategy.type": "DefaultRolloverStrategy",
+        "appender.file.strategy.max": "2",
+        "rootLogger.level": "INFO",
+        "rootLogger.appenderRef.file.ref": "file",
     }
     return "".join(f"{key}={_escape(value)}\n" for key, value in settings.items())
 

@@ -1,9 +1,11 @@
 """Find Java and Maven, and resolve Apache Kafka's broker jars into a user cache.
 
 The jars are resolved once per Kafka version into
-``<cache>/kafka-<version>/lib`` by running Maven on the ``pom.xml`` shipped in this
-package. A marker file written only after Maven succeeded makes later starts
-download nothing; a download interrupted half-way has no marker and is redone.
+``<cache>/kafka-<version>-<binding>/lib`` by running Maven on the ``pom.xml`` shipped in
+this package: its ``kafka.version`` by default, or another release (``-Dkafka.version``)
+with the logging binding of its major version (see :func:`logging_binding`). A marker
+file written only after Maven succeeded makes later starts download nothing; a download
+interrupted half-way has no marker and is redone.
 """
 
 from __future__ import annotations
@@ -57,6 +59,18 @@ def kafka_version(pom: bytes | None = None) -> str:
     raise ConfigError("channels/localbroker/pom.xml has no <kafka.version> property")
 
 
+def logging_binding(version: str) -> str:
+    """``log4j2`` for Kafka 4.x and later, ``reload4j`` (log4j 1.x) for 3.x.
+
+    Kafka 4.0 dropped log4j 1.x: its broker reads a log4j2 configuration. The name is
+    also the ``pom.xml`` profile that adds the binding's jars.
+    """
+    match = re.match(r"(\d+)\.\d+", version)
+    if match is None:
+        raise ConfigError(f"Kafka version {version!r} is not MAJOR.MINOR[.PATCH], e.g. 4.4.0")
+    return "log4j2" if int(match.group(1)) >= 4 else "reload4j"
+
+
 def java_executable() -> Path:
     """Return the ``java`` to run: ``$JAVA_HOME/bin/java`` if it exists, else the one on PATH.
 
@@ -103,21 +117,25 @@ def maven_executable() -> Path:
     return Path(found)
 
 
-def resolve_jars(cache: Path | None = None) -> Path:
-    """Return a directory holding every runtime jar of the Kafka broker.
+def resolve_jars(cache: Path | None = None, version: str | None = None) -> Path:
+    """Return a directory holding every runtime jar of Kafka ``version``'s broker.
 
-    The first call per Kafka version runs Maven (needs network access to Maven
-    Central, or a filled ``~/.m2``); later calls only check the marker file. Safe to
-    call from several processes at once: they serialise on a lock file.
+    ``version`` None is the packaged ``pom.xml``'s. The first call per Kafka version runs
+    Maven (needs network access to Maven Central, or a filled ``~/.m2``); later calls only
+    check the marker file. Safe to call from several processes at once: they serialise
+    on a lock file.
     """
     pom = pom_bytes()
-    version = kafka_version(pom)
-    home = (cache or cache_dir()) / f"kafka-{version}"
+    version = version or kafka_version(pom)
+    # The binding is part of the name: a release resolved with another binding (or by an
+    # older Spillway, whose marker differs) lives in a directory of its own, so two
+    # checkouts sharing the cache never re-resolve, and delete, each other's jars.
+    home = (cache or cache_dir()) / f"kafka-{version}-{logging_binding(version)}"
     lib = home / "lib"
     marker = home / _MARKER
     # The marker holds the pom's digest: a changed pom (e.g. another logging binding)
     # with the same Kafka version is resolved again instead of silently reusing old jars.
-    digest = hashlib.sha256(pom).hexdigest()
+    digest = hashlib.sha256(pom + f"\n{version}\n{logging_binding(version)}".encode()).hexdigest()
     if _marker_matches(marker, digest) and lib.is_dir():
         return lib
     home.mkdir(parents=True, exist_ok=True)
@@ -139,6 +157,7 @@ def _run_maven(pom: bytes, home: Path, lib: Path, version: str) -> None:
     # Maven must not leave files next to our sources.
     pom_copy = home / "pom.xml"
     pom_copy.write_bytes(pom)
+    binding = logging_binding(version)
     command = [
         str(mvn),
         "-q",
@@ -148,6 +167,9 @@ def _run_maven(pom: bytes, home: Path, lib: Path, version: str) -> None:
         "dependency:copy-dependencies",
         "-DincludeScope=runtime",
         f"-DoutputDirectory={lib}",
+        f"-Dkafka.version={version}",
+        # Exactly one logging binding: the other profile is switched off explicitly.
+        f"-P{binding},!{'reload4j' if binding == 'log4j2' else 'log4j2'}",
     ]
     log.info("Resolving Kafka %s broker jars with Maven into %s (first start only)", version, lib)
     started = time.monotonic()

@@ -12,7 +12,11 @@ import pytest
 
 from channels.errors import ConfigError
 from channels.localbroker import BrokerConfig, LocalBroker, StopResult, cache_dir, jars
-from channels.localbroker.config import render_log4j_properties, render_server_properties
+from channels.localbroker.config import (
+    render_log4j2_properties,
+    render_log4j_properties,
+    render_server_properties,
+)
 from channels.localbroker.process import free_ports, tail_lines
 from spark_jobs.cli import main
 
@@ -62,6 +66,23 @@ def test_log4j_writes_to_broker_log_in_the_data_dir(tmp_path: Path) -> None:
 
     assert props["log4j.rootLogger"] == "INFO, file"
     assert props["log4j.appender.file.File"] == str(tmp_path / "broker.log")
+
+
+def test_log4j2_writes_to_broker_log_in_the_data_dir(tmp_path: Path) -> None:
+    props = parse_properties(render_log4j2_properties(BrokerConfig(tmp_path)))
+
+    assert props["rootLogger.level"] == "INFO"
+    assert props["rootLogger.appenderRef.file.ref"] == props["appender.file.name"] == "file"
+    assert props["appender.file.fileName"] == str(tmp_path / "broker.log")
+    assert props["appender.file.filePattern"] == str(tmp_path / "broker.log") + ".%i"
+
+
+def test_logging_binding_follows_the_major_version() -> None:
+    assert jars.logging_binding("4.4.0") == "log4j2"
+    assert jars.logging_binding("4.0") == "log4j2"
+    assert jars.logging_binding("3.9.1") == "reload4j"
+    with pytest.raises(ConfigError, match=r"'latest' is not MAJOR.MINOR"):
+        jars.logging_binding("latest")
 
 
 def test_paths_are_escaped_for_java_properties(tmp_path: Path) -> None:
@@ -223,7 +244,7 @@ def test_cache_dir_precedence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_packaged_pom_names_the_kafka_version() -> None:
-    assert jars.kafka_version() == "3.9.1"
+    assert jars.kafka_version() == "4.4.0"
 
 
 def test_jars_resolve_once_and_redo_a_half_finished_download(
@@ -237,7 +258,7 @@ def test_jars_resolve_once_and_redo_a_half_finished_download(
         (lib / "kafka.jar").touch()
 
     monkeypatch.setattr(jars, "_run_maven", fake_maven)
-    lib = tmp_path / "kafka-3.9.1" / "lib"
+    lib = tmp_path / f"kafka-{jars.kafka_version()}-log4j2" / "lib"
     lib.mkdir(parents=True)
     (lib / "half-downloaded.jar").touch()  # a previous run died: no marker
 
@@ -247,6 +268,12 @@ def test_jars_resolve_once_and_redo_a_half_finished_download(
     assert runs == [lib]
     assert sorted(p.name for p in lib.iterdir()) == ["kafka.jar"]
 
+    # Another release resolves into a directory of its own, once.
+    old = tmp_path / "kafka-3.9.1-reload4j" / "lib"
+    assert jars.resolve_jars(tmp_path, "3.9.1") == old
+    assert jars.resolve_jars(tmp_path, "3.9.1") == old
+    assert runs == [lib, old]
+
 
 def test_missing_maven_says_how_to_install_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -255,4 +282,4 @@ def test_missing_maven_says_how_to_install_it(
 
     with pytest.raises(ConfigError, match=r"apt-get install maven"):
         jars.resolve_jars(tmp_path)
-    assert not (tmp_path / "kafka-3.9.1" / ".complete").exists()
+    assert not (tmp_path / f"kafka-{jars.kafka_version()}-log4j2" / ".complete").exists()

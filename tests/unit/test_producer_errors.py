@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from channels.config import KafkaSettings
-from channels.errors import ProducerFencedError, SpillwayError
+from channels.errors import ProducerFencedError, SpillwayError, TransactionAbortedError
+from channels.ids import Offset, TopicPartition
+from channels.kafka import producer as producer_module
 from channels.kafka.producer import TransactionalProducer, pending_kafka_exception
 
 
@@ -107,3 +111,48 @@ def test_produce_many_sends_every_message_once_even_when_the_queue_is_full() -> 
     assert [(t, k, v) for t, k, v, _ in fake.sent] == [("out", k, v) for k, v in msgs]
     assert all(part == -1 for *_, part in fake.sent)  # librdkafka's partitioner places them
     assert p.txn_bytes == 2 + 2 + 3 + 2 + 4
+
+
+class _SendOffsetsHangs:
+    """librdkafka's send_offsets_to_transaction while the group coordinator is dead: it
+    ignores its timeout (confluentinc/librdkafka#5456) until something else happens."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.calls = 0
+
+    def send_offsets_to_transaction(self, tps: Any, metadata: Any, timeout: float) -> None:
+        self.calls += 1
+        self.release.wait(30)
+
+
+class _SendOffsetsTransportThenOk:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def send_offsets_to_transaction(self, tps: Any, metadata: Any, timeout: float) -> None:
+        self.calls += 1
+        if self.calls == 1:
+            raise KafkaException(KafkaError(KafkaError._TRANSPORT, "TxnCoordinator/2 down"))
+
+
+def test_send_offsets_past_its_deadline_aborts_instead_of_hanging(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(producer_module, "SEND_OFFSETS_DEADLINE_S", 0.2)
+    fake = _SendOffsetsHangs()
+    p = _producer(fake)
+    started = time.monotonic()
+    try:
+        with pytest.raises(TransactionAbortedError, match="did not return within 0s"):
+            p.send_offsets({TopicPartition("t", 0): Offset(5)}, object())
+    finally:
+        fake.release.set()
+    assert time.monotonic() - started < 10  # bounded by the deadline, not the hang
+    assert fake.calls == 1  # an abandoned call is not retried on the same producer
+
+
+def test_send_offsets_retries_a_transport_error() -> None:
+    fake = _SendOffsetsTransportThenOk()
+    _producer(fake).send_offsets({TopicPartition("t", 0): Offset(5)}, object())
+    assert fake.calls == 2
