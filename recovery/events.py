@@ -144,17 +144,28 @@ def newer_incarnation(
     """
     deadline = time.monotonic() + wait_s
     while True:
-        for e in read_events(settings, subtask.job):
-            if (
-                e.get("operator") == subtask.operator
-                and e.get("index") == subtask.index
-                and e.get("pid") != pid
-                and float(e.get("time", 0)) > since
-            ):
-                return True
+        if any(announces_newer(e, subtask, pid, since) for e in read_events(settings, subtask.job)):
+            return True
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.5)
+
+
+def announces_newer(event: Mapping[str, Any], subtask: SubtaskId, pid: int, since: float) -> bool:
+    """True if ``event`` is the ``fencing`` of an incarnation of ``subtask`` other than
+    process ``pid``, after ``since``.
+
+    Only ``fencing`` counts: other events name the subtask too without being a new copy
+    of it (the driver's ``task-retried``, for one, may be written after a retried
+    attempt started, and must not make that attempt think it was replaced).
+    """
+    return (
+        event.get("event") == "fencing"
+        and event.get("operator") == subtask.operator
+        and event.get("index") == subtask.index
+        and event.get("pid") != pid
+        and float(event.get("time", 0)) > since
+    )
 
 
 def record_job_event(

@@ -1,9 +1,11 @@
 """``spillway run --metrics-port``: Prometheus metrics of a run with a SIGKILLed subtask.
 
 The clicks job runs in a child process (real Spark, real broker) with count[0] SIGKILLed
-right after its second checkpoint commit. The source is rate-limited so that upstream
-goes on committing channel data while count[0] is dead: the restarted attempt finds
-records after its checkpointed position, so it must replay some. The test scrapes the
+while taking its third checkpoint, after its outputs were written and its read mark
+recorded but before the commit (``after-produce``). The source is rate-limited, so
+records keep arriving between checkpoints: the dead attempt had read past its last
+committed checkpoint, and the restarted attempt must replay exactly that span (a
+replay counts what the dead attempt had read, not what arrived while it was dead). The test scrapes the
 endpoint while the job runs and checks the restart (exactly one, of count[0] only), the
 replay, checkpoints and record counts, and that the output still equals the reference.
 """
@@ -82,7 +84,7 @@ def test_metrics_show_the_restart_and_the_replay_of_a_killed_subtask(
     env = {
         **os.environ,
         "CLICKS_RATE": str(RECORDS / 2 / 12),  # about 12 s of input
-        "SPILLWAY_CRASH_AT": "count:0:after-commit:0:2",
+        "SPILLWAY_CRASH_AT": "count:0:after-produce:0:3",
     }
     with open(log, "wb") as out:
         driver = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
