@@ -195,8 +195,9 @@ class JobSignals:
             elif e.get("event") == "checkpoint-trigger" and int(e["n"]) > self._trigger:
                 self._trigger = int(e["n"])
                 self._seen_at = (self._trigger, time.time())
-            elif e.get("event") == "task-retried":
-                self._retried[(str(e["operator"]), int(e["index"]), int(e["attempt"]))] = e
+            elif e.get("event") == "task-retried" and isinstance(e.get("retried"), dict):
+                r = e["retried"]
+                self._retried[(str(r["operator"]), int(r["index"]), int(r["attempt"]))] = e
 
     def requested(self) -> bool:
         """True once the driver asked this run to stop."""

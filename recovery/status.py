@@ -98,6 +98,7 @@ def _state_of(event: dict[str, Any] | None) -> str:
     return {
         "fencing": "restoring",
         "started": "running",
+        "caught-up": "running",  # re-read what its previous attempt had read
         "finished": "finished",
         "skipped": "finished",
         "failed": "failed",
