@@ -33,7 +33,9 @@ def restart_of(
         ]
         return found[-1] if found else None
 
-    started, caught, retried = mine("started"), mine("caught-up"), mine("task-retried")
+    started, caught = mine("started"), mine("caught-up")
+    key = {"operator": operator, "index": index, "attempt": attempt}
+    retried = next((e for e in events if e.get("retried") == key), None)
     spark = (
         {k: retried[k] for k in ("spark_noticed", "scheduled") if retried.get(k) is not None}
         if retried

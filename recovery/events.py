@@ -155,9 +155,9 @@ def announces_newer(event: Mapping[str, Any], subtask: SubtaskId, pid: int, sinc
     """True if ``event`` is the ``fencing`` of an incarnation of ``subtask`` other than
     process ``pid``, after ``since``.
 
-    Only ``fencing`` counts: other events name the subtask too without being a new copy
-    of it (the driver's ``task-retried``, for one, may be written after a retried
-    attempt started, and must not make that attempt think it was replaced).
+    Only ``fencing`` counts: other events of other processes name the subtask too
+    without being a new copy of it (an older, fenced zombie's late ``failed``, for one,
+    must not make the current attempt think it was replaced).
     """
     return (
         event.get("event") == "fencing"
@@ -238,8 +238,9 @@ class JobSignals:
             elif e.get("event") == "checkpoint-trigger" and int(e["n"]) > self._trigger:
                 self._trigger = int(e["n"])
                 self._seen_at = (self._trigger, time.time())
-            elif e.get("event") == "task-retried":
-                self._retried[(str(e["operator"]), int(e["index"]), int(e["attempt"]))] = e
+            elif e.get("event") == "task-retried" and isinstance(e.get("retried"), dict):
+                r = e["retried"]
+                self._retried[(str(r["operator"]), int(r["index"]), int(r["attempt"]))] = e
 
     def requested(self) -> bool:
         """True once the driver asked this run to stop."""

@@ -36,13 +36,11 @@ from recovery.events import events_topic, read_events
 from recovery.heartbeat import LOST_AFTER_S, heartbeats_topic, read_heartbeats
 from recovery.plandoc import PlanDoc
 
-# Events the driver writes about a subtask (recovery.phases: when Spark noticed a failure
-# and launched the retry); they carry the driver's pid, not an incarnation's.
-DRIVER_EVENTS = frozenset({"task-retried"})
 # Events that set a subtask's state; any other event (checkpointed, ...) only shows it alive.
 _STATES = {
     "fencing": "restoring",
     "started": "running",
+    "caught-up": "running",  # re-read what its previous attempt had read
     "finished": "finished",
     "skipped": "finished",
     "failed": "failed",
@@ -97,8 +95,8 @@ def fold_events(events: Iterable[Mapping[str, Any]]) -> dict[str, SubtaskLog]:
     fenced: dict[str, list[Incarnation]] = {}
     skipped: dict[str, set[Incarnation]] = {}
     for e in events:
-        if "operator" not in e or "index" not in e or e.get("event") in DRIVER_EVENTS:
-            continue  # job-level, or written by the driver about a subtask: no incarnation
+        if "operator" not in e or "index" not in e:
+            continue  # job-level event (the driver's task-retried names its subtask elsewhere)
         key = f"{e['operator']}[{e['index']}]"
         log = logs.setdefault(key, SubtaskLog())
         inc = _incarnation(e)

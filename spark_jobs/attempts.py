@@ -5,8 +5,9 @@ A thread of the driver watches the stage's failed-task count (one cheap status c
 poll) and, when it grows, reads the task records of Spark's status store: the failed
 attempt's finish time (the moment the scheduler handled the failure) and the launch time
 of the next attempt. It appends one ``task-retried`` event per retry to the job's event
-log; the new attempt picks it up there (``JobSignals.spark_phases``) for its recovery
-record. The times are Spark's own, so the poll interval only delays the event.
+log (subtask and attempt under ``retried``); the new attempt picks it up there
+(``JobSignals.spark_phases``) for its recovery record. The times are Spark's own, so the
+poll interval only delays the event.
 """
 
 from __future__ import annotations
@@ -148,9 +149,10 @@ class AttemptWatcher:
             "task-retried",
             producer=self._producer,
             run=self._run_id,
-            operator=s.operator,
-            index=s.index,
-            attempt=nxt.attempt,
+            # Not "operator"/"index" at the top: readers take events with those keys for
+            # the subtask's own (newer_incarnation, status, chaos checks); this is the
+            # driver's, about it.
+            retried={"operator": s.operator, "index": s.index, "attempt": nxt.attempt},
             spark_noticed=failed.finished,
             scheduled=nxt.launched,
             failed_launched=failed.launched,

@@ -208,7 +208,8 @@ def _print_phases(events: list[dict[str, Any]], started: dict[str, Any], killed:
     """The restart's phases (recovery.phases), each with the time since the previous one."""
     key = (started["operator"], started["index"], started["attempt"])
     mine = [e for e in events if (e.get("operator"), e.get("index"), e.get("attempt")) == key]
-    spark = next((e for e in mine if e.get("event") == "task-retried"), {})
+    retried = {"operator": key[0], "index": key[1], "attempt": key[2]}
+    spark = next((e for e in events if e.get("retried") == retried), {})
     times = merge(
         {"killed": killed},
         {k: spark[k] for k in ("spark_noticed", "scheduled") if spark.get(k) is not None},

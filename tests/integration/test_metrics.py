@@ -5,9 +5,10 @@ while taking its third checkpoint, after its outputs were written and its read m
 recorded but before the commit (``after-produce``). The source is rate-limited, so
 records keep arriving between checkpoints: the dead attempt had read past its last
 committed checkpoint, and the restarted attempt must replay exactly that span (a
-replay counts what the dead attempt had read, not what arrived while it was dead). The test scrapes the
-endpoint while the job runs and checks the restart (exactly one, of count[0] only), the
-replay, checkpoints and record counts, and that the output still equals the reference.
+replay counts what the dead attempt had read, not what arrived while it was dead). The
+test scrapes the endpoint while the job runs and checks the restart (exactly one, of
+count[0] only), the replay, checkpoints and record counts, and that the output still
+equals the reference.
 """
 
 from __future__ import annotations

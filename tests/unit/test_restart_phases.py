@@ -189,7 +189,7 @@ def test_retries_pair_each_failed_attempt_with_the_next() -> None:
 def test_restart_record_joins_killer_spark_and_attempt() -> None:
     ev = {"operator": "count", "index": 0, "attempt": 2}
     events = [
-        {**ev, "event": "task-retried", "spark_noticed": 100.02, "scheduled": 100.03},
+        {"event": "task-retried", "retried": ev, "spark_noticed": 100.02, "scheduled": 100.03},
         {
             **ev,
             "event": "started",

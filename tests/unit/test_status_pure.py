@@ -235,22 +235,9 @@ def test_only_a_fencing_event_of_another_process_announces_a_newer_incarnation()
     s = SubtaskId(JobId("j"), OperatorName("gen"), 0)
     base = {"operator": "gen", "index": 0, "pid": 2, "time": 11.0}
     assert announces_newer({**base, "event": "fencing"}, s, pid=1, since=10.0)
-    # The driver's record of a Spark retry names the subtask but is not a new copy of it.
-    assert not announces_newer({**base, "event": "task-retried"}, s, pid=1, since=10.0)
+    # Other events of another process (the zombie's last words) are not a new copy of it.
+    assert not announces_newer({**base, "event": "failed"}, s, pid=1, since=10.0)
     assert not announces_newer({**base, "event": "fencing"}, s, pid=2, since=10.0)  # itself
     assert not announces_newer({**base, "event": "fencing"}, s, pid=1, since=12.0)  # older
     assert not announces_newer({**base, "event": "fencing", "index": 1}, s, pid=1, since=10.0)
 
-
-def test_the_drivers_record_of_a_spark_retry_is_not_an_incarnation() -> None:
-    events = [
-        ev("fencing", T0, 0),
-        ev("started", T0 + 1, 0),
-        ev("fencing", T0 + 5, 1, pid=101),
-        ev("started", T0 + 6, 1, pid=101),
-        # Written by the driver (its own pid) after the retry had already started.
-        ev("task-retried", T0 + 7, 1, pid=7, spark_noticed=T0 + 4.5, scheduled=T0 + 4.6),
-    ]
-    log = fold_events(events)["count[0]"]
-    assert (log.state, log.restarts, log.incarnation) == ("running", 1, ("r1", 1, 101, "h"))
-    assert row(events, [beat(T0 + 9, 1, pid=101)], now=T0 + 10).state == "running"
