@@ -490,7 +490,12 @@ class TransactionalProducer:
         err = kafka_error(e)
         if err is None:
             return SpillwayError(str(e))
-        if err.code() == KafkaError._FATAL:
+        if err.code() in (KafkaError._FATAL, KafkaError._STATE):
+            # _STATE: a produce refused because the transaction is in a fatal state, e.g.
+            # this producer was fenced by a newer incarnation while messages were queued
+            # (seen in the chaos suite's zombie fault). The cause tells a fenced zombie,
+            # which must stop quietly, from anything else; the subtask stops either way,
+            # so aborting to learn it costs nothing.
             err = self._original_fatal(err)
         if is_fenced(err):
             self._in_txn = False

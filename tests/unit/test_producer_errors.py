@@ -83,6 +83,20 @@ def test_other_fatal_errors_stop_with_the_cause() -> None:
         p.flush(0.1)
 
 
+class _ProduceRefused(_FlushRaisesWrapped):
+    """What librdkafka does when a produce meets a producer fenced meanwhile: _STATE."""
+
+    def produce(self, *args: Any, **kw: Any) -> None:
+        raise KafkaException(KafkaError(KafkaError._STATE, "Unable to produce message"))
+
+
+def test_a_produce_refused_by_a_fenced_producer_is_fencing() -> None:
+    p = _producer(_ProduceRefused(_fenced()))
+    with pytest.raises(ProducerFencedError, match="fenced by a newer incarnation"):
+        p.produce("t", 0, b"k", b"v")
+    assert not p.in_transaction
+
+
 class _QueueFullOnce:
     """A producer whose local queue is full for the first positional produce call."""
 
