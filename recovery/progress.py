@@ -237,10 +237,16 @@ class ProgressLog:
         self._last = key
         mark = ReadMark(attempt, os.getpid(), time.time(), dict(inputs), _plain(source))
         if self._producer is None:
-            # Not idempotent: that asks for a producer id only after 500 ms (librdkafka);
-            # a mark that arrives twice or late only repeats an older position.
+            # Not idempotent: that asks for a producer id only after 500 ms (librdkafka).
+            # One request in flight keeps marks in order; one that arrives twice only
+            # repeats a position.
             self._producer = Producer(
-                {**self._settings.base(), "linger.ms": 0, "enable.idempotence": False}
+                {
+                    **self._settings.base(),
+                    "linger.ms": 0,
+                    "enable.idempotence": False,
+                    "max.in.flight.requests.per.connection": 1,
+                }
             )
         try:
             self._producer.produce(

@@ -17,6 +17,7 @@ Used through ``spark.python.daemon.module`` (see ``spark_jobs.driver``).
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 import time
@@ -81,6 +82,12 @@ def main() -> None:
     os.register_at_fork(after_in_child=_forked)
     failed = preload()
     forget_zip_finders()
+    # What the preload made lives as long as the daemon: out of the collector's view, a
+    # worker's collections neither walk it nor write to it (which copied every page of it
+    # after the fork: 0.7 s stalls during restores in bench.restart). CPython's advice for
+    # servers that fork without exec.
+    gc.collect()
+    gc.freeze()
     n = threads()
     if failed or (n is not None and n > 1):
         # stderr goes to the executor's log; the daemon still works, only slower to fork.
