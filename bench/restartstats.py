@@ -56,6 +56,8 @@ def restart_of(
         "kill_to_processing_s": times["restored"] - killed if "restored" in times else None,
         "kill_to_caught_up_s": times["caught_up"] - killed if "caught_up" in times else None,
         "out_of_order": out_of_order(times),
+        # Spark's phases already in the started event (else they came with a later one).
+        "spark_in_started": "spark_noticed" in ((started or {}).get("phases") or {}),
         "replay": (started or {}).get("replay"),
         "replay_basis": (started or {}).get("replay_basis"),
     }
@@ -88,6 +90,7 @@ def summarise(restarts: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     up_to = {p: s for p, s in out["steps"].items() if p != "caught_up"}
     out["dominant"] = max(up_to, key=lambda p: up_to[p]["median"]) if up_to else None
     out["out_of_order"] = sum(bool(r.get("out_of_order")) for r in rs)
+    out["spark_in_started"] = sum(bool(r.get("spark_in_started")) for r in rs)
     return out
 
 
@@ -109,6 +112,10 @@ def render(summary: Mapping[str, Any]) -> list[str]:
     lines.append("steps of the new attempt (recovery.phases.STEPS), median (min–max):")
     lines += [f"  {n:15} {cell(s)}" for n, s in summary["attempt_steps"].items()]
     lines.append(f"dominant phase: {summary['dominant']}")
+    lines.append(
+        f"Spark's phases already in the started event: {summary.get('spark_in_started', 0)} of "
+        f"{summary['restarts']} (the others: in the caught-up event)"
+    )
     if summary["out_of_order"]:
         lines.append(f"WARNING: {summary['out_of_order']} restarts had phases out of order")
     return lines
