@@ -3,22 +3,20 @@
 from __future__ import annotations
 
 import json
-import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer
-from confluent_kafka import TopicPartition as CkTopicPartition
+from confluent_kafka import Producer
 
 from channels.config import KafkaSettings
 from channels.envelope import Kind, headers, writer_key
 from channels.ids import JobId, OperatorName, TopicPartition
 from offsets.store import CheckpointStore
-from recovery.deadletter import dead_letter_topic
 from recovery.events import read_events
 from recovery.loader import load_plan
 from spark_jobs.driver import JobConfig, prepare_topics, run_on_spark
+from tests.integration.deadletters import read_dlq
 from tests.integration.pipelines import make_event
 
 REF = "tests.integration.pipelines:fragile"
@@ -42,26 +40,6 @@ def read_counts(out: Path) -> dict[str, int]:
             rows[r["key"]] = r["n"]
     return rows
 
-
-def read_dlq(bootstrap: str, job: str) -> list[dict[str, object]]:
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "dlq-check",
-            "isolation.level": "read_committed",
-            "enable.auto.commit": False,
-        }
-    )
-    tp = CkTopicPartition(dead_letter_topic(JobId(job)), 0, 0)
-    consumer.assign([tp])
-    end = consumer.get_watermark_offsets(tp)[1]
-    out = []
-    deadline = time.monotonic() + 30
-    while (consumer.position([tp])[0].offset or 0) < end:
-        assert time.monotonic() < deadline
-        out.extend(json.loads(m.value()) for m in consumer.consume(500, 0.2) if not m.error())
-    consumer.close()
-    return out
 
 
 def inject_garbage(bootstrap: str, job: str) -> None:

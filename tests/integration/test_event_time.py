@@ -22,16 +22,15 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, Producer
-from confluent_kafka import TopicPartition as CkTopicPartition
+from confluent_kafka import Producer
 
 from channels.config import KafkaSettings
 from channels.ids import JobId, OperatorName
 from channels.kafka.admin import Admin, TopicSpec
 from channels.partitioners import KeyHash
 from offsets.store import CheckpointStore
-from recovery.deadletter import dead_letter_topic
 from recovery.events import read_events
+from tests.integration.deadletters import read_dlq
 from tests.integration.windows import BOUND_MS, WINDOW_MS
 
 REF = "tests.integration.windows:windowed_kafka"
@@ -64,26 +63,6 @@ def committed_windows(out: Path) -> list[dict[str, Any]]:
         for line in f.read_text().splitlines()
     ]
 
-
-def read_dlq(bootstrap: str, job: str) -> list[dict[str, Any]]:
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"{job}-dlq-check",
-            "isolation.level": "read_committed",
-            "enable.auto.commit": False,
-        }
-    )
-    tp = CkTopicPartition(dead_letter_topic(JobId(job)), 0, 0)
-    consumer.assign([tp])
-    end = consumer.get_watermark_offsets(tp)[1]
-    out: list[dict[str, Any]] = []
-    deadline = time.monotonic() + 30
-    while (consumer.position([tp])[0].offset or 0) < end:
-        assert time.monotonic() < deadline
-        out.extend(json.loads(m.value()) for m in consumer.consume(500, 0.2) if not m.error())
-    consumer.close()
-    return out
 
 
 class Input:

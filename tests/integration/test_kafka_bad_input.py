@@ -14,14 +14,12 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer
-from confluent_kafka import TopicPartition as CkTopicPartition
+from confluent_kafka import Producer
 
 from channels.config import KafkaSettings
 from channels.errors import RecordTooLargeError
@@ -34,6 +32,7 @@ from recovery.events import read_events
 from recovery.loader import load_plan
 from recovery.origins import TopicOffset
 from spark_jobs.driver import JobConfig, run_on_spark
+from tests.integration.deadletters import read_dlq
 
 REF = "tests.integration.pipelines:kafka_sums"
 GOOD = 3000
@@ -100,26 +99,6 @@ def make_input_topic(bootstrap: str, topic: str, messages: list[bytes]) -> None:
         producer.poll(0)
     assert producer.flush(60) == 0
 
-
-def read_dlq(bootstrap: str, job: str) -> list[dict[str, Any]]:
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "dlq-check",
-            "isolation.level": "read_committed",
-            "enable.auto.commit": False,
-        }
-    )
-    tp = CkTopicPartition(dead_letter_topic(JobId(job)), 0, 0)
-    consumer.assign([tp])
-    end = consumer.get_watermark_offsets(tp)[1]
-    out = []
-    deadline = time.monotonic() + 60
-    while (consumer.position([tp])[0].offset or 0) < end:
-        assert time.monotonic() < deadline
-        out.extend(json.loads(m.value()) for m in consumer.consume(100, 0.2) if not m.error())
-    consumer.close()
-    return out
 
 
 def read_sums(out: Path) -> dict[str, list[int]]:
