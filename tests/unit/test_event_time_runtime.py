@@ -10,7 +10,7 @@ from typing import Any, cast
 import pytest
 
 from channels.config import ChannelSettings
-from channels.envelope import Kind, RecordCodec, encode_i64, frame_batch, headers, writer_key
+from channels.envelope import Kind, headers
 from channels.ids import CheckpointId, JobId, Offset, OperatorName, SubtaskId, TopicPartition
 from channels.partitioners import Forward
 from channels.reader import ChannelReader, InputChannel
@@ -22,44 +22,11 @@ from recovery.origins import TopicOffset
 from recovery.plan import SetAside
 from recovery.state import ChangelogState
 from spark_jobs.operators import ChainedLogic, MapLogic, TumblingWindowLogic
+from tests.unit.channelfakes import SCHEMA, TP, Msg
 
-SCHEMA = {"type": "record", "name": "R", "fields": [{"name": "v", "type": "long"}]}
-CODEC = RecordCodec(SCHEMA)
-TP = TopicPartition("t", 0)
 SUBTASK = SubtaskId(JobId("j"), OperatorName("win"), 0)
 
 # -- idle writers in a channel -----------------------------------------------------------
-
-
-@dataclass
-class Msg:
-    off: int
-    writer: int
-    kind: Kind
-    payload: int
-
-    def topic(self) -> str:
-        return TP.topic
-
-    def partition(self) -> int:
-        return TP.partition
-
-    def offset(self) -> int:
-        return self.off
-
-    def key(self) -> bytes:
-        return writer_key(self.writer)
-
-    def value(self) -> bytes:
-        if self.kind is Kind.DATA:
-            return frame_batch([CODEC.encode({"v": self.payload})])
-        return encode_i64(self.payload)
-
-    def headers(self) -> list[tuple[str, bytes]]:
-        return headers(self.kind)
-
-    def error(self) -> None:
-        return None
 
 
 class Consumer:
