@@ -8,6 +8,7 @@ import sys
 import threading
 from typing import Any
 
+from channels.errors import ConfigError
 from channels.ids import job_id
 from recovery.cli import add_bootstrap, kafka_settings
 from recovery.jobview import JobView
@@ -38,6 +39,8 @@ def add_parser(subparsers: Any) -> None:
 
 
 def _ui(args: argparse.Namespace) -> int:
+    if args.every <= 0:
+        raise ConfigError(f"--every {args.every}: must be a positive number of seconds")
     settings = kafka_settings(args)
     job = job_id(args.job)
     # The same check and message as `spillway status` (ConfigError: exit 2).

@@ -31,6 +31,10 @@ def make_server(
 
     :class:`ConfigError` naming the port if it cannot be bound (in use, say).
     """
+    if not 0 <= port <= 65535:
+        raise ConfigError(
+            f"--port {port}: not a TCP port; choose one in 0..65535 (0: any free one)"
+        )
     body = page()
 
     class Handler(BaseHTTPRequestHandler):

@@ -269,3 +269,11 @@ def test_the_server_serves_the_page_and_the_snapshot_and_names_a_port_in_use() -
         )
     finally:
         stop()
+
+
+def test_a_port_out_of_range_is_named() -> None:
+    with pytest.raises(ConfigError) as err:
+        make_server(70000, dict)
+    assert (
+        str(err.value) == "--port 70000: not a TCP port; choose one in 0..65535 (0: any free one)"
+    )
