@@ -60,9 +60,10 @@ def test_headless_chromium_shows_the_restart_of_the_killed_subtask(
             got = chromium(tmp_path / "profile", "--dump-dom", job.url)
             assert got.returncode == 0, got.stderr[-3000:]
             dom[:] = [got.stdout]
-            return f'data-subtask="{KILLED}" data-attempt="1"' in got.stdout and (
-                "caught up" in got.stdout
-            )
+            # The restart's heading as drawn (the script's own text also says "caught up"),
+            # once Spark's phases, from the driver's event, came too.
+            title = re.escape(f'<div class="title">{KILLED} attempt 1 (') + r"[^)]*\): caught up "
+            return bool(re.search(title, got.stdout)) and 'data-phase="spark_noticed"' in got.stdout
 
         wait_until("the restart shown", restart_in_dom)
         html = dom[0]
@@ -77,6 +78,13 @@ def test_headless_chromium_shows_the_restart_of_the_killed_subtask(
         assert f"[0] {dict(boxes)[KILLED]} ↻1" in html
         for phase in ("spark_noticed", "fenced", "restored", "caught_up"):
             assert f'data-phase="{phase}"' in html
+        # The screenshot once the restarted attempt committed a checkpoint: more to see.
+        job.wait_for(
+            "the restarted attempt checkpointed",
+            lambda snap: any(
+                c["subtask"] == KILLED and c["attempt"] == 1 for c in snap["checkpoints"]
+            ),
+        )
         shot.parent.mkdir(parents=True, exist_ok=True)
         got = chromium(tmp_path / "profile", f"--screenshot={shot}", job.url)
         assert got.returncode == 0, got.stderr[-3000:]
