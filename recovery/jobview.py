@@ -98,7 +98,7 @@ class JobView:
         self._skipped: dict[str, set[Incarnation]] = {}
         self._seen: dict[tuple[str, Incarnation], float] = {}  # newest sign of life
         self._phases: dict[tuple[str, Incarnation], Mapping[str, Any]] = {}  # newest with phases
-        self._spark: dict[tuple[str, int, int], dict[str, float]] = {}  # task-retried
+        self._spark: dict[tuple[str, int], dict[str, float]] = {}  # task-retried, by attempt
         self._ckpts: deque[dict[str, Any]] = deque(maxlen=MAX_CHECKPOINTS)
         self._global: deque[dict[str, Any]] = deque(maxlen=MAX_GLOBAL)
         self._samples: deque[dict[str, Any]] = deque(maxlen=MAX_SAMPLES)
@@ -124,8 +124,12 @@ class JobView:
         if kind == "task-retried" and isinstance(e.get("retried"), Mapping):
             r = e["retried"]
             if isinstance(r.get("index"), int) and isinstance(r.get("attempt"), int):
-                spark = {k: float(e[k]) for k in ("spark_noticed", "scheduled") if _num(e.get(k))}
-                self._spark[(str(r.get("operator")), r["index"], r["attempt"])] = spark
+                spark = {
+                    k: float(e[k])
+                    for k in ("spark_noticed", "scheduled")
+                    if _num(e.get(k)) is not None
+                }
+                self._spark[(f"{r.get('operator')}[{r['index']}]", r["attempt"])] = spark
             return
         self.metrics.event(e)
         if "operator" not in e or "index" not in e:
@@ -219,12 +223,7 @@ class JobView:
             for prev, inc in pairwise(ran):
                 r = _Restart(key, inc[1], inc, prev)
                 doc = self._phases.get((key, inc), {})
-                op, _, idx = key.rstrip("]").partition("[")
-                spark = (
-                    self._spark.get((op, int(idx), int(inc[1])))
-                    if isinstance(inc[1], int)
-                    else None
-                )
+                spark = self._spark.get((key, inc[1])) if isinstance(inc[1], int) else None
                 r.phases = merge(doc.get("phases"), spark)
                 r.replay = dict(doc.get("replay") or {})
                 r.replay_basis = doc.get("replay_basis")
