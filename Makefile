@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test compose-test lint typecheck unit chaos chaos-long bench bench-channels bench-checkpoints bench-codecs bench-windows bench-restart broker-start broker-stop clean
+.PHONY: demo test ui-test compose-test lint typecheck unit chaos chaos-long bench bench-channels bench-checkpoints bench-codecs bench-windows bench-restart broker-start broker-stop clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required")'
@@ -21,6 +21,12 @@ demo: $(STAMP)
 ## test: lint, type-check and run the whole suite against a real broker and real Spark
 test: $(STAMP) lint typecheck
 	$(BIN)/python -m pytest tests --durations=15
+
+## ui-test: spillway ui in headless Chromium during a job with a SIGKILLed subtask; installs
+## Debian's chromium when missing (apt-get, as root) and writes the screenshot docs/ui.png
+ui-test: $(STAMP)
+	command -v chromium >/dev/null || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium)
+	UI_SCREENSHOT=docs/ui.png $(BIN)/python -m pytest tests/integration/browser_ui.py -q
 
 ## compose-test: docker/compose.yaml for real on a private Docker engine: the example job
 ## with a worker and a broker killed, output checked exactly (needs root, or DOCKER_HOST

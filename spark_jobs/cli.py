@@ -25,6 +25,7 @@ from channels.errors import SpillwayError
 from channels.localbroker import cli as broker_cli
 from recovery import cli as recovery_cli
 from spark_jobs import cluster, demo, run_cli
+from spark_jobs.ui import cli as ui_cli
 
 Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
@@ -38,7 +39,7 @@ class Command(Protocol):
     def add_parser(self, subparsers: Subparsers) -> None: ...
 
 
-COMMANDS: tuple[Command, ...] = (broker_cli, run_cli, recovery_cli, demo, cluster)
+COMMANDS: tuple[Command, ...] = (broker_cli, run_cli, recovery_cli, demo, cluster, ui_cli)
 
 # Our own packages log at INFO (progress such as "resolving jars" or "broker ready");
 # third-party libraries only at WARNING, so the terminal stays readable.

@@ -61,6 +61,7 @@ def test_wheel_installs_a_working_cli_and_import_spillway(tmp_path: Path) -> Non
     top = {n.split("/", 1)[0] for n in names if not n.split("/", 1)[0].endswith(".dist-info")}
     assert top == SHIPPED  # no tests, bench or chaos
     assert "channels/localbroker/pom.xml" in names  # package data: the broker's jars list
+    assert "spark_jobs/ui/page.html" in names  # package data: spillway ui's page
 
     venv = tmp_path / "venv"
     run(sys.executable, "-m", "venv", "--without-pip", venv, cwd=tmp_path)
@@ -77,6 +78,8 @@ def test_wheel_installs_a_working_cli_and_import_spillway(tmp_path: Path) -> Non
     for command in ("run", "status", "demo", "broker"):
         assert command in help_text
     assert "--metrics-port" in run(venv / "bin" / "spillway", "run", "--help", cwd=tmp_path)
+    page = "from spark_jobs.ui.server import page; assert b'/api/snapshot' in page()"
+    run(py, "-c", page, cwd=tmp_path)
     check = (
         "import spillway, spark_jobs, sys\n"
         "assert spillway.__file__.startswith(sys.prefix), spillway.__file__\n"

@@ -1,0 +1,6 @@
+"""``spillway ui``: a live status page of any job, read from Kafka only.
+
+:mod:`recovery.jobview` folds what is read (pure); :mod:`spark_jobs.ui.feed` tails the
+job's topics; :mod:`spark_jobs.ui.server` serves the page and its JSON on loopback;
+:mod:`spark_jobs.ui.cli` is the command.
+"""
