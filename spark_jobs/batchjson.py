@@ -70,15 +70,15 @@ def _parse(values: Sequence[bytes], schema: pa.Schema) -> pa.Table:
     return table
 
 
-def _non_finite_rows(table: pa.Table) -> dict[int, str]:
-    """Rows holding NaN or ±Infinity (pyarrow reads them; JSON has neither), with why."""
+def non_finite_rows(table: pa.Table) -> dict[int, str]:
+    """Rows holding NaN or ±Infinity (Arrow reads them; records may not hold them), with why."""
     out: dict[int, str] = {}
     for f in table.schema:
         if pa.types.is_floating(f.type):
             col = table.column(f.name)
             bad = pc.and_(pc.is_valid(col), pc.invert(pc.is_finite(col)))
             for i in pc.indices_nonzero(pc.fill_null(bad, False)).to_pylist():
-                out.setdefault(i, f"field {f.name!r}: NaN or infinite (JSON has neither)")
+                out.setdefault(i, f"field {f.name!r}: NaN or infinite, not a finite number")
     return out
 
 
@@ -130,7 +130,7 @@ def decode_json_values(values: Sequence[bytes | None], schema: pa.Schema) -> Jso
     rows: list[int] | None = None
     if len(parts) != 1 or failed:
         rows = [lo + j for lo, t in parts for j in range(t.num_rows)]
-    nonfinite = _non_finite_rows(table)
+    nonfinite = non_finite_rows(table)
     if nonfinite:
         rows = list(range(table.num_rows)) if rows is None else rows
         bad += [(rows[i] if idx is None else idx[rows[i]], why) for i, why in nonfinite.items()]

@@ -107,6 +107,6 @@ def test_rejections_say_why() -> None:
     reasons = dict(run.bad)
     assert reasons[0] == "empty value"
     assert reasons[1] == "no value (null)"
-    assert reasons[2] == "field 'f': NaN or infinite (JSON has neither)"
+    assert reasons[2] == "field 'f': NaN or infinite, not a finite number"
     assert reasons[3].startswith("not a JSON object of the schema:")
     assert "int32" in reasons[3]
