@@ -27,6 +27,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -77,7 +78,7 @@ def _cast(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
 
 
 def _typed(
-    batch: pa.RecordBatch, schema: pa.Schema, lines: list[int], path: str, raw: RawLines
+    batch: pa.RecordBatch, schema: pa.Schema, lines: list[int], path: str, raw: _Raw
 ) -> tuple[pa.RecordBatch, list[int], list[Rejected]]:
     """``batch`` cast to ``schema``; rows that fail alone rejected with their line."""
     try:
@@ -103,6 +104,12 @@ def _one(table: pa.Table, schema: pa.Schema) -> pa.RecordBatch:
     if not table.num_rows:
         return pa.RecordBatch.from_pylist([], schema=schema)
     return table.combine_chunks().to_batches()[0]
+
+
+class _Raw(Protocol):
+    def line(self, number: int) -> bytes:
+        """The bytes of line (CSV) or row (Parquet) ``number``, 1-based."""
+        ...
 
 
 class RawLines:
@@ -192,15 +199,7 @@ def read_csv_batches(
     for block in reader:
         for off in range(0, block.num_rows, batch_size):
             part = block.slice(off, batch_size)
-            lines: list[int] = []
-            while len(lines) < part.num_rows:  # one step per run of lines, not per row
-                k = bisect.bisect_left(skipped, next_line)
-                stop = skipped[k] if k < len(skipped) else next_line + part.num_rows
-                take = min(part.num_rows - len(lines), stop - next_line)
-                lines.extend(range(next_line, next_line + take))
-                next_line += take
-                if len(lines) < part.num_rows:
-                    next_line += 1  # over the skipped line
+            lines, next_line = _row_lines(skipped, next_line, part.num_rows)
             typed, kept, bad = _typed(part, schema, lines, path, raw)
             origins = line_runs([path])
             _add_lines(origins, kept)
@@ -215,6 +214,21 @@ def read_csv_batches(
         # Lines after the last row (blank or bad): the position moves past them too.
         empty = pa.RecordBatch.from_pylist([], schema=schema)
         yield FileBatch(empty, line_runs([path]), sorted(rejected, key=_line), total)
+
+
+def _row_lines(skipped: list[int], next_line: int, rows: int) -> tuple[list[int], int]:
+    """The file lines of the next ``rows`` rows from ``next_line`` on, stepping over the
+    ``skipped`` lines (sorted); and the line after them. One step per run of lines."""
+    lines: list[int] = []
+    while len(lines) < rows:
+        k = bisect.bisect_left(skipped, next_line)
+        stop = skipped[k] if k < len(skipped) else next_line + rows
+        take = min(rows - len(lines), stop - next_line)
+        lines.extend(range(next_line, next_line + take))
+        next_line += take
+        if len(lines) < rows:
+            next_line += 1  # over the skipped line
+    return lines, next_line
 
 
 def _line(r: Rejected) -> int:
@@ -263,19 +277,20 @@ def read_parquet_batches(
         yield FileBatch(typed, origins, bad, row)
 
 
-class _ParquetRows(RawLines):
+class _ParquetRows:
     """A rejected Parquet row's "bytes": the row as JSON (a Parquet row has no text)."""
 
     def __init__(self) -> None:
-        super().__init__(b"")
         self._batch: pa.RecordBatch | None = None
         self._first = 0
 
     def of(self, batch: pa.RecordBatch, first_row: int) -> _ParquetRows:
+        """Quote rows of ``batch``, whose first row is ``first_row`` (0-based)."""
         self._batch, self._first = batch, first_row
         return self
 
     def line(self, number: int) -> bytes:
+        """Row ``number`` (1-based) of the file, as JSON."""
         assert self._batch is not None
         row = self._batch.slice(number - 1 - self._first, 1).to_pylist()[0]
         return json.dumps(row, default=repr).encode()
