@@ -188,6 +188,7 @@ class BatchAggregate:
         """
         try:
             partial = self._partial(batch)
+            self._check_int_sums(batch)
         except (pa.ArrowException, KeyError, TypeError, ValueError) as e:
             raise RecordError(f"operator {self.name!r}: cannot aggregate a batch: {e}") from e
         keys = partial.column(0).to_pylist()
@@ -201,6 +202,34 @@ class BatchAggregate:
         for k, acc in zip(keys, accs, strict=True):  # only once nothing can fail
             state.put(k, acc)
         return out
+
+    def _check_int_sums(self, batch: pa.RecordBatch) -> None:
+        """Arrow's grouped integer sums wrap around silently; the record path's do not.
+
+        One vectorised bound per integer sum: while the batch's sum of absolute values
+        stays below 2**62, no key's sum can overflow. Only above it are the keys' sums
+        taken exactly (in Python), and a real overflow is an error naming the aggregate.
+        """
+        for (out, a), first in zip(self.aggs.items(), self._first_slot, strict=True):
+            typ = self._types[first]
+            if a.kind not in ("sum", "mean") or not pa.types.is_integer(typ):
+                continue
+            values = self._input(a, batch)
+            bound = pc.sum(pc.abs(pc.cast(values, pa.float64(), safe=False))).as_py() or 0.0
+            if bound < 2.0**62:
+                continue
+            sums: dict[Any, int] = {}
+            for k, v in zip(batch.column(self.key).to_pylist(), values.to_pylist(), strict=True):
+                if v is not None:
+                    sums[k] = sums.get(k, 0) + v
+            low, high = (
+                (0, 2**64 - 1) if pa.types.is_unsigned_integer(typ) else (-(2**63), 2**63 - 1)
+            )
+            for k, total in sums.items():
+                if not low <= total <= high:
+                    raise ValueError(
+                        f"{a.kind} {out!r} of key {k!r} is {total} within one batch, beyond {typ}"
+                    )
 
     def _merge(self, old: Sequence[Any], new: Sequence[Any]) -> list[Any]:
         out = list(old)

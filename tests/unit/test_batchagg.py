@@ -266,3 +266,18 @@ def test_integer_keys_and_an_empty_batch() -> None:
         {"id": 1, "s": 3.0, "m": 3.0},
         {"id": 2, "s": 3.0, "m": 1.5},
     ]
+
+
+def test_an_integer_sum_that_overflows_in_a_batch_is_an_error_not_a_wrap() -> None:
+    schema = pa.schema([("k", pa.string()), ("x", pa.int64())])
+    agg = BatchAggregate("agg", "k", {"s": Agg("sum", "x")}, schema)
+    ctx = Ctx()
+    big = pa.RecordBatch.from_pylist(
+        [{"k": "a", "x": 2**62}, {"k": "b", "x": 2**62}], schema=schema
+    )
+    agg.fold(big, ctx.state)  # large, but no key's sum overflows
+    assert agg.finals(ctx.state).to_pylist() == [{"k": "a", "s": 2**62}, {"k": "b", "s": 2**62}]
+    two = pa.RecordBatch.from_pylist([{"k": "a", "x": 2**62}] * 2, schema=schema)
+    with pytest.raises(RecordError, match=r"sum 's' of key 'a' is 9223372036854775808 within"):
+        agg.fold(two, ctx.state)
+    assert ctx.state.get("a") == [2**62]  # state as it was
