@@ -1,4 +1,6 @@
-"""Launching a job on Spark: every subtask is one long-running Spark task.
+"""Launching a job on Spark: every subtask is one long-running Spark task, every operator
+(or chain) one Spark job of its own (:mod:`spark_jobs.opruns`), so one operator can be
+stopped and started while the others run.
 
 Not barrier mode (a failed barrier task restarts every task); ordinary tasks are
 retried *alone* — ``local[N,F]`` in local mode, ``spark.task.maxFailures`` on a cluster —
