@@ -27,7 +27,16 @@ SUITE = "bookworm"
 PACKAGES = ("openjdk-17-jre-headless", "python3", "python3-venv", "curl")
 DIST = "spillway-channels"
 # What goes into the Spark image's /opt/spillway and the package wheel (not tests, docs).
-SOURCES = ("channels", "offsets", "recovery", "spark_jobs", "chaos", "pyproject.toml", "README.md")
+SOURCES = (
+    "spillway",  # the front door: the wheel's `spillway` command, and what the example imports
+    "channels",
+    "offsets",
+    "recovery",
+    "spark_jobs",
+    "chaos",
+    "pyproject.toml",
+    "README.md",
+)
 _DEFAULT_MIRROR = "http://deb.debian.org/debian"
 # The mount point of the package directory in the Dockerfiles' RUN --mount.
 _MOUNTED_AT = "/mnt/debs"

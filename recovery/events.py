@@ -197,10 +197,21 @@ def last_submission(settings: KafkaSettings, job: JobId) -> dict[str, Any] | Non
     return found
 
 
+def operator_stop(event: dict[str, Any], operator: tuple[str, int] | None) -> bool:
+    """True for a driver's stop request for ``operator`` = (name, generation) alone."""
+    return (
+        operator is not None
+        and event.get("event") == "operator-stop-requested"
+        and event.get("target") == operator[0]
+        and event.get("generation") == operator[1]
+    )
+
+
 class JobSignals:
     """Watches the event log for what the driver asks of one run: stop, or checkpoint n.
 
-    The driver appends ``stop-requested`` when it receives SIGTERM and the checkpoint
+    The driver appends ``stop-requested`` when it receives SIGTERM (and
+    ``operator-stop-requested`` to stop one operator's subtasks), and the checkpoint
     coordinator appends ``checkpoint-trigger`` events; subtasks poll this between steps
     (one non-blocking poll, at most every ``every_s`` seconds). The poll only takes what
     the consumer already fetched (0.6 µs when nothing is new, measured), so 5 ms costs
@@ -209,9 +220,17 @@ class JobSignals:
     """
 
     def __init__(
-        self, settings: KafkaSettings, job: JobId, run_id: str, every_s: float = 0.005
+        self,
+        settings: KafkaSettings,
+        job: JobId,
+        run_id: str,
+        operator: tuple[str, int] | None = None,
+        every_s: float = 0.005,
     ) -> None:
         self.run_id = run_id
+        # (operator, generation of its Spark job): also honour the driver's stop requests
+        # for that operator alone (spark_jobs.opruns.stop_operator) of that generation.
+        self._operator = operator
         self._tp = TopicPartition(events_topic(job), 0)
         self._consumer = AssignedConsumer(settings, f"spillway.{job}.signals")
         self._consumer.assign({self._tp: Offset(0)})
@@ -233,7 +252,7 @@ class JobSignals:
             e = json.loads(m.value() or b"{}")
             if e.get("run") != self.run_id:
                 continue
-            if e.get("event") == "stop-requested":
+            if e.get("event") == "stop-requested" or operator_stop(e, self._operator):
                 self._stop = True
             elif e.get("event") == "checkpoint-trigger" and int(e["n"]) > self._trigger:
                 self._trigger = int(e["n"])

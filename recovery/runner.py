@@ -73,6 +73,9 @@ class RunOptions:
     # outputs go out without a transaction and are flushed before the checkpoint commits,
     # so a restart re-sends (duplicates) what followed the last checkpoint, loses nothing.
     guarantee: str = "exactly-once"
+    # The generation of the operator's Spark job (spark_jobs.opjobs): stop requests for
+    # this operator name one generation, so a restarted job ignores the one that ended it.
+    generation: int = 0
 
 
 class GlobalCadence:
@@ -175,7 +178,11 @@ class SubtaskRunner:
                 f"guarantee must be one of {', '.join(GUARANTEES)}, got {options.guarantee!r}"
             )
         self.lifecycle = Lifecycle()
-        self._signals = JobSignals(settings, plan.job, options.run_id) if options.run_id else None
+        self._signals = (
+            JobSignals(settings, plan.job, options.run_id, (subtask.operator, options.generation))
+            if options.run_id
+            else None
+        )
         self._should_stop = self._signals.requested if self._signals else should_stop
         self._global = options.checkpoint_mode in ("unaligned", "aligned") and bool(self._signals)
         self._aligned = self._global and options.checkpoint_mode == "aligned"

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,14 +58,17 @@ class AttemptWatcher:
         settings: KafkaSettings,
         job: JobId,
         run_id: str,
-        subtasks: Sequence[SubtaskId],
+        groups: Callable[[], Mapping[str, Sequence[SubtaskId]]],
         every_s: float = 0.1,
     ) -> None:
+        """``groups``: the Spark job groups running now, each with its subtasks (task
+        ``i`` of a group's job runs its subtask ``i``)."""
         self._sc, self._settings, self._job, self._run_id = sc, settings, job, run_id
-        self._subtasks = list(subtasks)
+        self._groups = groups
         self._every_s = every_s
         self._failed_seen: dict[int, int] = {}  # stage -> failed tasks already handled
-        self._reported: set[tuple[int, int]] = set()  # (index, attempt) of next attempts
+        # (stage, index, attempt) of next attempts already reported
+        self._reported: set[tuple[int, int, int]] = set()
         self._waits = 0  # polls so far with a failed attempt not retried yet
         self._producer: Producer | None = None
         self._stop = threading.Event()
@@ -87,17 +90,31 @@ class AttemptWatcher:
             except Exception:  # diagnosis only: a failed poll must not disturb the job
                 log.debug("attempt watcher poll failed", exc_info=True)
 
+    def _stage_subtasks(self, tracker: Any) -> dict[int, Sequence[SubtaskId]]:
+        """Stage id -> the subtasks its tasks run (one job group per operator)."""
+        out: dict[int, Sequence[SubtaskId]] = {}
+        for group, subtasks in self._groups().items():
+            for job in tracker.getJobIdsForGroup(group):
+                info = tracker.getJobInfo(job)
+                for stage in info.stageIds if info is not None else ():
+                    out[stage] = subtasks
+        return out
+
     def _poll(self) -> None:
         tracker = self._sc.statusTracker()
+        stage_subtasks: dict[int, Sequence[SubtaskId]] | None = None
         for stage in tracker.getActiveStageIds():
             info = tracker.getStageInfo(stage)
             if info is None or info.numFailedTasks <= self._failed_seen.get(stage, 0):
                 continue
+            if stage_subtasks is None:  # only when a task failed: one call per job group
+                stage_subtasks = self._stage_subtasks(tracker)
             tasks = self._tasks(stage, info.currentAttemptId)
             pairs = retries(tasks)
             for failed, nxt in pairs:
-                if (nxt.index, nxt.attempt) not in self._reported:
-                    self._report(failed, nxt)
+                if (stage, nxt.index, nxt.attempt) not in self._reported:
+                    self._reported.add((stage, nxt.index, nxt.attempt))
+                    self._report(failed, nxt, stage_subtasks.get(stage, ()))
             # Settled once every failed attempt has its retry reported; until then (the
             # retry not launched yet) look again at the next poll — for a few seconds at
             # most: a task that used up its attempts is never retried.
@@ -133,11 +150,10 @@ class AttemptWatcher:
             )
         return out
 
-    def _report(self, failed: TaskAttempt, nxt: TaskAttempt) -> None:
-        self._reported.add((nxt.index, nxt.attempt))
-        if not 0 <= nxt.index < len(self._subtasks):
+    def _report(self, failed: TaskAttempt, nxt: TaskAttempt, subtasks: Sequence[SubtaskId]) -> None:
+        if not 0 <= nxt.index < len(subtasks):
             return
-        s = self._subtasks[nxt.index]
+        s = subtasks[nxt.index]
         if self._producer is None:  # kept: a new client would delay every later event
             # Not idempotent: that asks for a producer id only after 500 ms (see EventLog).
             self._producer = Producer(

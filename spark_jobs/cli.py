@@ -24,7 +24,7 @@ from channels.config import scrub_logging, scrub_secrets
 from channels.errors import SpillwayError
 from channels.localbroker import cli as broker_cli
 from recovery import cli as recovery_cli
-from spark_jobs import cluster, demo, run_cli
+from spark_jobs import clustercli, demo, run_cli
 from spark_jobs.ui import cli as ui_cli
 
 Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -39,7 +39,7 @@ class Command(Protocol):
     def add_parser(self, subparsers: Subparsers) -> None: ...
 
 
-COMMANDS: tuple[Command, ...] = (broker_cli, run_cli, recovery_cli, demo, cluster, ui_cli)
+COMMANDS: tuple[Command, ...] = (broker_cli, run_cli, recovery_cli, demo, clustercli, ui_cli)
 
 # Our own packages log at INFO (progress such as "resolving jars" or "broker ready");
 # third-party libraries only at WARNING, so the terminal stays readable.

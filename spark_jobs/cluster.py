@@ -25,149 +25,63 @@ in that session (pyspark's daemon makes its own process *group*, not a new sessi
 bounded wait, then SIGKILL. A recorded PID is only trusted while its command line still
 carries this directory's marker (``-Dspillway.cluster=<dir>``): PIDs are reused.
 
+Parts: :mod:`spark_jobs.clustertypes` (ports, results), :mod:`spark_jobs.clusterprocs`
+(sessions, signals, the master's view), :mod:`spark_jobs.clustercli` (the command).
+
 Sized for a small machine: 1 core and 1 GiB per worker, 512 MiB per daemon JVM. Killing
 one worker (:meth:`LocalCluster.worker_pids`) is a real node failure on one machine.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import enum
 import fcntl
-import importlib.util
-import json
 import logging
 import os
-import signal
 import subprocess
 import time
-import urllib.request
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any
 
-from channels.errors import ConfigError, SpillwayError
-from channels.localbroker import BrokerConfig, LocalBroker, free_ports
+from channels.errors import ConfigError
+from channels.localbroker import BrokerConfig, LocalBroker
 from channels.localbroker import StartResult as BrokerStartResult
-from channels.localbroker import StopResult as BrokerStopResult
 from channels.localbroker import process as proc_util
 from channels.localbroker.jars import java_executable
+from spark_jobs.clusterprocs import (
+    master_args,
+    master_json,
+    pyspark_home,
+    registered_ui_ports,
+    session_members,
+    terminate_session,
+    worker_args,
+)
+from spark_jobs.clustertypes import (
+    BROKER_STOP,
+    CLUSTER_DIR_ENV,
+    DEFAULT_DIR,
+    ERROR_TAIL_LINES,
+    EXIT_NOT_RUNNING,
+    HOST,
+    MARKER_PROPERTY,
+    MASTER_CLASS,
+    WORKER_CLASS,
+    ClusterError,
+    ClusterStatus,
+    ComponentStatus,
+    Ports,
+    StartResult,
+    StopResult,
+    load_ports,
+    save_ports,
+)
+
+# What callers import from here (the rest lives in clustertypes / clusterprocs).
+__all__ = ["EXIT_NOT_RUNNING", "ClusterError", "LocalCluster", "StartResult", "StopResult"]
 
 log = logging.getLogger(__name__)
-
-HOST = "127.0.0.1"
-CLUSTER_DIR_ENV = "SPILLWAY_CLUSTER_DIR"
-DEFAULT_DIR = Path(".spillway") / "cluster"
-MASTER_CLASS = "org.apache.spark.deploy.master.Master"
-WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
-MARKER_PROPERTY = "spillway.cluster"
-EXIT_NOT_RUNNING = 3
-"""``status`` exit code when any component is stopped (as in LSB init scripts)."""
-
-_STATE_FILE = "cluster.json"
-_STATE_VERSION = 1
-_ERROR_TAIL_LINES = 30
-_KILL_WAIT_S = 10.0
-
-
-class ClusterError(SpillwayError):
-    """A component of the local cluster did not start, did not register, or survived SIGKILL."""
-
-
-class StartResult(enum.Enum):
-    """What :meth:`LocalCluster.start` did."""
-
-    STARTED = "started"  # at least one component was started
-    ALREADY_RUNNING = "already running"
-
-
-class StopResult(enum.Enum):
-    """What stopping one component did."""
-
-    STOPPED = "stopped"  # every process of it exited after SIGTERM
-    KILLED = "killed"  # some ignored SIGTERM for stop_timeout seconds and got SIGKILL
-    NOT_RUNNING = "not running"
-
-
-_BROKER_STOP = {
-    BrokerStopResult.STOPPED: StopResult.STOPPED,
-    BrokerStopResult.KILLED: StopResult.KILLED,
-    BrokerStopResult.NOT_RUNNING: StopResult.NOT_RUNNING,
-}
-
-
-@dataclass(frozen=True)
-class Ports:
-    """Every port the cluster listens on (all on 127.0.0.1), kept in ``cluster.json``."""
-
-    broker: int
-    broker_controller: int
-    master: int
-    master_ui: int
-    worker_uis: tuple[int, ...]
-
-    @classmethod
-    def pick(cls, workers: int) -> Ports:
-        """Ports that were free a moment ago, chosen by the OS."""
-        ports = free_ports(4 + workers, HOST)
-        return cls(ports[0], ports[1], ports[2], ports[3], tuple(ports[4:]))
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "version": _STATE_VERSION,
-            "broker": self.broker,
-            "broker_controller": self.broker_controller,
-            "master": self.master,
-            "master_ui": self.master_ui,
-            "worker_uis": list(self.worker_uis),
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Ports:
-        if data.get("version") != _STATE_VERSION:
-            raise ConfigError(
-                f"{_STATE_FILE} has version {data.get('version')!r}, expected {_STATE_VERSION}; "
-                f"stop the cluster and remove the file"
-            )
-        return cls(
-            int(data["broker"]),
-            int(data["broker_controller"]),
-            int(data["master"]),
-            int(data["master_ui"]),
-            tuple(int(p) for p in data["worker_uis"]),
-        )
-
-
-@dataclass(frozen=True)
-class ComponentStatus:
-    """One component's process state; ``detail`` is its address (and for workers, registration)."""
-
-    name: str
-    running: bool
-    pid: int | None
-    detail: str
-
-    def describe(self) -> str:
-        """One line for people: ``master    running  pid=...  spark://...``."""
-        state = "running" if self.running else "stopped"
-        pid = f"pid={self.pid}" if self.pid is not None else "-"
-        return f"{self.name:<10} {state:<8} {pid:<12} {self.detail}"
-
-
-@dataclass(frozen=True)
-class ClusterStatus:
-    """Every component's status, and the workers the master reports ALIVE (None: no answer)."""
-
-    components: tuple[ComponentStatus, ...]
-    alive_workers: int | None
-
-    @property
-    def running(self) -> bool:
-        """True if every component's process runs."""
-        return all(c.running for c in self.components)
 
 
 class LocalCluster:
@@ -227,7 +141,7 @@ class LocalCluster:
     @property
     def ports(self) -> Ports:
         """The ports in ``cluster.json``; raises :class:`ConfigError` if it was never started."""
-        ports = self._load_ports()
+        ports = load_ports(self.root)
         if ports is None:
             raise ConfigError(
                 f"no cluster was started in {self.root}; run `spillway cluster start "
@@ -253,7 +167,7 @@ class LocalCluster:
     @property
     def worker_names(self) -> list[str]:
         """``worker-1`` ... : as many as the running cluster has, else as configured."""
-        ports = self._load_ports()
+        ports = load_ports(self.root)
         count = len(ports.worker_uis) if ports is not None else self.workers
         return [f"worker-{i}" for i in range(1, count + 1)]
 
@@ -279,7 +193,7 @@ class LocalCluster:
                 # The master boots while the broker starts: both take seconds on 2 cores.
                 if self._running_pid("master") is None:
                     self._stop_component("master")  # what is left of a killed one
-                    self._spawn("master", self._master_args(ports), java, spark_home)
+                    self._spawn("master", master_args(ports), java, spark_home)
                     started.append("master")
                 if self._broker(ports).start() is BrokerStartResult.STARTED:
                     started.append("broker")
@@ -288,7 +202,11 @@ class LocalCluster:
                     if self._running_pid(name) is None:
                         # A SIGKILLed worker can leave executors behind in its session.
                         self._stop_component(name)
-                        args = self._worker_args(name, ports, ui_port)
+                        work_dir = self.root / "work" / name
+                        work_dir.mkdir(parents=True, exist_ok=True)
+                        args = worker_args(
+                            ports, ui_port, self.worker_cores, self.worker_memory, work_dir
+                        )
                         self._spawn(name, args, java, spark_home)
                         started.append(name)
                 self._wait_workers(ports)
@@ -328,7 +246,7 @@ class LocalCluster:
 
     def status(self) -> ClusterStatus:
         """Each component's process state, and the workers the master reports ALIVE."""
-        ports = self._load_ports()
+        ports = load_ports(self.root)
         components = []
         broker_status = self._broker(ports).status() if ports is not None else None
         components.append(
@@ -339,11 +257,11 @@ class LocalCluster:
                 f"bootstrap={self.bootstrap}" if ports is not None else "",
             )
         )
-        master_json = self._master_json(ports) if ports is not None else None
+        view = master_json(ports) if ports is not None else None
         pid = self._running_pid("master")
         detail = f"{self.master_url}  ui={self.master_ui_url}" if ports is not None else ""
         components.append(ComponentStatus("master", pid is not None, pid, detail))
-        registered = _registered_ui_ports(master_json)
+        registered = registered_ui_ports(view)
         for i, name in enumerate(self.worker_names):
             pid = self._running_pid(name)
             detail = ""
@@ -352,7 +270,7 @@ class LocalCluster:
                 state = "registered" if ui in registered else "not registered"
                 detail = f"ui=http://{HOST}:{ui}  {state}"
             components.append(ComponentStatus(name, pid is not None, pid, detail))
-        alive = len(registered) if master_json is not None else None
+        alive = len(registered) if view is not None else None
         return ClusterStatus(tuple(components), alive)
 
     def worker_pids(self) -> list[int]:
@@ -368,13 +286,13 @@ class LocalCluster:
         for name in ["master", *self.worker_names]:
             sid = proc_util.read_pid(self._pid_file(name))
             if sid is not None and self._session_trusted(name, sid):
-                pids.update(_session_members(sid))
+                pids.update(session_members(sid))
         return sorted(pids)
 
     def logs(self, name: str, lines: int = 50) -> list[str]:
         """The last ``lines`` lines of a component's log ("broker", "master", "worker-1", ...)."""
         if name == "broker":
-            return self._broker(self._load_ports()).logs(lines)
+            return self._broker(load_ports(self.root)).logs(lines)
         return proc_util.tail_lines(self._log_file(name), lines)
 
     def __enter__(self) -> LocalCluster:
@@ -407,23 +325,8 @@ class LocalCluster:
     def _marker(self) -> str:
         return f"-D{MARKER_PROPERTY}={self.root}"
 
-    def _load_ports(self) -> Ports | None:
-        try:
-            data = json.loads((self.root / _STATE_FILE).read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError) as exc:
-            raise ConfigError(f"cannot read {self.root / _STATE_FILE}: {exc}") from exc
-        return Ports.from_json(data)
-
-    def _save_ports(self, ports: Ports) -> None:
-        path = self.root / _STATE_FILE
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(ports.to_json(), indent=2) + "\n", encoding="utf-8")
-        tmp.replace(path)
-
     def _ports_for_start(self) -> Ports:
-        saved = self._load_ports()
+        saved = load_ports(self.root)
         if saved is not None and len(saved.worker_uis) != self.workers:
             if self.processes():
                 raise ConfigError(
@@ -436,7 +339,7 @@ class LocalCluster:
             if not all(proc_util.port_is_free(HOST, p) for p in [*wanted, *saved.worker_uis]):
                 saved = None  # fully stopped, and a port was taken meanwhile: pick new ones
         ports = saved if saved is not None else Ports.pick(self.workers)
-        self._save_ports(ports)
+        save_ports(self.root, ports)
         return ports
 
     def _broker_config(self, ports: Ports | None) -> BrokerConfig:
@@ -455,35 +358,6 @@ class LocalCluster:
         )
 
     # -- internals: Spark daemons ------------------------------------------------
-
-    def _master_args(self, ports: Ports) -> list[str]:
-        return [
-            MASTER_CLASS,
-            "--host",
-            HOST,
-            "--port",
-            str(ports.master),
-            "--webui-port",
-            str(ports.master_ui),
-        ]
-
-    def _worker_args(self, name: str, ports: Ports, ui_port: int) -> list[str]:
-        work_dir = self.root / "work" / name
-        work_dir.mkdir(parents=True, exist_ok=True)
-        return [
-            WORKER_CLASS,
-            f"spark://{HOST}:{ports.master}",
-            "--host",
-            HOST,
-            "--cores",
-            str(self.worker_cores),
-            "--memory",
-            self.worker_memory,
-            "--webui-port",
-            str(ui_port),
-            "--work-dir",
-            str(work_dir),
-        ]
 
     def _spawn(self, name: str, args: list[str], java: Path, spark_home: Path) -> None:
         local_dirs = self.root / "tmp"
@@ -529,7 +403,7 @@ class LocalCluster:
         self._reap(pid)
         if self._is_ours(name, pid):
             return pid
-        if not _session_members(pid) or proc_util.is_alive(pid):
+        if not session_members(pid) or proc_util.is_alive(pid):
             # Dead with nothing left in its session, or the PID now belongs to someone else.
             log.info(
                 "Removing stale PID file %s (pid %d is gone or not our %s)", pid_file, pid, name
@@ -560,7 +434,7 @@ class LocalCluster:
 
     def _stop_component(self, name: str) -> StopResult:
         if name == "broker":
-            return _BROKER_STOP[self._broker(self._load_ports()).stop()]
+            return BROKER_STOP[self._broker(load_ports(self.root)).stop()]
         pid_file = self._pid_file(name)
         sid = proc_util.read_pid(pid_file)
         if sid is None:
@@ -569,47 +443,10 @@ class LocalCluster:
             log.info("Removing stale PID file %s (pid %d is not our %s)", pid_file, sid, name)
             pid_file.unlink(missing_ok=True)
             return StopResult.NOT_RUNNING
-        result = self._terminate_session(name, sid)
+        result = terminate_session(name, sid, self.stop_timeout, self._reap)
         pid_file.unlink(missing_ok=True)
         log.info("Spark %s (session %d) %s", name, sid, result.value)
         return result
-
-    def _terminate_session(self, name: str, sid: int) -> StopResult:
-        if not _session_members(sid):
-            return StopResult.NOT_RUNNING
-        if self._signal_until_gone(sid, signal.SIGTERM, self.stop_timeout):
-            return StopResult.STOPPED
-        log.warning(
-            "Spark %s: pids %s ignored SIGTERM for %.0f s; sending SIGKILL",
-            name,
-            _session_members(sid),
-            self.stop_timeout,
-        )
-        if not self._signal_until_gone(sid, signal.SIGKILL, _KILL_WAIT_S):
-            raise ClusterError(
-                f"processes {_session_members(sid)} of Spark {name} survived SIGKILL; "
-                f"check them by hand"
-            )
-        return StopResult.KILLED
-
-    def _signal_until_gone(self, sid: int, signum: signal.Signals, timeout: float) -> bool:
-        """Send ``signum`` to every member of session ``sid``, also to members that appear
-        meanwhile (a worker may still launch an executor while it shuts down); True once
-        the session is empty, False after ``timeout`` seconds."""
-        signalled: set[int] = set()
-        deadline = time.monotonic() + timeout
-        while True:
-            self._reap(sid)
-            members = _session_members(sid)
-            if not members:
-                return True
-            if time.monotonic() >= deadline:
-                return False
-            new = [pid for pid in members if pid not in signalled]
-            if new:
-                _signal_session(sid, new, signum)
-                signalled.update(new)
-            time.sleep(0.1)
 
     def _reap(self, pid: int) -> None:
         # Our own child is waited for through Popen (no zombie, no ResourceWarning).
@@ -619,21 +456,10 @@ class LocalCluster:
 
     # -- internals: readiness ----------------------------------------------------
 
-    def _master_json(self, ports: Ports) -> dict[str, Any] | None:
-        url = f"http://{HOST}:{ports.master_ui}/json/"
-        try:
-            # The master is on loopback; never go through a proxy from the environment.
-            opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-            with opener.open(url, timeout=2.0) as response:
-                data = json.loads(response.read().decode("utf-8"))
-        except (OSError, ValueError):
-            return None
-        return data if isinstance(data, dict) else None
-
     def _wait_master(self, ports: Ports) -> None:
         self._wait(
             "master",
-            lambda: (self._master_json(ports) or {}).get("status") == "ALIVE",
+            lambda: (master_json(ports) or {}).get("status") == "ALIVE",
             ["master"],
         )
 
@@ -641,7 +467,7 @@ class LocalCluster:
         wanted = set(ports.worker_uis)
 
         def registered() -> bool:
-            return wanted <= _registered_ui_ports(self._master_json(ports))
+            return wanted <= registered_ui_ports(master_json(ports))
 
         self._wait("workers to register", registered, ["master", *self.worker_names])
 
@@ -663,7 +489,7 @@ class LocalCluster:
 
     def _log_excerpt(self, name: str) -> str:
         path = self._log_file(name)
-        lines = proc_util.tail_lines(path, _ERROR_TAIL_LINES)
+        lines = proc_util.tail_lines(path, ERROR_TAIL_LINES)
         if not lines:
             return f"{path} is empty."
         return f"last lines of {path}:\n" + "\n".join(lines)
@@ -676,155 +502,3 @@ class LocalCluster:
                 yield
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def pyspark_home() -> Path:
-    """The installed pyspark package directory, which holds ``bin/spark-class`` and the jars."""
-    spec = importlib.util.find_spec("pyspark")
-    locations = list(spec.submodule_search_locations or []) if spec is not None else []
-    home = Path(locations[0]) if locations else None
-    if home is None or not (home / "bin" / "spark-class").is_file():
-        raise ConfigError(
-            "pyspark with bin/spark-class was not found in this Python environment; "
-            "install the package with its dependencies (`pip install -e .`)"
-        )
-    return home
-
-
-def _registered_ui_ports(master_json: Mapping[str, Any] | None) -> set[int]:
-    """Web UI ports of the workers the master reports ALIVE."""
-    ports = set()
-    for worker in (master_json or {}).get("workers", []):
-        address = str(worker.get("webuiaddress", ""))
-        port = address.rpartition(":")[2]
-        if worker.get("state") == "ALIVE" and port.isdigit():
-            ports.add(int(port))
-    return ports
-
-
-def _session_members(sid: int) -> list[int]:
-    """Live processes (zombies excluded) whose session id is ``sid``. Linux only: reads /proc."""
-    members = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue  # exited meanwhile
-        # Fields after the parenthesised command name: state ppid pgrp session ...
-        fields = stat.rpartition(")")[2].split()
-        if len(fields) >= 4 and fields[0] != "Z" and int(fields[3]) == sid:
-            members.append(int(entry.name))
-    return members
-
-
-def _signal_session(sid: int, members: list[int], signum: signal.Signals) -> None:
-    # The group first (its leader is the session leader); then members that moved to a
-    # group of their own, such as pyspark's daemon and its forked workers.
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(sid, signum)
-    for pid in members:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signum)
-
-
-# -- command line -----------------------------------------------------------------
-
-
-def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add ``cluster start|stop|status|logs`` to the ``spillway`` command line."""
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--dir",
-        type=Path,
-        default=None,
-        help=f"cluster directory (default: ${CLUSTER_DIR_ENV}, else ./{DEFAULT_DIR})",
-    )
-
-    cluster = subparsers.add_parser(
-        "cluster",
-        help="run a local Spark standalone cluster plus a Kafka broker (no Docker)",
-        description="Run a Kafka broker, a Spark standalone master and workers as local "
-        "processes on 127.0.0.1, from the pyspark installation and Kafka's jars.",
-    )
-    actions = cluster.add_subparsers(
-        title="actions", dest="action", metavar="ACTION", required=True
-    )
-
-    start = actions.add_parser(
-        "start",
-        parents=[common],
-        help="start the cluster (what is not running) and print master=, bootstrap=, ui=",
-    )
-    start.add_argument("--workers", type=int, default=2, help="number of workers (default: 2)")
-    start.add_argument("--worker-cores", type=int, default=1, help="cores per worker (default: 1)")
-    start.add_argument(
-        "--worker-memory", default="1g", help="memory per worker for executors (default: 1g)"
-    )
-    start.add_argument(
-        "--timeout", type=float, default=120.0, help="seconds to wait for readiness (default: 120)"
-    )
-    start.set_defaults(run=_start)
-
-    stop = actions.add_parser(
-        "stop",
-        parents=[common],
-        help="stop every component (exit code 1 if something had to be SIGKILLed)",
-    )
-    stop.add_argument(
-        "--timeout",
-        type=float,
-        default=30.0,
-        help="seconds to wait after SIGTERM before SIGKILL (default: 30)",
-    )
-    stop.set_defaults(run=_stop)
-
-    status = actions.add_parser(
-        "status",
-        parents=[common],
-        help=f"show each component (exit code {EXIT_NOT_RUNNING} if any is stopped)",
-    )
-    status.set_defaults(run=_status)
-
-    logs = actions.add_parser("logs", parents=[common], help="print the end of a component's log")
-    logs.add_argument("component", help="broker, master, worker-1, ...")
-    logs.add_argument("-n", "--lines", type=int, default=50, help="number of lines (default: 50)")
-    logs.set_defaults(run=_logs)
-
-
-def _start(args: argparse.Namespace) -> int:
-    cluster = LocalCluster(
-        args.dir,
-        workers=args.workers,
-        worker_cores=args.worker_cores,
-        worker_memory=args.worker_memory,
-        start_timeout=args.timeout,
-    )
-    cluster.start()
-    print(f"master={cluster.master_url}")
-    print(f"bootstrap={cluster.bootstrap}")
-    print(f"ui={cluster.master_ui_url}")
-    return 0
-
-
-def _stop(args: argparse.Namespace) -> int:
-    results = LocalCluster(args.dir, stop_timeout=args.timeout).stop()
-    for name, result in results.items():
-        print(f"{name:<10} {result.value}")
-    return 1 if StopResult.KILLED in results.values() else 0
-
-
-def _status(args: argparse.Namespace) -> int:
-    status = LocalCluster(args.dir).status()
-    for component in status.components:
-        print(component.describe())
-    if status.alive_workers is not None:
-        print(f"master reports {status.alive_workers} alive worker(s)")
-    return 0 if status.running else EXIT_NOT_RUNNING
-
-
-def _logs(args: argparse.Namespace) -> int:
-    for line in LocalCluster(args.dir).logs(args.component, args.lines):
-        print(line)
-    return 0

@@ -24,10 +24,10 @@ import time
 import zipimport
 
 # Preloaded: the task body and what it reaches (runner, channels, Kafka clients, codecs)
-# and the pipeline API that pipeline modules import. Not the user's pipeline module: it
-# may read its configuration from the environment at import, which a task sets only
-# after the fork.
-PRELOAD = ("pyspark.worker", "spark_jobs.driver", "spark_jobs.pipeline")
+# and the pipeline API that pipeline modules import (also as ``spillway``). Not the
+# user's pipeline module: it may read its configuration from the environment at import,
+# which a task sets only after the fork.
+PRELOAD = ("pyspark.worker", "spark_jobs.driver", "spark_jobs.pipeline", "spillway")
 
 # Wall time this process was forked from the daemon (None: not a forked worker). The
 # restart phase "python_started", to the microsecond (/proc gives 10 ms).

@@ -1,4 +1,6 @@
-"""Launching a job on Spark: every subtask is one long-running Spark task.
+"""Launching a job on Spark: every subtask is one long-running Spark task, every operator
+(or chain) one Spark job of its own (:mod:`spark_jobs.opruns`), so one operator can be
+stopped and started while the others run.
 
 Not barrier mode (a failed barrier task restarts every task); ordinary tasks are
 retried *alone* — ``local[N,F]`` in local mode, ``spark.task.maxFailures`` on a cluster —
@@ -16,7 +18,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -42,6 +44,8 @@ from recovery.state import CHANGELOG_TOPIC_CONFIG
 from spark_jobs.attempts import AttemptWatcher
 from spark_jobs.failfast import FailureWatch
 from spark_jobs.observe import observed
+from spark_jobs.opjobs import OperatorJobs, operator_groups
+from spark_jobs.opruns import OperatorRuns
 from spark_jobs.usertopics import check_user_topics
 
 log = logging.getLogger("spark_jobs.driver")
@@ -100,8 +104,10 @@ class JobConfig:
             min_insync_replicas=self.min_insync_replicas,
         )
 
-    def options(self, from_checkpoint: int | None = None, run_id: str | None = None) -> RunOptions:
-        """Per-subtask runtime options of this run."""
+    def options(
+        self, from_checkpoint: int | None = None, run_id: str | None = None, generation: int = 0
+    ) -> RunOptions:
+        """Per-subtask runtime options of this run (``generation``: of the operator's job)."""
         if self.checkpoint_mode not in ("interval", "unaligned", "aligned"):
             raise ConfigError(
                 "--checkpoint-mode must be 'interval', 'unaligned' or 'aligned', "
@@ -125,6 +131,7 @@ class JobConfig:
             checkpoint_mode=self.checkpoint_mode,
             keep_global=self.keep_global,
             guarantee=self.guarantee,
+            generation=generation,
         )
 
 
@@ -172,12 +179,18 @@ def _raise_dead_letter_limit(admin: Admin, topic: str) -> None:
 
 
 def run_on_spark(
-    config: JobConfig, from_checkpoint: int | None = None, rewind_to: int | None = None
+    config: JobConfig,
+    from_checkpoint: int | None = None,
+    rewind_to: int | None = None,
+    on_running: Callable[[OperatorRuns], None] | None = None,
 ) -> list[SubtaskResult]:
-    """Validate, create topics, run every subtask as a Spark task; return their final results.
+    """Validate, create topics, run every subtask as a Spark task, each operator (or chain)
+    as a Spark job of its own; return the subtasks' final results.
 
     ``rewind_to``: first rewind the whole job to that completed global checkpoint
-    (:mod:`recovery.rewind`); the job must not be running.
+    (:mod:`recovery.rewind`); the job must not be running. ``on_running``: called once
+    every operator's job is submitted, with the handle that stops and starts operators
+    (:class:`spark_jobs.opruns.OperatorRuns`); it must not block.
     """
     forwarded = forwarded_env(config.forward_env)
     plan = load_plan(config.pipeline, config.job_id, config.conf)
@@ -246,10 +259,11 @@ def run_on_spark(
         env = {k: v for k, v in os.environ.items() if k.startswith(config.env_prefixes)}
         env.update(forwarded)
         payload = (config, from_checkpoint, env, run_id)
-        # Started first: a deterministic failure cancels the Spark job (spark_jobs.failfast).
-        watch = FailureWatch(settings, plan.job, run_id, on_failure=sc.cancelAllJobs)
+        runs = _operator_runs(sc, plan, payload)
+        # Started first: a deterministic failure cancels the Spark jobs (spark_jobs.failfast).
+        watch = FailureWatch(settings, plan.job, run_id, on_failure=runs.cancel_all)
         watch.start()
-        watcher = AttemptWatcher(sc, settings, plan.job, run_id, subtasks)
+        watcher = AttemptWatcher(sc, settings, plan.job, run_id, runs.groups)
         watcher.start()
         coordinator = None
         if config.checkpoint_mode != "interval":
@@ -264,7 +278,7 @@ def run_on_spark(
             )
             coordinator.start()
         try:
-            with _stop_on_sigterm(settings, plan, run_id), observed(
+            with _stop_on_sigterm(settings, plan, run_id, runs.stop_all), observed(
                 settings,
                 plan.job,
                 PlanDoc.of(plan),
@@ -273,11 +287,12 @@ def run_on_spark(
                 config.metrics_host,
                 config.progress,
             ):
-                rows = (
-                    sc.parallelize(range(n), n)
-                    .mapPartitionsWithIndex(lambda i, _it: _task(payload, i))
-                    .collect()
-                )
+                runs.start_all()
+                if on_running is not None:
+                    on_running(runs)
+                rows = runs.wait()
+            if watch.failure is not None:  # every job was cancelled: some rows are missing
+                raise JobAbortedError(watch.message())
         except Exception:
             if watch.failure is None:
                 raise
@@ -299,8 +314,47 @@ def run_on_spark(
     return results
 
 
+def _operator_runs(
+    sc: Any, plan: JobPlan, payload: tuple[JobConfig, int | None, dict[str, str], str]
+) -> OperatorRuns:
+    """One Spark job per plan operator (a chain is one), each task running one subtask."""
+    config, from_checkpoint, env, run_id = payload
+
+    def run_job(indices: Sequence[int], generation: int) -> list[dict[str, Any]]:
+        # A restarted operator resumes from its latest checkpoint, not from --from-checkpoint.
+        args = (config, from_checkpoint if generation == 0 else None, env, run_id, generation)
+        idx = tuple(indices)
+        rdd = sc.parallelize(range(len(idx)), len(idx))
+        rows: list[dict[str, Any]] = rdd.mapPartitionsWithIndex(
+            lambda i, _it: _task(args, idx[i])
+        ).collect()
+        return rows
+
+    def announce_stop(operator: str, generation: int) -> None:
+        record_job_event(
+            settings,
+            plan.job,
+            "operator-stop-requested",
+            run=run_id,
+            # Not "operator": readers take events with that key for a subtask's own.
+            target=operator,
+            generation=generation,
+        )
+
+    settings = config.settings()
+    chained = {
+        str(m["name"]): op.name for op in plan.operators for m in op.description.get("chain", ())
+    }
+    book = OperatorJobs(
+        plan.job, operator_groups([(op.name, op.parallelism) for op in plan.operators]), chained
+    )
+    return OperatorRuns(sc, book, plan.subtasks(), run_job, announce_stop)
+
+
 @contextlib.contextmanager
-def _stop_on_sigterm(settings: KafkaSettings, plan: JobPlan, run_id: str) -> Iterator[None]:
+def _stop_on_sigterm(
+    settings: KafkaSettings, plan: JobPlan, run_id: str, on_stop: Callable[[], None]
+) -> Iterator[None]:
     """While the job runs, SIGTERM asks every subtask to checkpoint and stop (not to die)."""
     if threading.current_thread() is not threading.main_thread():
         yield  # signal handlers can only be installed from the main thread
@@ -311,6 +365,7 @@ def _stop_on_sigterm(settings: KafkaSettings, plan: JobPlan, run_id: str) -> Ite
             "SIGTERM: asking every subtask of %s to take a last checkpoint and stop", plan.job
         )
         record_job_event(settings, plan.job, "stop-requested", run=run_id)
+        on_stop()
 
     previous = signal.signal(signal.SIGTERM, request_stop)
     try:
@@ -320,12 +375,13 @@ def _stop_on_sigterm(settings: KafkaSettings, plan: JobPlan, run_id: str) -> Ite
 
 
 def _task(
-    payload: tuple[JobConfig, int | None, dict[str, str], str], index: int
+    payload: tuple[JobConfig, int | None, dict[str, str], str, int], index: int
 ) -> Iterator[dict[str, Any]]:
-    """Body of one Spark task: run subtask ``index`` of the plan."""
+    """Body of one Spark task: run subtask ``index`` of the plan (in the operator job's
+    generation that the payload names)."""
     from pyspark import TaskContext
 
-    config, from_checkpoint, env, run_id = payload
+    config, from_checkpoint, env, run_id, generation = payload
     for key in [k for k in os.environ if k.startswith(config.env_prefixes)]:
         del os.environ[key]  # the submitter's environment wins, including what it unset
     os.environ.update(env)
@@ -354,7 +410,7 @@ def _task(
         plan,
         subtask,
         config.settings(),
-        config.options(from_checkpoint, run_id),
+        config.options(from_checkpoint, run_id, generation),
         attempt,
         phases=phases,
     )

@@ -6,7 +6,7 @@ times only delays the failure and buries the reason under Spark's tracebacks. Th
 subtask records a ``failed`` event with ``deterministic: true`` and its one-line
 ``message`` (:func:`recovery.failures.failure_fields`), and its Spark task ends *without*
 an error, so Spark does not retry it. The driver watches the run's events
-(:class:`FailureWatch`) and cancels the Spark job at the first such event; the other
+(:class:`FailureWatch`) and cancels the Spark jobs at the first such event; the other
 subtasks are killed (their open transactions are aborted, as after any kill), and
 ``spillway run`` ends with that message. Transient errors still fail their task, which
 Spark retries as before.

@@ -14,6 +14,7 @@ Errors all derive from :class:`SpillwayError`. :func:`main` is the ``spillway`` 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from importlib import metadata as _metadata
 
 from channels.errors import (
@@ -24,7 +25,6 @@ from channels.errors import (
     SchemaMismatchError,
     SpillwayError,
 )
-from spark_jobs.cli import main
 from spark_jobs.deltasink import DeltaTableSink
 from spark_jobs.parquetsink import ParquetFileSink
 from spark_jobs.pipeline import KeyedStream, Pipeline, Stream, conf
@@ -57,6 +57,17 @@ __all__ = [
     "conf",
     "main",
 ]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``spillway`` command with ``argv`` (default: ``sys.argv[1:]``); its exit code."""
+    # Imported when called: the CLI reaches the dev tools (local broker and cluster, the
+    # demo and its example pipeline, which imports this package), which a pipeline that
+    # only builds a plan does not need.
+    from spark_jobs.cli import main as cli_main
+
+    return cli_main(argv)
+
 
 try:
     __version__ = _metadata.version("spillway-channels")

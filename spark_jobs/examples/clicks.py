@@ -20,8 +20,7 @@ from typing import Any
 
 import xxhash
 
-from spark_jobs.pipeline import Pipeline
-from spark_jobs.schemas import avro_schema
+from spillway import Pipeline, avro_schema
 
 
 @dataclass(slots=True)
