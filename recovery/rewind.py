@@ -39,7 +39,7 @@ from channels.ids import CheckpointId, SubtaskId, TopicPartition
 from channels.kafka.admin import Admin
 from channels.kafka.producer import TransactionalProducer
 from channels.naming import changelog_topic
-from channels.reader import Spans
+from channels.progress import Spans
 from offsets.checkpoint import Checkpoint
 from offsets.store import CheckpointStore
 from recovery.events import record_job_event

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -331,7 +331,7 @@ class SubtaskRunner:
                 if self.sink is not None:
                     # The final commit may have happened without its files being
                     # published (crash between commit and rename): publish them now.
-                    self.sink.open(self.ctx, self._split_position(ckpt.source)[1], self.out)
+                    self.sink.open(self.ctx, ckpt.sink_position or {}, self.out)
                 self.lifecycle.to(Phase.FINISHED)
                 self.result.status = "skipped"
                 log.info(
@@ -407,7 +407,8 @@ class SubtaskRunner:
             if taken:
                 restored_global = max(taken)
                 self._global_last = restored_global[0]
-        source_position, sink_position = self._split_position(ckpt.source if ckpt else {})
+        source_position = (ckpt.source_position if ckpt else None) or {}
+        sink_position = (ckpt.sink_position if ckpt else None) or {}
         if self.source is not None:
             self.source.open(self.ctx, source_position)
             self.source_replay = SourceReplay(self.source, mark.source if mark else None)
@@ -708,9 +709,8 @@ class SubtaskRunner:
             # at-least-once: outputs are durable before the checkpoint says so.
             self.out.flush()
         spilled = self.producer.txn_bytes  # channel data written since the last checkpoint
-        source_position = self.source.position() if self.source is not None else {}
-        sink_position = self.sink.prepare(int(cid)) if self.sink is not None else {}
-        position = self._join_position(source_position, sink_position)
+        source_position = self.source.position() if self.source is not None else None
+        sink_position = self.sink.prepare(int(cid)) if self.sink is not None else None
         if self.state is not None and self.state.flush_to(self.producer):
             self.producer.flush()
             last = self.producer.last_offset(self.state.tp)
@@ -740,7 +740,8 @@ class SubtaskRunner:
                 {tp: dict(v) for tp, v in reader_state.watermarks.items()} if reader_state else {}
             ),
             watermark=self._wm_out,
-            source=position,
+            source_position=source_position,
+            sink_position=sink_position,
             finished=finished,
             wall_time=time.time(),
             attempt=self.attempt,
@@ -759,7 +760,7 @@ class SubtaskRunner:
         self.live.checkpointed(cid, ckpt.wall_time, t2 - t0, t2 - t1, inputs)
         self._ckpt_bytes = (self.producer.txn_bytes - spilled, spilled)
         self.faults.reached("after-final-commit" if finished else "after-commit")
-        if self.sink is not None:
+        if self.sink is not None and sink_position is not None:
             self.sink.committed(sink_position)
         self.result.checkpoints += 1
         self._last_ckpt = time.monotonic()
@@ -771,19 +772,6 @@ class SubtaskRunner:
             self.producer.begin()
             self._produced = False
         self.lifecycle.after_checkpoint()
-
-    # A checkpoint's ``source`` field holds the source's position, or the sink's, or, for a
-    # chain from a source to a sink, both side by side.
-    def _join_position(self, source: dict[str, Any], sink: dict[str, Any]) -> dict[str, Any]:
-        if self.source is not None and self.sink is not None:
-            return {"source": source, "sink": sink}
-        return sink if self.sink is not None else source
-
-    def _split_position(self, position: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-        """(source's, sink's) part of a checkpoint's ``source`` field (see _join_position)."""
-        if self.source is not None and self.sink is not None:
-            return dict(position.get("source", {})), dict(position.get("sink", {}))
-        return dict(position), dict(position)
 
     def _global_checkpoint(self, n: int) -> None:
         """Checkpoint ``n`` of the job, with barrier n forwarded in the same transaction."""
