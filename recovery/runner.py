@@ -22,13 +22,14 @@ from channels.envelope import Kind
 from channels.errors import ConfigError, RecordError
 from channels.ids import CheckpointId, Offset, SubtaskId, TopicPartition
 from channels.kafka.consumer import AssignedConsumer
-from channels.kafka.producer import IdempotentProducer, TransactionalProducer
+from channels.kafka.producer import TransactionalProducer
 from channels.naming import changelog_topic
 from channels.reader import ChannelReader, InputChannel
 from channels.writer import ChannelWriter, OutputChannel
 from offsets.checkpoint import Checkpoint
 from offsets.store import CheckpointStore, check_retention, commit_checkpoint
 from offsets.tracker import CheckpointSequence
+from recovery.collector import make_collector
 from recovery.deadletter import PRODUCER_CONFIG, DeadLetters
 from recovery.events import EventLog, JobSignals
 from recovery.eventtime import IdleAnnouncer, SetAsides
@@ -190,13 +191,9 @@ class SubtaskRunner:
             transaction_timeout_ms=options.transaction_timeout_ms,
             extra=PRODUCER_CONFIG if options.dead_letter else None,  # room for big dead letters
         )
-        # Channel and sink outputs go through ``out``: the transactional producer itself,
-        # or (at-least-once) a plain idempotent one. State and checkpoints stay transactional.
-        self.out: TransactionalProducer = (
-            IdempotentProducer(settings, f"{subtask.transactional_id}.out")
-            if options.guarantee == GUARANTEES[1]
-            else self.producer
-        )
+        # Channel and sink outputs leave through the collector; state and checkpoints
+        # stay transactional under either guarantee.
+        self.out = make_collector(options.guarantee, self.producer, settings, subtask)
         self.events = EventLog(settings, subtask, attempt, options.run_id)
         self.live = LiveStats()
         self.events.extra = lambda: self.live.doc(self.result, self.reader, self.state, self.source)
@@ -312,8 +309,7 @@ class SubtaskRunner:
         self.phases.mark("fenced")
         self.phases.lap("fence")
         self.events.emit("fencing")  # tells a fenced older copy it was replaced (driver._task)
-        if self.out is not self.producer:
-            self.out.start()
+        self.out.start()
         self.phases.lap("announce")
         # One read of the checkpoint tail serves both the latest checkpoint and the last
         # global checkpoint this subtask took.
@@ -704,10 +700,9 @@ class SubtaskRunner:
         cid = self._seq.next()
         for w in self.writers:
             w.flush_batches()
-        if self.writers or self.out is not self.producer:
-            # Acknowledged offsets give the output high-water marks a rewind needs; and
-            # at-least-once: outputs are durable before the checkpoint says so.
-            self.out.flush()
+        # Acknowledged offsets give the output high-water marks a rewind needs; and
+        # at-least-once: outputs are durable before the checkpoint says so.
+        self.out.prepare_commit(bool(self.writers))
         spilled = self.producer.txn_bytes  # channel data written since the last checkpoint
         source_position = self.source.position() if self.source is not None else None
         sink_position = self.sink.prepare(int(cid)) if self.sink is not None else None
@@ -874,9 +869,13 @@ class SubtaskRunner:
     def _close(self) -> None:
         if self._pruning is not None:
             self._pruning.join(self.settings.request_timeout_s)  # before its store closes
-        closers = [self.events.close, self.producer.close, self.store.close, self.progress.close]
-        if self.out is not self.producer:
-            closers.append(self.out.close)
+        closers = [
+            self.events.close,
+            self.producer.close,
+            self.store.close,
+            self.progress.close,
+            self.out.close,
+        ]
         if self._signals is not None:
             closers.append(self._signals.close)
         for closer in closers:
