@@ -114,7 +114,7 @@ class AtLeastOnceCollector:
 
 def make_collector(
     guarantee: str, producer: TransactionalProducer, settings: KafkaSettings, subtask: SubtaskId
-) -> ExactlyOnceCollector | AtLeastOnceCollector:
+) -> OutputCollector:
     """The collector of ``guarantee`` ("exactly-once" or "at-least-once")."""
     if guarantee == "at-least-once":
         return AtLeastOnceCollector(settings, subtask)
