@@ -135,6 +135,13 @@ class CheckpointFormatError(SpillwayError):
     scope = Scope.SUBTASK
 
 
+class PositionRegressionError(SpillwayError):
+    """A checkpoint would move an input position backwards: a runtime bug, caught before the
+    commit. The subtask restarts from its last committed checkpoint."""
+
+    scope = Scope.SUBTASK
+
+
 class JobAbortedError(SpillwayError):
     """A subtask failed with a deterministic error; the driver stopped the whole job at once.
 

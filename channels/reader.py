@@ -8,13 +8,15 @@ processed what was returned, so a restored reader neither skips nor repeats a me
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from channels.envelope import H_KIND, Decoders, Kind, decode_i64, read_header, writer_of
 from channels.errors import RecordError, SchemaMismatchError
 from channels.ids import Offset, TopicPartition
 from channels.kafka.consumer import AssignedConsumer
+from channels.progress import ReaderState as ReaderState  # re-exported
+from channels.progress import Spans as Spans
 
 
 @dataclass(frozen=True)
@@ -44,26 +46,6 @@ class Delivery:
     value: int | None = None
     error: str | None = None  # set for a message that could not be decoded
     raw: bytes | None = None  # ... and then its raw value, for the dead-letter channel
-
-
-Spans = tuple[tuple[int, int], ...]  # [start, end) offset ranges, ascending
-
-
-@dataclass
-class ReaderState:
-    """What a reader must carry across a restart besides its offsets (stored in checkpoints)."""
-
-    ended: dict[TopicPartition, set[int]] = field(default_factory=dict)
-    watermarks: dict[TopicPartition, dict[int, int]] = field(default_factory=dict)
-    # Aligned checkpoints: messages of writer w in tp below skip[tp][w] were processed
-    # although the checkpointed position of tp is lower (other channels were held back).
-    skip: dict[TopicPartition, dict[int, int]] = field(default_factory=dict)
-    # Whole-job rewinds: messages of writer w in tp with start <= offset < end, for each
-    # (start, end) span, were written by a run the job rewound away from; dropped unread.
-    discard: dict[TopicPartition, dict[int, Spans]] = field(default_factory=dict)
-    # Writers that announced they are idle, until they send data or a watermark again.
-    # Not checkpointed: idle writers repeat the announcement while they stay idle.
-    idle: dict[TopicPartition, set[int]] = field(default_factory=dict)
 
 
 class ChannelReader:

@@ -15,10 +15,10 @@ from typing import Any
 
 from channels.batcher import Batcher
 from channels.config import ChannelSettings
-from channels.envelope import VERSION, Kind, encode_i64, headers, writer_codec, writer_key
+from channels.envelope import Kind, encode_i64, headers, writer_codec, writer_key
 from channels.errors import RecordError
 from channels.ids import TopicPartition
-from channels.kafka.producer import TransactionalProducer
+from channels.output import MessageOutput
 from channels.partitioners import Partitioner
 
 
@@ -37,7 +37,7 @@ class ChannelWriter:
 
     def __init__(
         self,
-        producer: TransactionalProducer,
+        producer: MessageOutput,
         channel: OutputChannel,
         writer_index: int,
         settings: ChannelSettings,
@@ -65,6 +65,11 @@ class ChannelWriter:
         self._marks = [0] * channel.downstream_parallelism
 
     @property
+    def topic(self) -> str:
+        """The channel topic written."""
+        return self.channel.topic
+
+    @property
     def counts(self) -> list[int]:
         """Records written so far to each downstream partition (output sequence numbers)."""
         return list(self._counts)
@@ -86,22 +91,9 @@ class ChannelWriter:
         """Continue the high-water marks of a checkpoint (an incarnation may write nothing)."""
         self._marks = list(marks) or [0] * self.channel.downstream_parallelism
 
-    def write(self, record: Any) -> None:
-        """Encode, route and buffer one record; write any batch it completes."""
-        if self._codec.version != VERSION:
-            self.write_many([record])  # Arrow: blocks only (a record alone is a block)
-            return
-        encoded = self._codec.encode(record)  # type: ignore[attr-defined]
-        now = self._clock()
-        for p in self._targets(record):
-            full = self._batcher.add(p, encoded, now)
-            if full is not None:
-                self._send(p, full)
-            self._counts[p] += 1
-
     def write_many(self, records: Iterable[Any]) -> None:
-        """Write records in order, as :meth:`write` would, encoding each partition's share in
-        one codec call (per-record Python work dominates the cost of a channel).
+        """Write records in order, encoding each partition's share in one codec call
+        (per-record Python work dominates the cost of a channel).
 
         All-or-nothing: every record is encoded before any is buffered, so a record that
         does not fit the schema (or the size limit) raises and leaves the writer unchanged.

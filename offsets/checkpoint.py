@@ -1,4 +1,4 @@
-"""The per-subtask checkpoint record, format version 1.
+"""The per-subtask checkpoint record, format version 2.
 
 Contract:
 
@@ -12,7 +12,11 @@ Contract:
   since the job began (output sequence numbers).
 * ``ended`` / ``channel_watermarks``: end-of-stream and watermarks already received per
   input partition and upstream writer, which a restart would otherwise not see again.
-* ``source``: a source operator's own position (generator count, file row, ...).
+* ``source_position``: a source's own position (generator count, file row, ...);
+  ``sink_position``: what a sink's prepare phase recorded (files to publish, ...). Each is
+  ``None`` for an operator without a source or sink. (Version 1 had one ``source`` field
+  meaning either, or both side by side for a source chained to a sink; see
+  :func:`_positions_v1`.)
 * ``finished``: the final checkpoint of a subtask whose inputs all ended (FLIP-147); a
   restarted job does not run it again.
 * ``topology``: fingerprint of the job graph; restoring into another graph is an error.
@@ -39,7 +43,7 @@ Contract:
   transactions.
 
 The record is JSON so that ``kafka-console-consumer`` shows it. A reader accepts its own
-version and rejects newer ones with a clear message; older versions will be upgraded here.
+version and version 1 (converted on load) and rejects others with a clear message.
 """
 
 from __future__ import annotations
@@ -50,11 +54,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from channels.errors import CheckpointFormatError, TopologyMismatchError
+from channels.errors import CheckpointFormatError, PositionRegressionError, TopologyMismatchError
 from channels.ids import CheckpointId, JobId, Offset, OperatorName, SubtaskId, TopicPartition
-from channels.reader import ReaderState, Spans
+from channels.progress import ReaderState, Spans
 
-VERSION = 1
+VERSION = 2
+READS = (1, 2)  # format versions this code reads (1 is converted on load)
 
 
 @dataclass(frozen=True)
@@ -70,7 +75,8 @@ class Checkpoint:
     ended: Mapping[TopicPartition, frozenset[int]] = field(default_factory=dict)
     channel_watermarks: Mapping[TopicPartition, Mapping[int, int]] = field(default_factory=dict)
     watermark: int | None = None
-    source: Mapping[str, Any] = field(default_factory=dict)
+    source_position: Mapping[str, Any] | None = None
+    sink_position: Mapping[str, Any] | None = None
     finished: bool = False
     wall_time: float = 0.0
     attempt: int = 0
@@ -82,6 +88,11 @@ class Checkpoint:
     rewrite_state: bool = False
     partial: Mapping[TopicPartition, tuple[int, int]] = field(default_factory=dict)
     set_aside: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def source(self) -> Mapping[str, Any]:
+        """The source's position (empty for an operator without a source)."""
+        return self.source_position or {}
 
     def to_bytes(self) -> bytes:
         """Serialize (versioned JSON)."""
@@ -101,7 +112,8 @@ class Checkpoint:
                 for tp, m in sorted(self.channel_watermarks.items())
             ],
             "watermark": self.watermark,
-            "source": dict(self.source),
+            "source_position": _plain(self.source_position),
+            "sink_position": _plain(self.sink_position),
             "finished": self.finished,
             "wall_time": self.wall_time,
             "attempt": self.attempt,
@@ -136,12 +148,17 @@ class Checkpoint:
             version = doc["v"]
         except (ValueError, KeyError, TypeError) as e:
             raise CheckpointFormatError(f"corrupt checkpoint record {where}: {e}") from e
-        if version != VERSION:
+        if version not in READS:
             raise CheckpointFormatError(
                 f"checkpoint record {where} has format version {version}; this Spillway reads "
-                f"version {VERSION}. Run the job with the Spillway version that wrote it"
+                f"versions {', '.join(map(str, READS))}. Run the job with the Spillway version "
+                "that wrote it"
             )
         try:
+            if version == 1:
+                source_position, sink_position = _positions_v1(doc["source"])
+            else:
+                source_position, sink_position = doc["source_position"], doc["sink_position"]
             return Checkpoint(
                 subtask=SubtaskId(JobId(doc["job"]), OperatorName(doc["operator"]), doc["index"]),
                 checkpoint_id=CheckpointId(doc["id"]),
@@ -155,7 +172,8 @@ class Checkpoint:
                     for t, p, m in doc["channel_watermarks"]
                 },
                 watermark=doc["watermark"],
-                source=doc["source"],
+                source_position=source_position,
+                sink_position=sink_position,
                 finished=doc["finished"],
                 wall_time=doc["wall_time"],
                 attempt=doc["attempt"],
@@ -199,6 +217,43 @@ class Checkpoint:
                 "the pipeline changed. Run it under a new --job-id, or resubmit the old pipeline",
                 subtasks=[self.subtask],
             )
+
+
+def _plain(position: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    return None if position is None else dict(position)
+
+
+def _positions_v1(
+    position: Mapping[str, Any],
+) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """(source position, sink position) of a version-1 ``source`` field.
+
+    Version 1 stored a source chained to a sink as ``{"source": ..., "sink": ...}`` and any
+    other operator's one position bare; a runner then read the bare one as both (each
+    operator uses only its own). No source or sink position has exactly those two keys.
+    """
+    if set(position) == {"source", "sink"} and all(isinstance(v, dict) for v in position.values()):
+        return dict(position["source"]), dict(position["sink"])
+    return dict(position), dict(position)
+
+
+def check_forward(previous: Mapping[TopicPartition, Offset], checkpoint: Checkpoint) -> None:
+    """Raise :class:`PositionRegressionError` if an input position of ``checkpoint`` lies
+    below the one of the checkpoint before it (``previous``): positions only move forward."""
+    back = {
+        tp: (int(previous[tp]), int(off))
+        for tp, off in checkpoint.inputs.items()
+        if tp in previous and off < previous[tp]
+    }
+    if back:
+        tp, (was, now) = min(back.items())
+        raise PositionRegressionError(
+            f"{checkpoint.subtask}: checkpoint {checkpoint.checkpoint_id} would move the "
+            f"position of {tp} back from {was} to {now}"
+            + (f" (and {len(back) - 1} more partitions)" if len(back) > 1 else "")
+            + ": a bug in the runtime, not in the job. Nothing was committed; report it",
+            subtasks=[checkpoint.subtask],
+        )
 
 
 def fingerprint(description: Mapping[str, Any]) -> str:

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from channels.errors import PositionRegressionError
 from channels.ids import CheckpointId, Offset, TopicPartition
 
 
-class OffsetRegressionError(AssertionError):
+class OffsetRegressionError(PositionRegressionError):
     """A position moved backwards: a bug, never a condition to recover from."""
 
 

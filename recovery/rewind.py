@@ -35,11 +35,11 @@ from confluent_kafka import Producer
 
 from channels.config import KafkaSettings
 from channels.errors import CheckpointFormatError, ConfigError, RetentionGapError
-from channels.ids import CheckpointId, SubtaskId, TopicPartition
+from channels.ids import CheckpointId, OperatorName, SubtaskId, TopicPartition
 from channels.kafka.admin import Admin
 from channels.kafka.producer import TransactionalProducer
 from channels.naming import changelog_topic
-from channels.reader import Spans
+from channels.progress import Spans
 from offsets.checkpoint import Checkpoint
 from offsets.store import CheckpointStore
 from recovery.events import record_job_event
@@ -165,23 +165,8 @@ def rewind_job(
     stores = {
         op.name: CheckpointStore(settings, job, op.name, op.parallelism) for op in plan.operators
     }
-    taken: dict[SubtaskId, Checkpoint] = {}
-    latest_ids: dict[SubtaskId, int] = {}
     try:
-        for s in plan.subtasks():
-            key = f"{s.operator}[{s.index}]"
-            if key not in per_subtask:
-                raise ConfigError(f"global checkpoint {n} does not list {key}")
-            # One read of the retained checkpoints serves both lookups.
-            retained = stores[s.operator].history(s.index, 100)
-            found = next((c for c in retained if c.checkpoint_id == per_subtask[key]), None)
-            if found is None:
-                raise ConfigError(
-                    f"cannot rewind to global checkpoint {n}: {s}'s checkpoint "
-                    f"{per_subtask[key]} is no longer retained (older checkpoints are pruned)"
-                )
-            taken[s] = found
-            latest_ids[s] = int(retained[-1].checkpoint_id)
+        taken, latest_ids = _parts_of(plan, n, per_subtask, stores)
         now = clock()
         admin = Admin(settings)
         stateful = {s: c for s, c in taken.items() if plan.operator(s.operator).stateful}
@@ -232,6 +217,32 @@ def rewind_job(
     )
     log.info("job %s rewound to global checkpoint %d", job, n)
     return rewound
+
+
+def _parts_of(
+    plan: JobPlan,
+    n: int,
+    per_subtask: Mapping[str, int],
+    stores: Mapping[OperatorName, CheckpointStore],
+) -> tuple[dict[SubtaskId, Checkpoint], dict[SubtaskId, int]]:
+    """Each subtask's part of global checkpoint ``n``, and its latest checkpoint id."""
+    taken: dict[SubtaskId, Checkpoint] = {}
+    latest_ids: dict[SubtaskId, int] = {}
+    for s in plan.subtasks():
+        key = f"{s.operator}[{s.index}]"
+        if key not in per_subtask:
+            raise ConfigError(f"global checkpoint {n} does not list {key}")
+        # One read of the retained checkpoints serves both lookups.
+        retained = stores[s.operator].history(s.index, 100)
+        found = next((c for c in retained if c.checkpoint_id == per_subtask[key]), None)
+        if found is None:
+            raise ConfigError(
+                f"cannot rewind to global checkpoint {n}: {s}'s checkpoint "
+                f"{per_subtask[key]} is no longer retained (older checkpoints are pruned)"
+            )
+        taken[s] = found
+        latest_ids[s] = int(retained[-1].checkpoint_id)
+    return taken, latest_ids
 
 
 def _fence(settings: KafkaSettings, plan: JobPlan) -> None:

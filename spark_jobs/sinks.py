@@ -18,7 +18,7 @@ from typing import Any
 
 from channels import jsontext
 from channels.errors import SpillwayError
-from channels.kafka.producer import TransactionalProducer
+from channels.output import MessageOutput
 from channels.partitioners import key_bytes
 from recovery.plan import Context, Record
 
@@ -175,7 +175,7 @@ class KafkaTopicSink:
     def __init__(self, topic: str, key: Callable[[Record], Any] | None = None) -> None:
         self.topic = topic
         self.key = key
-        self._producer: TransactionalProducer | None = None
+        self._producer: MessageOutput | None = None
 
     def open(self, ctx: Context, committed: Mapping[str, Any], producer: Any) -> None:
         """Writes share the subtask's transaction, so nothing needs finishing."""

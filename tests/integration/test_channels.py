@@ -89,10 +89,7 @@ def write_all(
         producer.begin()
         for seq in range(per_writer):
             record = {"key": f"k{seq % 17}", "writer": i, "seq": seq}
-            if seq % 2:
-                writer.write(record)
-            else:
-                writer.write_many([record])
+            writer.write_many([record])
             if seq % 1000 == 999:  # several transactions per writer
                 writer.flush_batches()
                 producer.commit()
@@ -201,12 +198,12 @@ _KILLED_WRITER = textwrap.dedent(
     producer, writer = writer_for(settings, {job!r}, {topic!r}, 0)
     producer.begin()
     for seq in range(100):
-        writer.write({{"key": "k", "writer": 0, "seq": seq}})
+        writer.write_many([{{"key": "k", "writer": 0, "seq": seq}}])
     writer.flush_batches()
     producer.commit()
     producer.begin()
     for seq in range(100, 5000):
-        writer.write({{"key": "k", "writer": 0, "seq": seq}})
+        writer.write_many([{{"key": "k", "writer": 0, "seq": seq}}])
     writer.flush_batches()
     producer.flush()  # on the broker, inside an open transaction
     print("ready", flush=True)
@@ -253,7 +250,7 @@ def test_zombie_writer_is_fenced(kafka_bootstrap: str, unique: str) -> None:
     topic = make_topic(settings, unique)
     old, old_writer = writer_for(settings, unique, topic, 1)
     old.begin()
-    old_writer.write({"key": "a", "writer": 1, "seq": 0})
+    old_writer.write_many([{"key": "a", "writer": 1, "seq": 0}])
     old_writer.flush_batches()
     new, _ = writer_for(settings, unique, topic, 1)  # same transactional.id
     with pytest.raises(ProducerFencedError, match="fenced"):
@@ -281,15 +278,15 @@ def test_schema_mismatch_and_oversized_records_are_clear_errors(
     producer, writer = writer_for(settings, unique, topic, 2)
     producer.begin()
     with pytest.raises(SchemaMismatchError, match="Event"):
-        writer.write({"key": "a", "writer": "two", "seq": 1})
+        writer.write_many([{"key": "a", "writer": "two", "seq": 1}])
     # The limit is max_batch_bytes less the codec's framing (Avro 20 bytes, Arrow's schema).
     too_big = (
         r"record of 102\d\d bytes .* exceeds the channel limit of \d{4} bytes "
         r"\(max_batch_bytes=4096\)"
     )
     with pytest.raises(RecordTooLargeError, match=too_big):
-        writer.write({"key": "x" * 10_000, "writer": 2, "seq": 1})
-    writer.write({"key": "a", "writer": 2, "seq": 1})
+        writer.write_many([{"key": "x" * 10_000, "writer": 2, "seq": 1}])
+    writer.write_many([{"key": "a", "writer": 2, "seq": 1}])
     writer.end_of_stream()
     producer.commit()
     producer.close()
@@ -320,7 +317,7 @@ def test_delivery_kinds(kafka_bootstrap: str, unique: str) -> None:
     topic = make_topic(settings, unique)
     producer, writer = writer_for(settings, unique, topic, 0)
     producer.begin()
-    writer.write({"key": "a", "writer": 0, "seq": 0})
+    writer.write_many([{"key": "a", "writer": 0, "seq": 0}])
     writer.watermark(1234)
     writer.barrier(7)
     writer.end_of_stream()

@@ -206,9 +206,9 @@ def test_write_many_blocks_and_single_writes_keep_order_and_split_big_groups(cod
     settings = ChannelSettings(max_batch_bytes=1024, codec=codec)
     writer = ChannelWriter(cast(Any, producer), channel, 0, settings, clock=lambda: 0.0)
     records = [{"key": f"k{i % 5}", "seq": i} for i in range(2000)]
-    writer.write(records[0])
+    writer.write_many([records[0]])
     writer.write_many(records[1:1500])  # far more than one 1 KiB message per partition
-    writer.write(records[1500])
+    writer.write_many([records[1500]])
     writer.write_many(records[1501:])
     writer.flush_batches()
     assert all(len(v) <= 1024 for _, v in producer.messages)

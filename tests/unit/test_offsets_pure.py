@@ -27,7 +27,7 @@ def full_checkpoint() -> Checkpoint:
         ended={TP: frozenset({0, 2})},
         channel_watermarks={TP: {1: 1000}},
         watermark=900,
-        source={"emitted": 5},
+        source_position={"emitted": 5},
         finished=True,
         wall_time=1.5,
         attempt=2,
@@ -46,8 +46,8 @@ def test_empty_checkpoint_round_trips() -> None:
 
 def test_newer_version_is_rejected_clearly() -> None:
     doc = json.loads(full_checkpoint().to_bytes())
-    doc["v"] = 2
-    with pytest.raises(CheckpointFormatError, match="format version 2"):
+    doc["v"] = 3  # was 2 before format version 2 existed
+    with pytest.raises(CheckpointFormatError, match="format version 3"):
         Checkpoint.from_bytes(json.dumps(doc).encode())
 
 

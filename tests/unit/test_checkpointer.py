@@ -1,0 +1,332 @@
+"""The checkpointer and its cadences with fake parts: order, contents, global checkpoints."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from channels.errors import PositionRegressionError
+from channels.ids import CheckpointId, JobId, Offset, OperatorName, SubtaskId, TopicPartition
+from channels.progress import ReaderState
+from offsets.checkpoint import Checkpoint
+from recovery.cadence import AlignedCadence, IntervalCadence, UnalignedCadence
+from recovery.checkpointer import Checkpointer, Observers, Parts
+from recovery.crashpoints import CrashPoints
+from recovery.faults import Faults
+from recovery.lifecycle import Lifecycle, Phase
+from recovery.livestats import LiveStats
+from recovery.options import RunOptions, SubtaskResult
+
+SUB = SubtaskId(JobId("j"), OperatorName("count"), 1)
+IN = TopicPartition("spillway.j.ch.a.count", 1)
+LOG = TopicPartition("spillway.j.changelog.count", 1)
+
+
+class Calls(list[str]):
+    pass
+
+
+@dataclass
+class FakeReader:
+    calls: Calls
+    pos: dict[TopicPartition, Offset] = field(default_factory=lambda: {IN: Offset(10)})
+    state: ReaderState = field(default_factory=ReaderState)
+
+    def positions(self) -> dict[TopicPartition, Offset]:
+        self.calls.append("reader")
+        return dict(self.pos)
+
+    def discard_state(self) -> dict[TopicPartition, dict[int, tuple[tuple[int, int], ...]]]:
+        return {}
+
+    def skip_state(self) -> dict[TopicPartition, dict[int, int]]:
+        return {IN: {0: 12}}
+
+
+@dataclass
+class FakeWriter:
+    calls: Calls
+    topic: str = "spillway.j.ch.count.sink"
+    counts: list[int] = field(default_factory=lambda: [3, 4])
+    barriers: list[int] = field(default_factory=list)
+
+    def flush_batches(self) -> None:
+        self.calls.append("writer")
+
+    def marks(self) -> tuple[int, ...]:
+        return (7, 8)
+
+    def barrier(self, n: int) -> None:
+        self.calls.append(f"barrier {n}")
+        self.barriers.append(n)
+
+
+@dataclass
+class FakeState:
+    calls: Calls
+    tp: TopicPartition = LOG
+
+    def flush_to(self, producer: Any) -> int:
+        self.calls.append("state")
+        return 2
+
+
+@dataclass
+class FakeSource:
+    calls: Calls
+
+    def position(self) -> dict[str, Any]:
+        self.calls.append("source")
+        return {"next": 5}
+
+
+@dataclass
+class FakeSink:
+    calls: Calls
+    published: list[Mapping[str, Any]] = field(default_factory=list)
+
+    def prepare(self, checkpoint_id: int) -> dict[str, Any]:
+        self.calls.append("sink prepare")
+        return {"files": [checkpoint_id]}
+
+    def committed(self, info: Mapping[str, Any]) -> None:
+        self.calls.append("sink publish")
+        self.published.append(info)
+
+
+@dataclass
+class FakeProducer:
+    calls: Calls
+    txn_bytes: int = 0
+
+    def flush(self, timeout_s: float = 30.0) -> None:
+        self.calls.append("producer flush")
+
+    def last_offset(self, tp: TopicPartition) -> Offset | None:
+        return Offset(41) if tp == LOG else None
+
+    def begin(self) -> None:
+        self.calls.append("begin")
+
+
+@dataclass
+class FakeCollector:
+    calls: Calls
+
+    def prepare_commit(self, has_writers: bool) -> None:
+        self.calls.append(f"collector writers={has_writers}")
+
+
+@dataclass
+class FakeEvents:
+    emitted: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+
+    def emit(self, kind: str, **fields: Any) -> None:
+        self.emitted.append((kind, fields))
+
+
+@dataclass
+class FakeStore:
+    pruned: list[tuple[int, int, int]] = field(default_factory=list)
+
+    def prune(self, index: int, keep: int, keep_global: int = 0) -> None:
+        self.pruned.append((index, keep, keep_global))
+
+
+@dataclass
+class FakeTriggers:
+    n: int = -1
+
+    def trigger(self) -> int:
+        return self.n
+
+    def seen_at(self, n: int) -> float | None:
+        return None
+
+
+@dataclass
+class World:
+    calls: Calls
+    ckpt: Checkpointer
+    committed: list[Checkpoint]
+    events: FakeEvents
+    lifecycle: Lifecycle
+    sink: FakeSink
+    writer: FakeWriter
+    reader: FakeReader
+
+
+def world(mode: str = "interval", triggers: FakeTriggers | None = None) -> World:
+    calls = Calls()
+    committed: list[Checkpoint] = []
+
+    def commit(p: Any, c: Checkpoint, meta: object, reached: Callable[[str], None] | None) -> None:
+        calls.append("commit")
+        committed.append(c)
+
+    lc = Lifecycle()
+    lc.to(Phase.RESTORING)
+    lc.to(Phase.RUNNING)
+    events = FakeEvents()
+    obs = Observers(
+        lc,
+        LiveStats(),
+        SubtaskResult(str(SUB), 0, "running"),
+        events,
+        CrashPoints(Faults(SUB, 0, "")),
+    )
+    options = RunOptions(checkpoint_mode=mode, trigger_chunk=2)
+    ckpt = Checkpointer(
+        SUB,
+        "fp",
+        0,
+        FakeProducer(calls),
+        FakeCollector(calls),
+        commit,
+        FakeStore(),
+        options,
+        triggers,
+        obs,
+    )
+    reader, writer, sink = FakeReader(calls), FakeWriter(calls), FakeSink(calls)
+    ckpt.parts = Parts(
+        reader=reader,
+        writers=[writer],
+        state=FakeState(calls),
+        source=FakeSource(calls),
+        sink=sink,
+        watermark=lambda: 900,
+        set_aside=lambda: {"late": 2},
+        mark=lambda: calls.append("mark"),
+    )
+    return World(calls, ckpt, committed, events, lc, sink, writer, reader)
+
+
+def test_a_checkpoint_asks_each_part_in_a_fixed_order() -> None:
+    w = world()
+    w.ckpt.take(finished=False)
+    assert w.calls == [
+        "writer",
+        "collector writers=True",
+        "source",
+        "sink prepare",
+        "state",
+        "producer flush",
+        "reader",
+        "mark",
+        "commit",
+        "sink publish",
+        "begin",
+    ]
+    assert w.lifecycle.phase is Phase.RUNNING
+
+
+def test_each_part_has_a_field_of_its_own() -> None:
+    w = world()
+    c = w.ckpt.take(finished=False)
+    assert w.committed == [c]
+    assert c.checkpoint_id == CheckpointId(0)
+    assert c.inputs == {IN: Offset(10)}
+    assert c.changelog == Offset(42)  # after the last changelog record
+    assert c.outputs == {"spillway.j.ch.count.sink": (3, 4)}
+    assert c.output_marks == {"spillway.j.ch.count.sink": (7, 8)}
+    assert c.skip == {IN: {0: 12}}
+    assert (c.source_position, c.sink_position) == ({"next": 5}, {"files": [0]})
+    assert (c.watermark, c.set_aside, c.global_id, c.finished) == (900, {"late": 2}, None, False)
+    assert w.sink.published == [{"files": [0]}]
+
+
+def test_a_final_checkpoint_opens_no_transaction_and_a_stopping_one_stops() -> None:
+    w = world()
+    w.ckpt.take(finished=True)
+    assert "begin" not in w.calls
+    assert w.committed[-1].finished
+    w.ckpt.take(finished=False, stopping=True)
+    assert w.calls.count("begin") == 0
+    assert w.lifecycle.phase is Phase.STOPPED
+
+
+def test_a_position_moving_back_is_refused_before_the_commit() -> None:
+    w = world()
+    w.ckpt.take(finished=False)
+    w.reader.pos = {IN: Offset(9)}
+    with pytest.raises(
+        PositionRegressionError, match=r"j/count\[1\].*ch\.a\.count\[1\] back from 10 to 9"
+    ):
+        w.ckpt.take(finished=False)
+    assert len(w.committed) == 1
+
+
+def test_restored_checkpoint_continues_ids_and_bounds_positions() -> None:
+    before = Checkpoint(SUB, CheckpointId(6), "fp", inputs={IN: Offset(11)}, changelog=Offset(3))
+    w = world()
+    w.ckpt.restored(before, global_id=4)
+    assert w.ckpt.cadence.last_global == 4
+    with pytest.raises(PositionRegressionError):
+        w.ckpt.take(finished=False)  # the reader says 10, the checkpoint restored 11
+    assert w.committed == []  # (the subtask fails; its next incarnation restores again)
+    w = world()
+    w.ckpt.restored(before, global_id=None)
+    w.reader.pos = {IN: Offset(11)}
+    assert w.ckpt.take(finished=False).checkpoint_id == CheckpointId(7)
+
+
+def test_interval_mode_has_no_global_checkpoints() -> None:
+    w = world("unaligned", triggers=None)  # no job signals: interval only
+    assert isinstance(w.ckpt.cadence, IntervalCadence)
+    w.ckpt.cadence.on_loop(True)
+    assert w.committed == []
+
+
+def test_unaligned_trigger_inside_a_message_records_what_was_done() -> None:
+    triggers = FakeTriggers()
+    w = world("unaligned", triggers)
+    cadence = w.ckpt.cadence
+    assert isinstance(cadence, UnalignedCadence)
+    delivered: list[list[Any]] = []
+    triggers.n = 3
+    cadence.deliver([1, 2, 3, 4, 5], IN, 20, 1, lambda r, tp, off: delivered.append(r))
+    assert delivered == [[1, 2], [3, 4], [5]]
+    [c] = w.committed  # one checkpoint, after the first chunk (trigger 3 is then taken)
+    assert c.global_id == 3
+    assert c.inputs[IN] == Offset(20)
+    assert c.partial == {IN: (20, 3)}
+    assert w.writer.barriers == [3]
+    assert [k for k, _ in w.events.emitted] == ["checkpointed"]
+    cadence.on_loop(True)  # the same trigger again: nothing new
+    assert len(w.committed) == 1
+
+
+def test_aligned_mode_sources_act_on_the_trigger_readers_on_barriers() -> None:
+    triggers = FakeTriggers(n=2)
+    w = world("aligned", triggers)
+    cadence = w.ckpt.cadence
+    assert isinstance(cadence, AlignedCadence)
+    assert cadence.align
+    cadence.on_loop(reads_channels=True)
+    assert w.committed == []
+    cadence.on_loop(reads_channels=False)
+    assert [c.global_id for c in w.committed] == [2]
+
+    @dataclass
+    class Aligning:
+        log: list[str] = field(default_factory=list)
+
+        def aligned(self) -> int | None:
+            return 3
+
+        def consume_barrier(self, n: int) -> None:
+            self.log.append(f"consume {n}")
+
+        def release(self, n: int) -> None:
+            self.log.append(f"release {n}")
+
+    r = Aligning()
+    cadence.after_poll(r, None)
+    assert [c.global_id for c in w.committed] == [2, 3]
+    assert r.log == ["consume 3", "release 3"]
+    cadence.after_poll(r, None)  # aligned again at 3: released, no second checkpoint
+    assert [c.global_id for c in w.committed] == [2, 3]

@@ -1,0 +1,140 @@
+"""The processor with fake neighbours: a scripted reader, fake logic and writers, the real
+unaligned cadence (its checkpoints recorded, not committed)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from channels.envelope import Kind
+from channels.ids import JobId, Offset, OperatorName, SubtaskId, TopicPartition
+from channels.reader import Delivery
+from recovery.cadence import Partial, UnalignedCadence
+from recovery.crashpoints import CrashPoints
+from recovery.eventtime import SetAsides
+from recovery.faults import Faults
+from recovery.options import RunOptions, SubtaskResult
+from recovery.processor import Processor
+from recovery.progress import Replay
+
+SUB = SubtaskId(JobId("j"), OperatorName("double"), 0)
+TP = TopicPartition("spillway.j.ch.a.double", 0)
+
+
+@dataclass
+class ScriptedReader:
+    polls: list[list[Delivery]]
+    pos: int = 0
+    asked: list[tuple[int, float, bool]] = field(default_factory=list)
+
+    def poll(self, n: int, wait_s: float, *, stop_after_barrier: bool = False) -> list[Delivery]:
+        self.asked.append((n, wait_s, stop_after_barrier))
+        out = self.polls.pop(0) if self.polls else []
+        if out:
+            self.pos = out[-1].offset + 1
+        return out
+
+    def positions(self) -> dict[TopicPartition, Offset]:
+        return {TP: Offset(self.pos)}
+
+    def watermark(self) -> int | None:
+        return None
+
+    def idle(self) -> bool:
+        return False
+
+    def finished(self) -> bool:
+        return not self.polls
+
+
+@dataclass
+class Doubling:
+    def process(self, records: Sequence[Any]) -> list[Any]:
+        return [r * 2 for r in records]
+
+    def set_aside(self) -> list[Any]:
+        return []
+
+
+@dataclass
+class FakeWriter:
+    written: list[Any] = field(default_factory=list)
+
+    def write_many(self, records: list[Any]) -> None:
+        self.written.extend(records)
+
+
+@dataclass
+class FakeTriggers:
+    n: int = -1
+
+    def trigger(self) -> int:
+        return self.n
+
+    def seen_at(self, n: int) -> float | None:
+        return None
+
+
+def data(offset: int, records: list[int]) -> Delivery:
+    return Delivery(TP, offset, 0, Kind.DATA, records)
+
+
+def processor(reader: ScriptedReader) -> tuple[Processor, list[str], FakeWriter]:
+    caught: list[str] = []
+    result = SubtaskResult(str(SUB), 1, "running")
+    p = Processor(
+        SUB,
+        SUB.operator,
+        RunOptions(trigger_chunk=2),
+        (None, cast(Any, Doubling()), None),
+        None,
+        SetAsides(SUB, None),
+        CrashPoints(Faults(SUB, 1, "")),
+        result,
+        cast(Any, None),  # no read marks in this test (tick is not called)
+        lambda: caught.append("caught up"),
+    )
+    writer = FakeWriter()
+    p.reader = cast(Any, reader)
+    p.writers = [cast(Any, writer)]
+    return p, caught, writer
+
+
+def test_records_flow_through_the_logic_to_the_writers_and_replay_is_counted() -> None:
+    reader = ScriptedReader([[data(0, [1, 2])], [data(1, [3])]])
+    p, caught, writer = processor(reader)
+    taken: list[tuple[int, Partial | None]] = []
+    p.cadence = UnalignedCadence(FakeTriggers(), lambda n, part: taken.append((n, part)), 2)
+    p.replay = Replay({TP: Offset(0)}, {TP: 2}, "read")
+    assert p.step() is False
+    assert caught == []
+    assert p.step() is True  # the reader has ended
+    assert writer.written == [2, 4, 6]
+    assert (p.result.records_in, p.result.records_out) == (3, 3)
+    assert p.replay.figure == {str(TP): [0, 2, 3]}
+    assert caught == ["caught up"]
+    assert reader.asked[0] == (1, 0.01, True)  # unaligned: one message per poll
+    assert taken == []
+
+
+def test_a_restored_mid_message_checkpoint_skips_what_was_done_and_a_trigger_cuts_in() -> None:
+    reader = ScriptedReader([[data(7, [1, 2, 3, 4, 5, 6])]])
+    p, _, writer = processor(reader)
+    triggers = FakeTriggers()
+    taken: list[tuple[int, Partial | None]] = []
+
+    def take(n: int, part: Partial | None) -> None:
+        taken.append((n, part))
+        triggers.n = -1 if n == 5 else triggers.n
+        cadence.last_global = n
+
+    cadence = UnalignedCadence(triggers, take, 2)
+    p.cadence = cadence
+    p.resume = {(TP, 7): 1}  # its first record was processed before the restore
+    triggers.n = 5
+    p.step()
+    assert writer.written == [4, 6, 8, 10, 12]
+    # After the first chunk (records 2-3 of the message): 1 + 2 done.
+    assert taken == [(5, (TP, 7, 3))]
+    assert p.result.records_in == 5
