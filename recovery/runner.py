@@ -23,7 +23,6 @@ from channels.errors import ConfigError, RecordError
 from channels.ids import CheckpointId, Offset, SubtaskId, TopicPartition
 from channels.kafka.consumer import AssignedConsumer
 from channels.kafka.producer import IdempotentProducer, TransactionalProducer
-from channels.naming import changelog_topic
 from channels.reader import ChannelReader, InputChannel
 from channels.writer import ChannelWriter, OutputChannel
 from offsets.checkpoint import Checkpoint
@@ -38,6 +37,7 @@ from recovery.gcpolicy import streaming_collector
 from recovery.lifecycle import Lifecycle, Phase
 from recovery.livestats import LiveStats
 from recovery.origins import UNKNOWN, Origins, Same, TopicOffset
+from recovery.ownership import owned_partitions, owned_state
 from recovery.phases import PhaseClock
 from recovery.phases import merge as merge_phases
 from recovery.plan import JobPlan, Logic, Record, Sink, Source
@@ -202,20 +202,17 @@ class SubtaskRunner:
         self.events.extra = lambda: self.live.doc(self.result, self.reader, self.state, self.source)
         self.faults = Faults(subtask, attempt)
         self.result = SubtaskResult(str(subtask), attempt, "created")
-        self.state = (
-            ChangelogState(TopicPartition(changelog_topic(plan.job, op.name), subtask.index))
-            if op.stateful
-            else None
-        )
+        # Partition ownership (recovery/ownership.py): what this subtask reads and restores.
+        self.owned = owned_partitions(plan, subtask)
+        self.state = owned_state(plan, subtask, self.owned)
         self.ctx = _Ctx(subtask, self.state, settings)
         self.source: Source | None = op.make_source() if op.make_source else None
         self.logic: Logic | None = op.make_logic() if op.make_logic else None
         self.sink: Sink | None = op.make_sink() if op.make_sink else None
         self.inputs = [
-            InputChannel(
-                plan.topic_of(e), subtask.index, e.schema, plan.operator(e.upstream).parallelism
-            )
+            InputChannel(plan.topic_of(e), part, e.schema, plan.operator(e.upstream).parallelism)
             for e in plan.inputs_of(op.name)
+            for part in self.owned.of_topic(plan.topic_of(e))
         ]
         self.dead_letters = DeadLetters(self.producer, subtask) if options.dead_letter else None
         self.aside = SetAsides(subtask, self.dead_letters)
@@ -225,7 +222,7 @@ class SubtaskRunner:
         self.writers: list[ChannelWriter] = []
         self._seq = CheckpointSequence(None)
         self._rewound_past = CheckpointId(-1)
-        self._changelog_next: Offset | None = None
+        self._changelog_next: dict[TopicPartition, Offset] = {}
         self._sink_info: dict[str, Any] = {}
         self._last_ckpt = time.monotonic()
         self._last_wm_check = 0.0
@@ -341,7 +338,7 @@ class SubtaskRunner:
                 )
                 self.events.emit("skipped", checkpoint=int(ckpt.checkpoint_id))
                 return False
-        self._changelog_next = ckpt.changelog if ckpt else None
+        self._changelog_next = ckpt.changelog_positions() if ckpt else {}
         if self.state is not None:
             restore_consumer = AssignedConsumer(self.settings, self.subtask.group_id + ".restore")
             try:
@@ -380,7 +377,7 @@ class SubtaskRunner:
             self.replay = Replay(start, ends, basis)
             self.result.replay, self.result.replay_basis = self.replay.figure, basis
         for e in self.plan.outputs_of(self.op.name):
-            p = self.plan.operator(e.downstream).parallelism
+            p = self.plan.partitions_of(e)  # key groups on a keyed edge (ownership.py)
             topic = self.plan.topic_of(e)
             w = ChannelWriter(
                 self.out,
@@ -713,9 +710,10 @@ class SubtaskRunner:
         position = self._join_position(source_position, sink_position)
         if self.state is not None and self.state.flush_to(self.producer):
             self.producer.flush()
-            last = self.producer.last_offset(self.state.tp)
-            if last is not None:
-                self._changelog_next = Offset(last + 1)
+            for ctp in self.state.tps:
+                last = self.producer.last_offset(ctp)
+                if last is not None:
+                    self._changelog_next[ctp] = Offset(last + 1)
         reader_state = self.reader.state if self.reader else None
         inputs = self.reader.positions() if self.reader else {}
         partial: dict[TopicPartition, tuple[int, int]] = {}
@@ -729,7 +727,8 @@ class SubtaskRunner:
             topology=self.plan.fingerprint,
             inputs=inputs,
             partial=partial,
-            changelog=self._changelog_next,
+            changelogs=dict(self._changelog_next),
+            owned=self.owned,
             outputs={w.channel.topic: tuple(w.counts) for w in self.writers},
             output_marks={w.channel.topic: w.marks() for w in self.writers},
             discard=self.reader.discard_state() if self.reader else {},

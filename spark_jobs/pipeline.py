@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from channels import keygroups
 from channels.errors import PipelineDefinitionError
 from channels.ids import JobId, OperatorName, job_id, operator_name
 from channels.partitioners import Broadcast, Forward, KeyHash, Partitioner, RoundRobin
@@ -72,6 +73,11 @@ class _Node:
     bounded: bool = True
     description: dict[str, Any] = field(default_factory=dict)
     event_time: bool = False  # a source whose records have event time (and watermarks)
+    # Behind key_by: the key-group count asked for (None: the default) and how a state key
+    # maps to its record key (keyedops.OperatorSpec.key_of_state).
+    keyed: bool = False
+    max_parallelism: int | None = None
+    key_of_state: Callable[[Any], Any] | None = None
 
 
 @dataclass
@@ -485,6 +491,18 @@ def _event_time_args(
     return timestamp, watermarks
 
 
+def _max_parallelism(node: _Node) -> int | None:
+    """The key-group count of a keyed operator (None: not keyed), validated."""
+    if not node.keyed:
+        return None
+    where = f"operator {node.name!r}"
+    if node.max_parallelism is None:
+        return keygroups.max_parallelism(
+            max(keygroups.DEFAULT_MAX_PARALLELISM, node.parallelism), node.parallelism, where
+        )
+    return keygroups.max_parallelism(node.max_parallelism, node.parallelism, where)
+
+
 def _operator_plan(chain: list[_Node]) -> OperatorPlan:
     """The plan of one operator, or of a chain of them (named after its first)."""
     first, last = chain[0], chain[-1]
@@ -502,6 +520,9 @@ def _operator_plan(chain: list[_Node]) -> OperatorPlan:
         make_logic=make_logic,
         make_sink=last.factory if last.kind == "sink" else None,
         stateful=any(m.stateful for m in chain),
+        max_parallelism=_max_parallelism(first),
+        max_parallelism_given=first.max_parallelism is not None,
+        key_of_state=first.key_of_state,
         description=first.description
         if len(chain) == 1
         else {"chain": [{"name": m.name, "kind": m.kind, **m.description} for m in chain]},
@@ -601,9 +622,17 @@ class Stream:
             description={"op": "filter"},
         )
 
-    def key_by(self, key_fn: Callable[[Record], Any]) -> KeyedStream:
-        """Route records by key (stable hash) to the next, keyed operator."""
-        return KeyedStream(self._p, self.name, adapt(key_fn))
+    def key_by(
+        self, key_fn: Callable[[Record], Any], *, max_parallelism: int | None = None
+    ) -> KeyedStream:
+        """Route records by key (stable hash) to the next, keyed operator.
+
+        ``max_parallelism``: the keyed operator's number of key groups (its input channel
+        and changelog partitions), the most subtasks it can ever be scaled to; fixed when
+        the job first runs. Default ``channels.keygroups.DEFAULT_MAX_PARALLELISM`` (or the
+        operator's parallelism, if larger).
+        """
+        return KeyedStream(self._p, self.name, adapt(key_fn), max_parallelism)
 
     def rebalance(self) -> Stream:
         """Round-robin to the next operator."""
@@ -715,9 +744,37 @@ class Stream:
 class KeyedStream(Stream):
     """A stream routed by key; keyed operators keep per-key state."""
 
-    def __init__(self, pipeline: Pipeline, name: str, key_fn: Callable[[Record], Any]) -> None:
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        name: str,
+        key_fn: Callable[[Record], Any],
+        max_parallelism: int | None = None,
+    ) -> None:
         super().__init__(pipeline, name, "hash", key_fn)
         self.key_fn = key_fn
+        self.max_parallelism = max_parallelism
+
+    def _then(
+        self,
+        name: str,
+        factory: Callable[[], Any],
+        schema: Schema | None,
+        parallelism: int | None,
+        kind: str = "transform",
+        stateful: bool = False,
+        description: dict[str, Any] | None = None,
+        key_of_state: Callable[[Any], Any] | None = None,
+    ) -> Stream:
+        """As :meth:`Stream._then`; the new operator is keyed (key groups, DESIGN §10)."""
+        out = super()._then(name, factory, schema, parallelism, kind, stateful, description)
+        node = self._p._nodes[name]
+        node.keyed, node.max_parallelism, node.key_of_state = (
+            True,
+            self.max_parallelism,
+            key_of_state,
+        )
+        return out
 
     def aggregate(
         self,
@@ -904,5 +961,5 @@ class KeyedStream(Stream):
     def _keyed(self, name: str, spec: keyedops.OperatorSpec, parallelism: int | None) -> Stream:
         return self._then(
             name, spec.factory, spec.schema, parallelism, stateful=True,
-            description=spec.description,
+            description=spec.description, key_of_state=spec.key_of_state,
         )  # fmt: skip
