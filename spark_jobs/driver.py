@@ -185,7 +185,9 @@ def _raise_dead_letter_limit(admin: Admin, topic: str) -> None:
 def _recorded_plan(settings: KafkaSettings, plan: JobPlan) -> PlanDoc | None:
     """The plan the job's last submission recorded (None: never submitted, or before
     plans were recorded)."""
-    if events_topic(plan.job) not in Admin(settings).partition_counts():
+    admin = Admin(settings)
+    admin.check_reachable()  # no broker: the clear error, not a metadata time-out
+    if events_topic(plan.job) not in admin.partition_counts():
         return None  # a new job: nothing to read (and no topic to create by reading)
     last = last_submission(settings, plan.job)
     doc = last.get("plan") if last else None
