@@ -8,7 +8,7 @@ the same key to different subtasks after a restart).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import xxhash
@@ -69,16 +69,43 @@ class Forward:
         return (self.writer_index,)
 
 
+# Keys whose partition a KeyHash remembers, at most (then it forgets them all): routing
+# hashes each distinct key once, not once per record.
+_KEY_CACHE = 65_536
+
+
 @dataclass(frozen=True)
 class KeyHash:
-    """Records with equal keys go to the same subtask: ``stable_hash(key) % p``."""
+    """Records with equal keys go to the same partition: ``stable_hash(key) % p`` (on a
+    keyed edge, ``p`` is the key-group count: the partition is the key group)."""
 
     key_fn: KeyFn
     downstream_parallelism: int
+    # str keys only: equal str keys have equal bytes (1 == True == 1.0 would not).
+    _cache: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
 
     def targets(self, record: Any) -> Sequence[int]:
         """The single partition owning the record's key."""
         return (stable_hash(self.key_fn(record)) % self.downstream_parallelism,)
+
+    def partitions(self, records: Sequence[Any]) -> list[int]:
+        """The partition of each record, as :meth:`targets` gives it, computed in one pass."""
+        key_fn, n, cache = self.key_fn, self.downstream_parallelism, self._cache
+        if len(cache) > _KEY_CACHE:
+            cache.clear()
+        get = cache.get
+        out: list[int] = []
+        append = out.append
+        for r in records:
+            k = key_fn(r)
+            if type(k) is str:
+                p = get(k)
+                if p is None:
+                    p = cache[k] = stable_hash(k) % n
+            else:
+                p = stable_hash(k) % n
+            append(p)
+        return out
 
 
 class RoundRobin:

@@ -19,7 +19,7 @@ from channels.envelope import VERSION, Kind, encode_i64, headers, writer_codec, 
 from channels.errors import RecordError
 from channels.ids import TopicPartition
 from channels.kafka.producer import TransactionalProducer
-from channels.partitioners import Partitioner
+from channels.partitioners import KeyHash, Partitioner
 from channels.spread import Spread
 
 # Records an Arrow writer of many partitions holds across partitions before splitting
@@ -151,14 +151,11 @@ class ChannelWriter:
         """Convert and hold ``records`` for :attr:`_spread`; False (nothing done) when a
         record goes to several partitions (broadcast) or may exceed the size limit, which
         the per-partition path handles."""
-        targets: list[int] = []
-        for r in records:
-            ts = self._targets(r)
-            if len(ts) != 1:
-                return False
-            targets.append(ts[0])
         if not records:
             return True
+        targets = self._partitions(records)
+        if targets is None:
+            return False
         batch = self._codec.batch(records)  # type: ignore[attr-defined]  # checks them all
         if _largest_row_bound(batch) > self._batcher.max_record:
             return False
@@ -169,6 +166,24 @@ class ChannelWriter:
         if self._spread.add(batch, targets, self._clock()):
             self._split()
         return True
+
+    def _partitions(self, records: list[Any]) -> list[int] | None:
+        """The one partition of each record; None if one goes to several (broadcast)."""
+        part = self.channel.partitioner
+        if isinstance(part, KeyHash):
+            try:
+                return part.partitions(records)
+            except Exception:  # name the record: the per-record path raises RecordError
+                for r in records:
+                    self._targets(r)
+                raise
+        targets: list[int] = []
+        for r in records:
+            ts = self._targets(r)
+            if len(ts) != 1:
+                return None
+            targets.append(ts[0])
+        return targets
 
     def _split(self) -> None:
         """Move every record held in :attr:`_spread` into the batcher, a block per partition."""

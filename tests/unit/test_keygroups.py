@@ -80,3 +80,11 @@ def test_ownership_round_trips_through_json_sorted() -> None:
 def test_ownership_from_json_rejects_malformed_records(bad: object) -> None:
     with pytest.raises(CheckpointFormatError, match="ckpt 7"):
         Ownership.from_json(bad, "ckpt 7")
+
+
+def test_key_hash_partitions_in_one_pass_equal_targets_per_record() -> None:
+    part = KeyHash(lambda r: r["k"], 16)
+    records = [{"k": k} for k in ["a", "b", "a", 1, True, 1.0 == 1, ("a", 1), b"a", "a"] * 3]
+    assert part.partitions(records) == [part.targets(r)[0] for r in records]
+    # True and 1 are equal dict keys but different keys here (b"True" vs b"i1").
+    assert part.partitions([{"k": 1}, {"k": True}]) == [key_group(1, 16), key_group(True, 16)]
