@@ -90,22 +90,21 @@ class KeyHash:
 
     def partitions(self, records: Sequence[Any]) -> list[int]:
         """The partition of each record, as :meth:`targets` gives it, computed in one pass."""
-        key_fn, n, cache = self.key_fn, self.downstream_parallelism, self._cache
+        cache = self._cache
         if len(cache) > _KEY_CACHE:
             cache.clear()
-        get = cache.get
-        out: list[int] = []
-        append = out.append
-        for r in records:
-            k = key_fn(r)
-            if type(k) is str:
-                p = get(k)
+        keys = list(map(self.key_fn, records))
+        # C-level loops: only str keys are ever cached, and no other key equals a str.
+        out: list[int | None] = list(map(cache.get, keys))
+        if None in out:
+            n = self.downstream_parallelism
+            for i, p in enumerate(out):
                 if p is None:
-                    p = cache[k] = stable_hash(k) % n
-            else:
-                p = stable_hash(k) % n
-            append(p)
-        return out
+                    k = keys[i]
+                    out[i] = p = stable_hash(k) % n
+                    if type(k) is str:
+                        cache[k] = p
+        return out  # type: ignore[return-value]  # no None left
 
 
 class RoundRobin:
