@@ -157,7 +157,9 @@ class ChannelWriter:
         if targets is None:
             return False
         batch = self._codec.batch(records)  # type: ignore[attr-defined]  # checks them all
-        if _largest_row_bound(batch) > self._batcher.max_record:
+        # A row is no bigger than its batch: the row bound is needed only for big calls.
+        big = batch.nbytes + _ROW_FRAME > self._batcher.max_record
+        if big and _largest_row_bound(batch) > self._batcher.max_record:
             return False
         assert self._spread is not None
         counts = self._counts
