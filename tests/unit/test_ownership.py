@@ -135,3 +135,66 @@ def test_plan_doc_gives_status_the_owned_input_partitions() -> None:
     assert [tp.partition for tp in count.owned_inputs(2)] == [11, 12, 13, 14, 15]
     out = next(op for op in doc.operators if op.name == "out")
     assert out.owned_inputs(1) == [TopicPartition("spillway.j.ch.count.out", 1)]
+
+
+class _Msg:
+    def __init__(self, p: int, off: int, key: str, value: bytes | None) -> None:
+        self.p, self.off, self.k, self.v = p, off, key, value
+
+    def partition(self) -> int:
+        return self.p
+
+    def offset(self) -> int:
+        return self.off
+
+    def key(self) -> bytes:
+        return self.k.encode()
+
+    def value(self) -> bytes | None:
+        return self.v
+
+
+class _Changelogs:
+    """Changelog partitions as lists; consume() interleaves them, 3 messages at a time."""
+
+    def __init__(self, logs: dict[int, list[tuple[str, bytes | None]]]) -> None:
+        self.logs = {
+            p: [_Msg(p, i, k, v) for i, (k, v) in enumerate(log)] for p, log in logs.items()
+        }
+        self.pos: dict[int, int] = {}
+
+    def watermarks(self, tp: TopicPartition) -> tuple[int, int]:
+        return 0, len(self.logs[tp.partition])
+
+    def assign(self, starts: dict[TopicPartition, int]) -> None:
+        self.pos = {tp.partition: int(o) for tp, o in starts.items()}
+
+    def consume(self, n: int, timeout: float) -> list[_Msg]:
+        out: list[_Msg] = []
+        while len(out) < 3 and any(self.pos[p] < len(self.logs[p]) for p in self.pos):
+            for p in sorted(self.pos):
+                if self.pos[p] < len(self.logs[p]) and len(out) < 3:
+                    out.append(self.logs[p][self.pos[p]])
+                    self.pos[p] += 1
+        return out
+
+    def position(self, tp: TopicPartition) -> int:
+        return self.pos[tp.partition]
+
+
+def test_keyed_state_restores_each_owned_partition_up_to_its_own_offset() -> None:
+    from recovery.state import ChangelogState
+
+    logs: dict[int, list[tuple[str, bytes | None]]] = {
+        6: [('"a"', b"1"), ('"b"', b"2"), ('"a"', None), ('"c"', b"3")],
+        7: [('"x"', b"7"), ('"y"', b"8"), ('"x"', b"9")],
+    }
+    state = ChangelogState.keyed("cl", [6, 7], lambda k: 6)
+    upto = {TopicPartition("cl", 6): Offset(3), TopicPartition("cl", 7): Offset(2)}
+    n = state.restore(cast(Any, _Changelogs(logs)), upto)
+    assert n == 5  # 3 of partition 6, 2 of partition 7: "c" and the second "x" come later
+    assert sorted(state.items()) == [("b", 2), ("x", 7), ("y", 8)]
+    # A partition without a checkpointed offset restores nothing.
+    again = ChangelogState.keyed("cl", [6, 7], lambda k: 6)
+    assert again.restore(cast(Any, _Changelogs(logs)), {TopicPartition("cl", 7): Offset(3)}) == 3
+    assert sorted(again.items()) == [("x", 9), ("y", 8)]
