@@ -131,6 +131,9 @@ class Span:
     records: int
     transactions: int = 0
     messages: int = 0
+    # CPU seconds of the role's process over the span (all its threads, librdkafka's
+    # included; the broker's are not counted).
+    cpu: float = 0.0
 
     @property
     def seconds(self) -> float:
@@ -232,6 +235,7 @@ def spillway_write(w: Workload, gate: Gate) -> Span:
     writer = ChannelWriter(producer, channel, 0, ChannelSettings())
     gate()
     start = time.monotonic()
+    cpu0 = time.process_time()
     next_commit = start + w.commit_interval_s
     transactions = 0
     producer.begin()
@@ -252,8 +256,9 @@ def spillway_write(w: Workload, gate: Gate) -> Span:
     writer.end_of_stream()
     producer.commit()
     end = time.monotonic()
+    cpu = time.process_time() - cpu0
     producer.close()
-    return Span(start, end, w.records, transactions + 1)
+    return Span(start, end, w.records, transactions + 1, cpu=cpu)
 
 
 def spillway_read(w: Workload, gate: Gate) -> Span:
@@ -268,6 +273,7 @@ def spillway_read(w: Workload, gate: Gate) -> Span:
     messages = 0
     gate()
     start = time.monotonic()
+    cpu0 = time.process_time()
     deadline = start + w.timeout_s
     reader.start()
     while not reader.finished():
@@ -286,9 +292,10 @@ def spillway_read(w: Workload, gate: Gate) -> Span:
             check.last[p] = last
             check.count += len(delivery.records)
     end = time.monotonic()
+    cpu = time.process_time() - cpu0
     reader.close()
     check.finish()
-    return Span(start, end, check.count, messages=messages)
+    return Span(start, end, check.count, messages=messages, cpu=cpu)
 
 
 # -- hand-written ------------------------------------------------------------------------
@@ -310,6 +317,7 @@ def handwritten_write(w: Workload, gate: Gate) -> Span:
     producer.init_transactions(60)
     gate()
     start = time.monotonic()
+    cpu0 = time.process_time()
     next_commit = start + w.commit_interval_s
     transactions = 0
     producer.begin_transaction()
@@ -334,8 +342,9 @@ def handwritten_write(w: Workload, gate: Gate) -> Span:
                 next_commit = now + w.commit_interval_s
     producer.commit_transaction(60)
     end = time.monotonic()
+    cpu = time.process_time() - cpu0
     producer.flush(5)
-    return Span(start, end, w.records, transactions + 1)
+    return Span(start, end, w.records, transactions + 1, cpu=cpu)
 
 
 def handwritten_read(w: Workload, gate: Gate) -> Span:
@@ -362,6 +371,7 @@ def handwritten_read(w: Workload, gate: Gate) -> Span:
     messages = 0
     gate()
     start = time.monotonic()
+    cpu0 = time.process_time()
     deadline = start + w.timeout_s
     consumer.assign([CkTopicPartition(w.topic, j, 0) for j in range(w.partitions)])
     while check.count < w.records:
@@ -386,9 +396,10 @@ def handwritten_read(w: Workload, gate: Gate) -> Span:
             check.count += 1
             messages += 1
     end = time.monotonic()
+    cpu = time.process_time() - cpu0
     consumer.close()
     check.finish()
-    return Span(start, end, check.count, messages=messages)
+    return Span(start, end, check.count, messages=messages, cpu=cpu)
 
 
 @dataclass(frozen=True)
@@ -585,6 +596,13 @@ def figures(result: dict[str, Any], payload_bytes: int) -> dict[str, float]:
     for phase, secs in seconds.items():
         out[f"{phase} rec/s"] = rate(write.records, secs)
         out[f"{phase} MB/s"] = rate(payload_bytes / 1e6, secs)
+    # Records per CPU-second of the client processes (writer + reader); absent in results
+    # written before the spans carried CPU time.
+    if write.cpu and read.cpu:
+        out["write rec/CPU-s"] = rate(write.records, write.cpu)
+        out["read rec/CPU-s"] = rate(write.records, read.cpu)
+    if "concurrent_read" in result and cw.cpu and cr.cpu:
+        out["e2e concurrent rec/CPU-s"] = rate(write.records, cw.cpu + cr.cpu)
     return out
 
 
@@ -632,7 +650,7 @@ def machine() -> dict[str, Any]:
 
 
 def _fmt(value: float, unit: str) -> str:
-    if unit == "rec/s":
+    if unit in ("rec/s", "rec/CPU-s"):
         return f"{value:,.0f}"
     if unit == "ratio":
         return f"{value:.2f}×"

@@ -8,7 +8,7 @@ the same key to different subtasks after a restart).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import xxhash
@@ -69,16 +69,42 @@ class Forward:
         return (self.writer_index,)
 
 
+# Keys whose partition a KeyHash remembers, at most (then it forgets them all): routing
+# hashes each distinct key once, not once per record.
+_KEY_CACHE = 65_536
+
+
 @dataclass(frozen=True)
 class KeyHash:
-    """Records with equal keys go to the same subtask: ``stable_hash(key) % p``."""
+    """Records with equal keys go to the same partition: ``stable_hash(key) % p`` (on a
+    keyed edge, ``p`` is the key-group count: the partition is the key group)."""
 
     key_fn: KeyFn
     downstream_parallelism: int
+    # str keys only: equal str keys have equal bytes (1 == True == 1.0 would not).
+    _cache: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
 
     def targets(self, record: Any) -> Sequence[int]:
         """The single partition owning the record's key."""
         return (stable_hash(self.key_fn(record)) % self.downstream_parallelism,)
+
+    def partitions(self, records: Sequence[Any]) -> list[int]:
+        """The partition of each record, as :meth:`targets` gives it, computed in one pass."""
+        cache = self._cache
+        if len(cache) > _KEY_CACHE:
+            cache.clear()
+        keys = list(map(self.key_fn, records))
+        # C-level loops: only str keys are ever cached, and no other key equals a str.
+        out: list[int | None] = list(map(cache.get, keys))
+        if None in out:
+            n = self.downstream_parallelism
+            for i, p in enumerate(out):
+                if p is None:
+                    k = keys[i]
+                    out[i] = p = stable_hash(k) % n
+                    if type(k) is str:
+                        cache[k] = p
+        return out  # type: ignore[return-value]  # no None left
 
 
 class RoundRobin:

@@ -15,11 +15,17 @@ from typing import Any
 
 from channels.batcher import Batcher
 from channels.config import ChannelSettings
-from channels.envelope import Kind, encode_i64, headers, writer_codec, writer_key
+from channels.envelope import VERSION, Kind, encode_i64, headers, writer_codec, writer_key
 from channels.errors import RecordError
 from channels.ids import TopicPartition
 from channels.output import MessageOutput
-from channels.partitioners import Partitioner
+from channels.partitioners import KeyHash, Partitioner
+from channels.spread import Spread
+
+# Records an Arrow writer of many partitions holds across partitions before splitting
+# them (channels/spread.py), in batches' in-memory bytes: several messages' worth, so
+# each partition's share makes blocks of many records.
+SPREAD_BATCHES = 4
 
 
 @dataclass(frozen=True)
@@ -61,6 +67,12 @@ class ChannelWriter:
             overhead=self._codec.overhead,
         )
         self._clock = clock
+        # Arrow over several partitions: convert each call's records once, split later.
+        self._spread = (
+            Spread(SPREAD_BATCHES * settings.max_batch_bytes, settings.linger_s)
+            if self._codec.version != VERSION and channel.downstream_parallelism > 1
+            else None
+        )
         self._counts = [0] * channel.downstream_parallelism
         self._marks = [0] * channel.downstream_parallelism
 
@@ -98,6 +110,11 @@ class ChannelWriter:
         All-or-nothing: every record is encoded before any is buffered, so a record that
         does not fit the schema (or the size limit) raises and leaves the writer unchanged.
         """
+        if self._spread is not None:
+            records = records if isinstance(records, list) else list(records)
+            if self._spread_many(records):
+                return
+            self._split()  # what it holds goes first: a partition keeps the write order
         groups: dict[int, list[Any]] = {}
         if self.channel.downstream_parallelism == 1:
             # One downstream subtask: every partitioner routes everything to it, so no
@@ -122,6 +139,64 @@ class ChannelWriter:
                     self._send(p, full)
                 self._counts[p] += n
 
+    def _spread_many(self, records: list[Any]) -> bool:
+        """Convert and hold ``records`` for :attr:`_spread`; False (nothing done) when a
+        record goes to several partitions (broadcast) or may exceed the size limit, which
+        the per-partition path handles."""
+        if not records:
+            return True
+        targets = self._partitions(records)
+        if targets is None:
+            return False
+        batch = self._codec.batch(records)  # type: ignore[attr-defined]  # checks them all
+        # A row is no bigger than its batch: the row bound is needed only for big calls.
+        big = batch.nbytes + _ROW_FRAME > self._batcher.max_record
+        if big and _largest_row_bound(batch) > self._batcher.max_record:
+            return False
+        assert self._spread is not None
+        counts = self._counts
+        for p in targets:
+            counts[p] += 1
+        if self._spread.add(batch, targets, self._clock()):
+            self._split()
+        return True
+
+    def _partitions(self, records: list[Any]) -> list[int] | None:
+        """The one partition of each record; None if one goes to several (broadcast)."""
+        part = self.channel.partitioner
+        if isinstance(part, KeyHash):
+            try:
+                return part.partitions(records)
+            except Exception:  # name the record: the per-record path raises RecordError
+                for r in records:
+                    self._targets(r)
+                raise
+        targets: list[int] = []
+        for r in records:
+            ts = self._targets(r)
+            if len(ts) != 1:
+                return None
+            targets.append(ts[0])
+        return targets
+
+    def _split(self) -> None:
+        """Move every record held in :attr:`_spread` into the batcher, a block per partition."""
+        assert self._spread is not None
+        opened = self._spread.opened_at
+        for p, batch in self._spread.take():
+            for block, n in self._arrow_blocks(batch):
+                # Opened when its first record was written: linger is not counted twice.
+                full = self._batcher.add_block(p, block, n, opened)
+                if full is not None:
+                    self._send(p, full)
+
+    def _arrow_blocks(self, batch: Any) -> list[tuple[bytes, int]]:
+        block: bytes = batch.serialize().to_pybytes()
+        if self._batcher.fits(len(block)) or len(batch) == 1:
+            return [(block, len(batch))]  # a row alone always fits (_largest_row_bound)
+        half = len(batch) // 2
+        return self._arrow_blocks(batch.slice(0, half)) + self._arrow_blocks(batch.slice(half))
+
     def _targets(self, record: Any) -> Sequence[int]:
         try:
             return self.channel.partitioner.targets(record)
@@ -142,11 +217,16 @@ class ChannelWriter:
 
     def tick(self) -> None:
         """Write batches that have lingered long enough. Call this from the subtask loop."""
-        for p, batch in self._batcher.due(self._clock()):
+        now = self._clock()
+        if self._spread is not None and self._spread.due(now):
+            self._split()
+        for p, batch in self._batcher.due(now):
             self._send(p, batch)
 
     def flush_batches(self) -> None:
         """Write every buffered record now (before a control record or a checkpoint)."""
+        if self._spread is not None:
+            self._split()
         for p, batch in self._batcher.drain():
             self._send(p, batch)
 
@@ -176,3 +256,24 @@ class ChannelWriter:
 
     def _send(self, partition: int, batch: bytes) -> None:
         self._producer.produce(self.channel.topic, partition, self._key, batch, self._data_headers)
+
+
+# What an Arrow record batch adds to a row's own bytes in a batch of its own (flatbuffer
+# metadata, buffer alignment), generously: 1 KiB.
+_ROW_FRAME = 1024
+
+
+def _largest_row_bound(batch: Any) -> int:
+    """An upper bound of the largest row of an Arrow record batch, as a block of its own."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    bound = _ROW_FRAME
+    for column in batch.columns:
+        t = column.type
+        if pa.types.is_binary(t) or pa.types.is_string(t):
+            longest = pc.max(pc.binary_length(column)).as_py()
+            bound += int(longest or 0) + 8
+        else:
+            bound += max(1, t.bit_width // 8)
+    return bound

@@ -22,6 +22,7 @@ from channels.kafka.consumer import AssignedConsumer
 from channels.naming import job_topic_prefix
 from chaos.check import Row
 from recovery.events import read_events
+from recovery.ownership import owned_partitions
 from recovery.plan import JobPlan
 
 
@@ -101,7 +102,9 @@ def input_partitions(plan: JobPlan) -> dict[str, set[str]]:
     """Per subtask ``op[i]``, its own input partitions as ``topic[partition]``."""
     return {
         f"{s.operator}[{s.index}]": {
-            str(TopicPartition(plan.topic_of(e), s.index)) for e in plan.inputs_of(s.operator)
+            str(tp)
+            for e in plan.inputs_of(s.operator)
+            for tp in owned_partitions(plan, s).topic_partitions(plan.topic_of(e))
         }
         for s in plan.subtasks()
     }

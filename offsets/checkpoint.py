@@ -38,6 +38,14 @@ Contract:
   part of global checkpoint ``rewound_from``); ``rewrite_state``: the changelog holds
   records of the abandoned run past ``changelog``, so the restored subtask rewrites its
   whole state at its next checkpoint.
+* ``owned``: the partitions this subtask owned when it took the checkpoint, per topic (its
+  input channels' and its changelog's; ``channels.keygroups.Ownership``): a restore
+  reads the checkpoints of the previous owners of the partitions it owns now.
+* ``changelogs[tp]``: per owned changelog partition, the next offset after the last
+  record written there up to and including this checkpoint (a keyed operator's state
+  lies in one partition per key group). ``changelog`` is the single-partition form that
+  records written before key groups carry; they are read as ``changelogs`` of partition
+  ``index``. New records leave ``changelog`` at ``None``.
 * ``set_aside[kind]``: input records the operator did not use (``"late"`` records of a
   window) since the job began; dead-lettered, with ``--dead-letter``, in the same
   transactions.
@@ -56,6 +64,8 @@ from typing import Any
 
 from channels.errors import CheckpointFormatError, PositionRegressionError, TopologyMismatchError
 from channels.ids import CheckpointId, JobId, Offset, OperatorName, SubtaskId, TopicPartition
+from channels.keygroups import Ownership
+from channels.naming import changelog_topic
 from channels.progress import ReaderState, Spans
 
 VERSION = 2
@@ -88,6 +98,15 @@ class Checkpoint:
     rewrite_state: bool = False
     partial: Mapping[TopicPartition, tuple[int, int]] = field(default_factory=dict)
     set_aside: Mapping[str, int] = field(default_factory=dict)
+    owned: Ownership = field(default_factory=Ownership)
+    changelogs: Mapping[TopicPartition, Offset] = field(default_factory=dict)
+
+    def changelog_positions(self) -> dict[TopicPartition, Offset]:
+        """Next offset per changelog partition (``changelogs``, or the older ``changelog``)."""
+        if self.changelogs or self.changelog is None:
+            return dict(self.changelogs)
+        topic = changelog_topic(self.subtask.job, self.subtask.operator)
+        return {TopicPartition(topic, self.subtask.index): self.changelog}
 
     @property
     def source(self) -> Mapping[str, Any]:
@@ -137,6 +156,10 @@ class Checkpoint:
             ],
             "rewrite_state": self.rewrite_state,
             "set_aside": dict(self.set_aside),
+            "owned": self.owned.to_json(),
+            "changelogs": [
+                [tp.topic, tp.partition, int(o)] for tp, o in sorted(self.changelogs.items())
+            ],
         }
         return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
 
@@ -195,6 +218,11 @@ class Checkpoint:
                 rewrite_state=bool(doc.get("rewrite_state", False)),
                 # Absent in records written before operators could set records aside.
                 set_aside={str(k): int(v) for k, v in doc.get("set_aside", {}).items()},
+                # Both absent in records written before key groups (DESIGN §10).
+                owned=Ownership.from_json(doc.get("owned", {}), where),
+                changelogs={
+                    TopicPartition(t, p): Offset(o) for t, p, o in doc.get("changelogs", [])
+                },
             )
         except (KeyError, TypeError, ValueError) as e:
             raise CheckpointFormatError(f"corrupt checkpoint record {where}: {e!r}") from e

@@ -21,10 +21,11 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from channels.ids import CheckpointId, Offset, SubtaskId, TopicPartition
+from channels.keygroups import Ownership
 from channels.progress import ReaderState, Spans
 from offsets.checkpoint import Checkpoint, check_forward
 from offsets.tracker import CheckpointSequence
@@ -62,7 +63,9 @@ class WriterPart(Protocol):
 class StatePart(Protocol):
     """Keyed state: its changes since the last checkpoint go to the changelog."""
 
-    tp: TopicPartition
+    @property
+    def tps(self) -> tuple[TopicPartition, ...]:
+        """The changelog partitions it owns."""
 
     def flush_to(self, producer: Any) -> int: ...
 
@@ -124,6 +127,7 @@ class Parts:
     set_aside: Callable[[], dict[str, int]] = dict
     group_metadata: Callable[[], object] = lambda: None
     mark: Callable[[], None] = lambda: None  # write the read mark (recovery.progress)
+    owned: Ownership = field(default_factory=Ownership)  # recorded in every checkpoint
 
 
 @dataclass
@@ -169,7 +173,7 @@ class Checkpointer:
         self.parts = Parts()
         self.seq = CheckpointSequence(None)
         self.last_time = time.monotonic()
-        self.changelog: Offset | None = None
+        self.changelogs: dict[TopicPartition, Offset] = {}  # next offset per owned partition
         self._last_inputs: dict[TopicPartition, Offset] = {}
         # Bytes of the last checkpoint: its own (state changes, record) and the channel data
         # its transaction had spilled since the previous one.
@@ -180,7 +184,7 @@ class Checkpointer:
         """Continue after ``checkpoint`` and after global checkpoint ``global_id``."""
         if checkpoint is not None:
             self.seq = CheckpointSequence(checkpoint.checkpoint_id)
-            self.changelog = checkpoint.changelog
+            self.changelogs = checkpoint.changelog_positions()
             self._last_inputs = dict(checkpoint.inputs)
         self.cadence.last_global = global_id
 
@@ -242,9 +246,10 @@ class Checkpointer:
         state = self.parts.state
         if state is not None and state.flush_to(self._producer):
             self._producer.flush()
-            last = self._producer.last_offset(state.tp)
-            if last is not None:
-                self.changelog = Offset(last + 1)
+            for ctp in state.tps:
+                last = self._producer.last_offset(ctp)
+                if last is not None:
+                    self.changelogs[ctp] = Offset(last + 1)
 
     def _build(
         self,
@@ -270,7 +275,8 @@ class Checkpointer:
             topology=self._topology,
             inputs=inputs,
             partial=partials,
-            changelog=self.changelog,
+            changelogs=dict(self.changelogs),
+            owned=self.parts.owned,
             outputs={w.topic: tuple(w.counts) for w in p.writers},
             output_marks={w.topic: w.marks() for w in p.writers},
             discard=reader.discard_state() if reader is not None else {},

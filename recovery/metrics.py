@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from channels.ids import TopicPartition
 from recovery.heartbeat import LOST_AFTER_S
 from recovery.plandoc import PlanDoc
 from recovery.status import Incarnation, SubtaskLog, fold_events, liveness
@@ -143,10 +144,12 @@ class JobMetrics:
         out = []
         for op in self.plan.operators:
             for i in range(op.parallelism):
-                out.append(self._subtask(op.name, i, [c.topic for c in op.inputs], now))
+                out.append(self._subtask(op.name, i, op.owned_inputs(i), now))
         return Snapshot(out, [self._global[n] for n in sorted(self._global)], now)
 
-    def _subtask(self, name: str, index: int, inputs: list[str], now: float) -> SubtaskMetrics:
+    def _subtask(
+        self, name: str, index: int, inputs: list[TopicPartition], now: float
+    ) -> SubtaskMetrics:
         key = f"{name}[{index}]"
         m = SubtaskMetrics(name, index, source=not inputs)
         log = self._logs.get(key)
@@ -169,8 +172,8 @@ class JobMetrics:
                 seen.append(float(beat["time"]))
             m.state = liveness(m.state, max(seen, default=None), now, LOST_AFTER_S)
         finished = key in self._finished or m.state == "finished"
-        for topic in inputs:
-            tp = f"{topic}[{index}]"
+        for owned in inputs:
+            tp = f"{owned.topic}[{owned.partition}]"
             end = self._ends.get(tp)
             if finished:
                 m.replay_debt[tp], m.lag[tp] = 0, 0

@@ -175,6 +175,13 @@ class OperatorPlan:
     make_sink: Callable[[], Sink] | None = None
     stateful: bool = False
     description: dict[str, Any] = field(default_factory=dict)
+    # A keyed operator: its key-group count M (channels.keygroups). Its keyed input
+    # channels and its changelog have M partitions; None: one partition per subtask.
+    max_parallelism: int | None = None
+    max_parallelism_given: bool = False  # by the pipeline (key_by), not the default
+    # A keyed operator's state key → the record key it belongs to (the changelog
+    # partition of a state entry is that key's group); None: the state key itself.
+    key_of_state: Callable[[Any], Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -205,6 +212,18 @@ class JobPlan:
         """The channel topic of ``edge``."""
         return channel_topic(self.job, edge.upstream, edge.downstream)
 
+    def partitions_of(self, edge: EdgePlan) -> int:
+        """Partitions of ``edge``'s topic: the downstream key-group count on a keyed
+        (hash) edge, else one per downstream subtask."""
+        down = self.operator(edge.downstream)
+        if edge.kind == "hash" and down.max_parallelism is not None:
+            return down.max_parallelism
+        return down.parallelism
+
+    def changelog_partitions(self, op: OperatorPlan) -> int:
+        """Partitions of ``op``'s changelog: its key-group count, else one per subtask."""
+        return op.max_parallelism if op.max_parallelism is not None else op.parallelism
+
     def subtasks(self) -> list[SubtaskId]:
         """Every subtask, sources first (so bounded jobs can run with fewer slots)."""
         return [
@@ -215,7 +234,15 @@ class JobPlan:
         """A JSON-able description of the graph (what the fingerprint covers)."""
         return {
             "operators": [
-                {"name": op.name, "p": op.parallelism, "kind": op.kind, **op.description}
+                {
+                    "name": op.name,
+                    "p": op.parallelism,
+                    "kind": op.kind,
+                    **op.description,
+                    # M only where it differs from p: a job that ran before key groups
+                    # (M == p, partition = subtask) keeps its fingerprint and topics.
+                    **_key_groups(op),
+                }
                 for op in self.operators
             ],
             "edges": [
@@ -235,7 +262,7 @@ class JobPlan:
     ) -> list[TopicSpec]:
         """Every channel, changelog and checkpoint topic the job needs."""
         specs = [
-            TopicSpec(self.topic_of(e), self.operator(e.downstream).parallelism, channel_config)
+            TopicSpec(self.topic_of(e), self.partitions_of(e), channel_config)
             for e in self.edges
         ]
         for op in self.operators:
@@ -246,6 +273,17 @@ class JobPlan:
             )
             if op.stateful:
                 specs.append(
-                    TopicSpec(changelog_topic(self.job, op.name), op.parallelism, changelog_config)
+                    TopicSpec(
+                        changelog_topic(self.job, op.name),
+                        self.changelog_partitions(op),
+                        changelog_config,
+                    )
                 )
         return specs
+
+
+def _key_groups(op: OperatorPlan) -> dict[str, int]:
+    """The fingerprinted key-group count: only where it differs from the parallelism."""
+    if op.max_parallelism is None or op.max_parallelism == op.parallelism:
+        return {}
+    return {"M": op.max_parallelism}

@@ -13,8 +13,11 @@ Format (JSON, ``version`` 1)::
          "checkpoint_topic": "spillway.<job>.ckpt.count",
          "inputs": [{"topic": "spillway.<job>.ch.enrich.count", "partitions": 2}]}]}
 
-Operators are in the plan's order (sources first). Input channel partition ``j`` feeds
-subtask ``j``.
+Operators are in the plan's order (sources first). An input channel of ``partitions``
+partitions feeds subtask ``i`` the key-group range ``channels.keygroups.key_group_range``
+gives it (partition ``i`` when ``partitions`` equals the parallelism; more on a keyed
+edge). ``max_parallelism``: a keyed operator's key-group count (absent: not keyed);
+a later submission of the same job must keep it.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from channels.errors import ConfigError
+from channels.ids import TopicPartition
+from channels.keygroups import key_group_range
 from channels.naming import checkpoint_topic
 from recovery.plan import JobPlan
 
@@ -48,6 +53,15 @@ class OperatorDoc:
     stateful: bool
     checkpoint_topic: str
     inputs: tuple[InputDoc, ...]
+    max_parallelism: int | None = None
+
+    def owned_inputs(self, index: int) -> list[TopicPartition]:
+        """The input partitions subtask ``index`` reads (recovery.ownership's rule)."""
+        return [
+            TopicPartition(i.topic, p)
+            for i in self.inputs
+            for p in key_group_range(index, self.parallelism, i.partitions)
+        ]
 
 
 @dataclass(frozen=True)
@@ -68,8 +82,10 @@ class PlanDoc:
                     stateful=op.stateful,
                     checkpoint_topic=checkpoint_topic(plan.job, op.name),
                     inputs=tuple(
-                        InputDoc(plan.topic_of(e), op.parallelism) for e in plan.inputs_of(op.name)
+                        InputDoc(plan.topic_of(e), plan.partitions_of(e))
+                        for e in plan.inputs_of(op.name)
                     ),
+                    max_parallelism=op.max_parallelism,
                 )
                 for op in plan.operators
             )
@@ -87,6 +103,7 @@ class PlanDoc:
                     "stateful": op.stateful,
                     "checkpoint_topic": op.checkpoint_topic,
                     "inputs": [{"topic": i.topic, "partitions": i.partitions} for i in op.inputs],
+                    **_keyed(op.max_parallelism),
                 }
                 for op in self.operators
             ],
@@ -112,6 +129,8 @@ class PlanDoc:
                         inputs=tuple(
                             InputDoc(str(i["topic"]), int(i["partitions"])) for i in op["inputs"]
                         ),
+                        # Absent before key groups, and for operators that are not keyed.
+                        max_parallelism=_optional_int(op.get("max_parallelism")),
                     )
                     for op in doc["operators"]
                 )
@@ -124,3 +143,11 @@ class PlanDoc:
     def subtask_count(self) -> int:
         """How many subtasks the job has."""
         return sum(op.parallelism for op in self.operators)
+
+
+def _keyed(max_parallelism: int | None) -> dict[str, int]:
+    return {} if max_parallelism is None else {"max_parallelism": max_parallelism}
+
+
+def _optional_int(value: Any) -> int | None:
+    return None if value is None else int(value)

@@ -16,6 +16,8 @@ from channels.ids import SubtaskId, job_id, operator_name
 from recovery.events import last_submission
 from recovery.jobconf import replay_conf
 from recovery.loader import load_plan
+from recovery.ownership import keep_recorded_max_parallelism
+from recovery.plandoc import PlanDoc
 from recovery.runner import RunOptions, SubtaskResult, SubtaskRunner
 
 log = logging.getLogger("recovery.replay")
@@ -54,6 +56,10 @@ def replay_subtask(
         ref = str(submitted["pipeline"])
         checkpoint_interval_s = float(submitted.get("checkpoint_interval_s", checkpoint_interval_s))
     plan = load_plan(ref, job, replay_conf(job, submitted, conf or {}))
+    recorded = submitted.get("plan") if submitted else None
+    if recorded:  # the key-group counts the job runs with (recovery/ownership.py)
+        origin = f"submitted event of job {job}"
+        plan = keep_recorded_max_parallelism(plan, PlanDoc.from_json(recorded, origin))
     try:
         op = plan.operator(operator)
     except KeyError:

@@ -120,7 +120,7 @@ class Restorer:
         try:
             n = state.restore(
                 consumer,
-                ckpt.changelog if ckpt else None,
+                ckpt.changelog_positions() if ckpt else {},
                 rewrite=ckpt is not None and ckpt.rewrite_state,
             )
         finally:

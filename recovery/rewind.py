@@ -44,6 +44,7 @@ from offsets.checkpoint import Checkpoint
 from offsets.store import CheckpointStore
 from recovery.events import record_job_event
 from recovery.globalckpt import read_completed
+from recovery.ownership import owned_partitions
 from recovery.plan import JobPlan
 
 log = logging.getLogger("spillway.rewind")
@@ -76,8 +77,9 @@ def plan_rewind(
         discard: dict[TopicPartition, dict[int, Spans]] = {
             tp: dict(m) for tp, m in ckpt.discard.items()
         }
-        for edge in plan.inputs_of(s.operator):
-            tp = TopicPartition(plan.topic_of(edge), s.index)
+        owned = owned_partitions(plan, s)
+        edges = plan.inputs_of(s.operator)
+        for edge, tp in ((e, tp) for e in edges for tp in owned.topic_partitions(plan.topic_of(e))):
             needed = ckpt.inputs.get(tp, 0)
             if log_starts[tp] > needed:
                 raise RetentionGapError(
@@ -97,7 +99,7 @@ def plan_rewind(
                         f"{writer.checkpoint_id} has no output high-water marks (written by an "
                         "older Spillway). Rewind to a checkpoint taken by this version"
                     )
-                start, end = marks[s.index], log_ends[tp]
+                start, end = marks[tp.partition], log_ends[tp]
                 if start < end:
                     spans = discard.setdefault(tp, {}).get(w, ())
                     discard[tp][w] = _add_span(spans, (start, end))
@@ -177,9 +179,10 @@ def rewind_job(
         check_compaction_window(n, stateful, lags, now)
         _fence(settings, plan)
         inputs = [
-            TopicPartition(plan.topic_of(e), s.index)
+            tp
             for s in plan.subtasks()
             for e in plan.inputs_of(s.operator)
+            for tp in owned_partitions(plan, s).topic_partitions(plan.topic_of(e))
         ]
         marks = admin.watermarks(inputs)  # no open transactions left: stable = log end
         rewound = plan_rewind(

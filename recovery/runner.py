@@ -21,10 +21,10 @@ from collections.abc import Callable
 
 from channels.config import KafkaSettings
 from channels.errors import ConfigError
-from channels.ids import SubtaskId, TopicPartition
+from channels.ids import SubtaskId
 from channels.kafka.consumer import AssignedConsumer
 from channels.kafka.producer import TransactionalProducer
-from channels.naming import changelog_topic
+from channels.keygroups import Ownership
 from channels.reader import ChannelReader, InputChannel
 from channels.writer import ChannelWriter, OutputChannel
 from offsets.store import CheckpointStore, check_retention, commit_checkpoint
@@ -41,6 +41,7 @@ from recovery.gcpolicy import streaming_collector
 from recovery.lifecycle import Lifecycle, Phase
 from recovery.livestats import LiveStats
 from recovery.options import GUARANTEES, RunOptions, SubtaskResult
+from recovery.ownership import owned_partitions, owned_state
 from recovery.phases import PhaseClock
 from recovery.phases import merge as merge_phases
 from recovery.plan import JobPlan, OperatorPlan
@@ -85,21 +86,14 @@ class _Ctx:
         return self._state
 
 
-# -- partition ownership: which partitions a subtask reads and writes its state to ------
-
-
-def changelog_partition(plan: JobPlan, op: OperatorPlan, subtask: SubtaskId) -> TopicPartition:
-    """The changelog partition of ``subtask``'s keyed state: partition j = subtask j."""
-    return TopicPartition(changelog_topic(plan.job, op.name), subtask.index)
-
-
-def input_channels(plan: JobPlan, op: OperatorPlan, subtask: SubtaskId) -> list[InputChannel]:
-    """The input partitions ``subtask`` reads: partition j of each input = subtask j."""
+def input_channels(
+    plan: JobPlan, op: OperatorPlan, owned: Ownership
+) -> list[InputChannel]:
+    """The input partitions a subtask reads: the partitions of each input it owns."""
     return [
-        InputChannel(
-            plan.topic_of(e), subtask.index, e.schema, plan.operator(e.upstream).parallelism
-        )
+        InputChannel(plan.topic_of(e), part, e.schema, plan.operator(e.upstream).parallelism)
         for e in plan.inputs_of(op.name)
+        for part in owned.of_topic(plan.topic_of(e))
     ]
 
 
@@ -148,9 +142,11 @@ class SubtaskRunner:
         self.events = EventLog(settings, subtask, attempt, options.run_id)
         self.live = LiveStats()
         self.result = SubtaskResult(str(subtask), attempt, "created")
-        self.state = ChangelogState(changelog_partition(plan, op, subtask)) if op.stateful else None
+        # Partition ownership (recovery/ownership.py): what this subtask reads and restores.
+        self.owned = owned_partitions(plan, subtask)
+        self.state = owned_state(plan, subtask, self.owned)
         self.ctx = _Ctx(subtask, self.state, settings)
-        self.inputs = input_channels(plan, op, subtask)
+        self.inputs = input_channels(plan, op, self.owned)
         self.dead_letters = DeadLetters(self.producer, subtask) if options.dead_letter else None
         self.progress = ProgressLog(settings, subtask)
         self.crash = CrashPoints(
@@ -323,7 +319,7 @@ class SubtaskRunner:
     def _open_writers(self, restored: Restored) -> None:
         """One channel writer per output edge, continuing the restored counts and marks."""
         for e in self.plan.outputs_of(self.op.name):
-            p = self.plan.operator(e.downstream).parallelism
+            p = self.plan.partitions_of(e)  # key groups on a keyed edge (ownership.py)
             topic = self.plan.topic_of(e)
             w = ChannelWriter(
                 self.out,
@@ -364,6 +360,7 @@ class SubtaskRunner:
             set_aside=p.aside.counts,
             group_metadata=lambda: self.consumer.group_metadata() if self.consumer else None,
             mark=p.mark,
+            owned=self.owned,
         )
 
     def _announce_started(self, restored: Restored) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from confluent_kafka import Message
@@ -84,16 +84,37 @@ def _tuples(v: Any) -> Any:
 
 
 class ChangelogState:
-    """A dict of key → JSON-able value with a changelog partition behind it."""
+    """A dict of key → JSON-able value with changelog partitions behind it.
+
+    One partition (``ChangelogState(tp)``), or a keyed operator's key groups
+    (:meth:`keyed`): each entry is logged to the partition ``partition_of`` gives its key,
+    which must be one the subtask owns.
+    """
 
     def __init__(self, tp: TopicPartition) -> None:
         self.tp = tp
+        self.tps: tuple[TopicPartition, ...] = (tp,)
+        self._partition_of: Callable[[Any], int] | None = None
+        self._owned: frozenset[int] = frozenset((tp.partition,))
         # Keyed by the changelog key (JSON bytes) -> (key, value); or the raw changelog
         # value (JSON bytes) of a restored key not used since: a restore only copies the
         # message's bytes, as Kafka Streams' does into RocksDB, and each key is decoded
         # when first read.
         self._data: dict[bytes, tuple[Any, Any] | bytes] = {}
         self._dirty: dict[bytes, Any] = {}  # key -> JSON text, _PENDING or _DELETED
+
+    @staticmethod
+    def keyed(
+        topic: str, partitions: Sequence[int], partition_of: Callable[[Any], int]
+    ) -> ChangelogState:
+        """State over the owned ``partitions`` of ``topic``; a key goes to ``partition_of(key)``."""
+        if not partitions:
+            raise ValueError(f"a keyed state of {topic} needs at least one partition")
+        state = ChangelogState(TopicPartition(topic, partitions[0]))
+        state.tps = tuple(TopicPartition(topic, p) for p in partitions)
+        state._partition_of = partition_of
+        state._owned = frozenset(partitions)
+        return state
 
     def get(self, key: Any, default: Any = None) -> Any:
         """The value of ``key``, or ``default``."""
@@ -145,6 +166,26 @@ class ChangelogState:
         k = _encode_key(key)
         self._data.pop(k, None)
         self._dirty[k] = _DELETED
+
+    def _apply_all(
+        self,
+        batch: list[Message],
+        todo: Mapping[TopicPartition, tuple[int, int]],
+        abandoned: set[bytes],
+    ) -> int:
+        """:meth:`_apply` per partition (a batch of several partitions keeps each one's order)."""
+        if len(self.tps) == 1:
+            return self._apply(batch, todo[self.tp][0], abandoned)
+        parts: dict[int, list[Message]] = {}
+        for m in batch:
+            parts.setdefault(m.partition() or 0, []).append(m)
+        topic = self.tp.topic
+        n = 0
+        for p, msgs in parts.items():
+            bounds = todo.get(TopicPartition(topic, p))
+            if bounds is not None:  # a partition already done delivers nothing more
+                n += self._apply(msgs, bounds[0], abandoned)
+        return n
 
     def _apply(self, batch: list[Message], upto: int, abandoned: set[bytes]) -> int:
         """Copy one batch (offset order) into ``_data``; keys at or past ``upto`` go to
@@ -200,6 +241,7 @@ class ChangelogState:
     def flush_to(self, producer: TransactionalProducer) -> int:
         """Write changed keys to the changelog inside the open transaction; return how many."""
         n = 0
+        topic, partition = self.tp.topic, self.tp.partition
         for k, v in self._dirty.items():
             if v is _DELETED:
                 value = None
@@ -209,20 +251,41 @@ class ChangelogState:
                 value = _VALUE_TEXT(entry[1]).encode()
             else:
                 value = v.encode()
-            producer.produce(self.tp.topic, self.tp.partition, k, value)
+            if self._partition_of is not None:
+                partition = self._partition(k)
+            producer.produce(topic, partition, k, value)
             n += 1
         self._dirty.clear()
         return n
 
+    def _partition(self, k: bytes) -> int:
+        """The owned changelog partition of encoded key ``k`` (keyed state)."""
+        assert self._partition_of is not None
+        entry = self._data.get(k)
+        key = entry[0] if isinstance(entry, tuple) else _decode_key(k)
+        p = self._partition_of(key)
+        if p not in self._owned:
+            # The key's group belongs to another subtask: the record carrying it reached
+            # the wrong subtask, which a key function that is not deterministic causes.
+            raise SpillwayError(
+                f"state key {key!r} belongs to partition {p} of {self.tp.topic}, which this "
+                f"subtask does not own ({sorted(self._owned)}): the key_by function must "
+                "return the same key for a record in every process"
+            )
+        return p
+
     def restore(
         self,
         consumer: AssignedConsumer,
-        upto: Offset | None,
+        upto: Offset | Mapping[TopicPartition, Offset] | None,
         timeout_s: float = 300,
         *,
         rewrite: bool = False,
     ) -> int:
         """Rebuild state from committed changelog records below ``upto``; return records read.
+
+        ``upto``: the next offset per owned partition (a partition left out, or ``None``:
+        nothing of it is restored); a bare offset for a state of one partition.
 
         ``rewrite`` (after a whole-job rewind): the changelog also holds records of the
         abandoned run at or past ``upto``. They are read only for their keys; every live key
@@ -232,32 +295,41 @@ class ChangelogState:
         """
         self._data.clear()
         self._dirty.clear()
-        upto = upto or Offset(0)
-        low, high = consumer.watermarks(self.tp)
-        end = high if rewrite else upto
+        if upto is None or isinstance(upto, int):
+            upto = {self.tp: Offset(upto or 0)}
         n = 0
         abandoned: set[bytes] = set()
-        if low < end:
-            consumer.assign({self.tp: Offset(low)})
+        todo: dict[TopicPartition, tuple[int, int]] = {}  # tp -> (upto, end)
+        start: dict[TopicPartition, Offset] = {}
+        for tp in self.tps:
+            below = int(upto.get(tp, Offset(0)))
+            low, high = consumer.watermarks(tp)
+            end = high if rewrite else below
+            if low < end:
+                todo[tp] = (below, end)
+                start[tp] = Offset(low)
+        if todo:
+            consumer.assign(start)
             deadline = time.monotonic() + timeout_s
-            pos: int | None = low
-            while True:
-                # Never more than is left below `end`, and a short wait: consume() returns
-                # early only once it has all it asked for, and the offsets left include a
-                # commit marker per checkpoint, so the last call used to wait out a 0.2 s
-                # timeout on every restore. librdkafka keeps fetching ahead meanwhile.
-                want = _RESTORE_BATCH if pos is None else min(_RESTORE_BATCH, end - pos)
+            left = {tp: end - int(start[tp]) for tp, (_u, end) in todo.items()}
+            while todo:
+                # Never more than is left below the ends, and a short wait: consume()
+                # returns early only once it has all it asked for, and the offsets left
+                # include a commit marker per checkpoint, so the last call used to wait
+                # out a 0.2 s timeout on every restore. librdkafka fetches ahead meanwhile.
+                want = max(1, min(_RESTORE_BATCH, sum(left.values())))
                 batch = consumer.consume(want, _RESTORE_WAIT_S)
                 if batch:
-                    n += self._apply(batch, upto, abandoned)
-                pos = consumer.position(self.tp)
-                if pos is not None and pos >= end:
-                    break
-                if time.monotonic() > deadline:
-                    raise SpillwayError(
-                        f"restoring {self.tp} up to offset {end} did not finish in "
-                        f"{timeout_s:.0f}s (at {pos})"
-                    )
+                    n += self._apply_all(batch, todo, abandoned)
+                for tp in list(todo):
+                    pos = consumer.position(tp)
+                    if pos is not None:
+                        left[tp] = todo[tp][1] - pos
+                        if pos >= todo[tp][1]:
+                            del todo[tp], left[tp]
+                if todo and time.monotonic() > deadline:
+                    where = ", ".join(f"{tp} up to {e}" for tp, (_u, e) in sorted(todo.items()))
+                    raise SpillwayError(f"restoring {where} did not finish in {timeout_s:.0f}s")
         if rewrite:
             for k, entry in self._data.items():
                 self._dirty[k] = (

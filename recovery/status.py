@@ -153,8 +153,13 @@ def subtask_row(
     beats: Mapping[tuple[str, Incarnation], float] | None,
     now: float,
     lost_after: float = LOST_AFTER_S,
+    owned: Iterable[TopicPartition] | None = None,
 ) -> SubtaskStatus:
-    """One row from what was read. ``beats`` None: no heartbeats exist, liveness unknown."""
+    """One row from what was read. ``beats`` None: no heartbeats exist, liveness unknown.
+
+    ``owned``: the input partitions the subtask reads (``PlanDoc`` ownership); None:
+    partition ``index`` of each of ``inputs``.
+    """
     log = log or SubtaskLog()
     key = f"{name}[{index}]"
     state = log.state
@@ -169,7 +174,7 @@ def subtask_row(
         state = liveness(state, seen, now, lost_after)
     debt: dict[str, int] = {}
     if state != "finished":
-        tps = [TopicPartition(t, index) for t in inputs]
+        tps = list(owned) if owned is not None else [TopicPartition(t, index) for t in inputs]
         start = dict(ckpt.inputs) if ckpt else {}
         owed = PositionTracker(tps, start).replay_debt(ends)
         debt = {str(tp): n for tp, n in owed.items()}
@@ -181,12 +186,18 @@ def subtask_row(
         checkpoint=int(ckpt.checkpoint_id) if ckpt else None,
         checkpoint_age_s=round(now - ckpt.wall_time, 1) if ckpt else None,
         replay_debt=debt,
-        changelog_records=int(ckpt.changelog) if ckpt and ckpt.changelog is not None else None,
+        changelog_records=_changelog_records(ckpt),
         restarts=log.restarts,
         host=host,
         pid=pid,
         seen_age_s=round(now - seen, 1) if seen is not None else None,
     )
+
+
+def _changelog_records(ckpt: Checkpoint | None) -> int | None:
+    """Offsets written to the subtask's changelog partitions (None: no state written)."""
+    positions = ckpt.changelog_positions() if ckpt else {}
+    return sum(map(int, positions.values())) if positions else None
 
 
 def submission(settings: KafkaSettings, job: JobId) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -245,7 +256,7 @@ def job_status(
                         if finished
                         else {
                             tp: probe.watermarks(tp)[1]
-                            for tp in (TopicPartition(c.topic, i) for c in op.inputs)
+                            for tp in op.owned_inputs(i)
                         }
                     )
                     rows.append(
@@ -260,6 +271,7 @@ def job_status(
                             beats,
                             time.time(),
                             lost_after,
+                            owned=op.owned_inputs(i),
                         )
                     )
             finally:

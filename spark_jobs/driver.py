@@ -28,12 +28,23 @@ from channels.config import ChannelSettings, KafkaSettings
 from channels.errors import ConfigError, JobAbortedError, ProducerFencedError, SpillwayError
 from channels.kafka.admin import Admin
 from recovery.deadletter import MAX_MESSAGE_BYTES, dead_letter_spec
-from recovery.events import events_topic_spec, newer_incarnation, record_job_event
+from recovery.events import (
+    events_topic,
+    events_topic_spec,
+    last_submission,
+    newer_incarnation,
+    record_job_event,
+)
 from recovery.failures import abort_message
 from recovery.globalckpt import Coordinator, checkpoints_topic_spec
 from recovery.heartbeat import heartbeats_topic_spec
 from recovery.jobconf import forwarded_env, masked
 from recovery.loader import load_plan
+from recovery.ownership import (
+    adopted_max_parallelism,
+    keep_recorded_max_parallelism,
+    with_max_parallelism,
+)
 from recovery.phases import PhaseClock, process_start_time
 from recovery.plan import JobPlan
 from recovery.plandoc import PlanDoc
@@ -178,6 +189,18 @@ def _raise_dead_letter_limit(admin: Admin, topic: str) -> None:
         )
 
 
+def _recorded_plan(settings: KafkaSettings, plan: JobPlan) -> PlanDoc | None:
+    """The plan the job's last submission recorded (None: never submitted, or before
+    plans were recorded)."""
+    admin = Admin(settings)
+    admin.check_reachable()  # no broker: the clear error, not a metadata time-out
+    if events_topic(plan.job) not in admin.partition_counts():
+        return None  # a new job: nothing to read (and no topic to create by reading)
+    last = last_submission(settings, plan.job)
+    doc = last.get("plan") if last else None
+    return PlanDoc.from_json(doc, f"submitted event of job {plan.job}") if doc else None
+
+
 def run_on_spark(
     config: JobConfig,
     from_checkpoint: int | None = None,
@@ -196,6 +219,7 @@ def run_on_spark(
     plan = load_plan(config.pipeline, config.job_id, config.conf)
     settings = config.settings()
     options = config.options(from_checkpoint)
+    plan = keep_recorded_max_parallelism(plan, _recorded_plan(settings, plan))
     prepare_topics(plan, settings, config.dead_letter)
     if rewind_to is not None:
         rewind_job(settings, plan, rewind_to)
@@ -258,7 +282,7 @@ def run_on_spark(
             log.info("%d subtasks on %d slots: bounded job, upstream operators run first", n, slots)
         env = {k: v for k, v in os.environ.items() if k.startswith(config.env_prefixes)}
         env.update(forwarded)
-        payload = (config, from_checkpoint, env, run_id)
+        payload = (config, from_checkpoint, env, run_id, adopted_max_parallelism(plan))
         runs = _operator_runs(sc, plan, payload)
         # Started first: a deterministic failure cancels the Spark jobs (spark_jobs.failfast).
         watch = FailureWatch(settings, plan.job, run_id, on_failure=runs.cancel_all)
@@ -315,14 +339,17 @@ def run_on_spark(
 
 
 def _operator_runs(
-    sc: Any, plan: JobPlan, payload: tuple[JobConfig, int | None, dict[str, str], str]
+    sc: Any,
+    plan: JobPlan,
+    payload: tuple[JobConfig, int | None, dict[str, str], str, dict[str, int]],
 ) -> OperatorRuns:
     """One Spark job per plan operator (a chain is one), each task running one subtask."""
-    config, from_checkpoint, env, run_id = payload
+    config, from_checkpoint, env, run_id, key_groups = payload
 
     def run_job(indices: Sequence[int], generation: int) -> list[dict[str, Any]]:
         # A restarted operator resumes from its latest checkpoint, not from --from-checkpoint.
-        args = (config, from_checkpoint if generation == 0 else None, env, run_id, generation)
+        start = from_checkpoint if generation == 0 else None
+        args = (config, start, env, run_id, generation, key_groups)
         idx = tuple(indices)
         rdd = sc.parallelize(range(len(idx)), len(idx))
         rows: list[dict[str, Any]] = rdd.mapPartitionsWithIndex(
@@ -375,13 +402,13 @@ def _stop_on_sigterm(
 
 
 def _task(
-    payload: tuple[JobConfig, int | None, dict[str, str], str, int], index: int
+    payload: tuple[JobConfig, int | None, dict[str, str], str, int, dict[str, int]], index: int
 ) -> Iterator[dict[str, Any]]:
     """Body of one Spark task: run subtask ``index`` of the plan (in the operator job's
     generation that the payload names)."""
     from pyspark import TaskContext
 
-    config, from_checkpoint, env, run_id, generation = payload
+    config, from_checkpoint, env, run_id, generation, key_groups = payload
     for key in [k for k in os.environ if k.startswith(config.env_prefixes)]:
         del os.environ[key]  # the submitter's environment wins, including what it unset
     os.environ.update(env)
@@ -402,7 +429,8 @@ def _task(
     if born is not None:
         phases.mark("python_started", born)
         phases.step("worker", max(0.0, entered - born))
-    plan = load_plan(config.pipeline, config.job_id, config.conf)
+    # The key-group counts the driver kept (a job keeps those it first ran with).
+    plan = with_max_parallelism(load_plan(config.pipeline, config.job_id, config.conf), key_groups)
     subtask = plan.subtasks()[index]
     phases.mark("imported")  # this module, the pipeline's and their imports
     phases.lap("plan")

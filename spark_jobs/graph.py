@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from channels import keygroups
 from channels.errors import PipelineDefinitionError
 from channels.ids import JobId, OperatorName, job_id, operator_name
 from channels.partitioners import Broadcast, Forward, KeyHash, Partitioner, RoundRobin
@@ -36,6 +37,11 @@ class Node:
     bounded: bool = True
     description: dict[str, Any] = field(default_factory=dict)
     event_time: bool = False  # a source whose records have event time (and watermarks)
+    # Behind key_by: the key-group count asked for (None: the default) and how a state key
+    # maps to its record key (keyedops.OperatorSpec.key_of_state).
+    keyed: bool = False
+    max_parallelism: int | None = None
+    key_of_state: Callable[[Any], Any] | None = None
 
 
 @dataclass
@@ -309,6 +315,18 @@ _WATERMARK_FIX = {
 }
 
 
+def _max_parallelism(node: Node) -> int | None:
+    """The key-group count of a keyed operator (None: not keyed), validated."""
+    if not node.keyed:
+        return None
+    where = f"operator {node.name!r}"
+    if node.max_parallelism is None:
+        return keygroups.max_parallelism(
+            max(keygroups.DEFAULT_MAX_PARALLELISM, node.parallelism), node.parallelism, where
+        )
+    return keygroups.max_parallelism(node.max_parallelism, node.parallelism, where)
+
+
 def _operator_plan(chain: list[Node]) -> OperatorPlan:
     """The plan of one operator, or of a chain of them (named after its first)."""
     first, last = chain[0], chain[-1]
@@ -326,6 +344,9 @@ def _operator_plan(chain: list[Node]) -> OperatorPlan:
         make_logic=make_logic,
         make_sink=last.factory if last.kind == "sink" else None,
         stateful=any(m.stateful for m in chain),
+        max_parallelism=_max_parallelism(first),
+        max_parallelism_given=first.max_parallelism is not None,
+        key_of_state=first.key_of_state,
         description=first.description
         if len(chain) == 1
         else {"chain": [{"name": m.name, "kind": m.kind, **m.description} for m in chain]},

@@ -32,6 +32,19 @@ class OperatorSpec:
     factory: Callable[[], Any]
     schema: dict[str, Any] | None
     description: dict[str, Any]
+    # The record key a state key belongs to (its changelog partition is that key's
+    # group); None: the state key is the record key.
+    key_of_state: Callable[[Any], Any] | None = None
+
+
+def _first(state_key: tuple[Any, ...]) -> Any:
+    """Record key of a fixed window's state key ``(key, start)``."""
+    return state_key[0]
+
+
+def _second(state_key: tuple[Any, ...]) -> Any:
+    """Record key of a process function's state key ``(kind, key, ...)``."""
+    return state_key[1]
 
 
 _LABELS = {"size": "window size", "gap": "session gap"}
@@ -104,7 +117,7 @@ def fixed_window(
         desc["hop"] = hop
     if allowed_lateness_ms or emit != "final":
         desc.update(lateness=allowed_lateness_ms, mode=emit)
-    return OperatorSpec(factory, avro, desc)
+    return OperatorSpec(factory, avro, desc, _first)
 
 
 def session_window(
@@ -184,7 +197,7 @@ def process(
         adapt(event_time) if event_time is not None else None,
         dict(ttl_ms or {}),
     )
-    return OperatorSpec(factory, avro, {"op": "process", "ttl_ms": dict(ttl_ms or {})})
+    return OperatorSpec(factory, avro, {"op": "process", "ttl_ms": dict(ttl_ms or {})}, _second)
 
 
 def _or_empty(fn: Callable[..., Iterable[Record] | None]) -> Callable[..., Iterable[Record]]:

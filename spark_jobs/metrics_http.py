@@ -58,10 +58,10 @@ class MetricsFeed:
         self._stop = threading.Event()
         self._consumer = AssignedConsumer(settings, f"spillway.{job}.metrics")
         self._inputs = [
-            (TopicPartition(c.topic, i), f"{c.topic}[{i}]")
+            (tp, f"{tp.topic}[{tp.partition}]")
             for op in plan.operators
             for i in range(op.parallelism)
-            for c in op.inputs
+            for tp in op.owned_inputs(i)
         ]
         self._thread = threading.Thread(target=self._run, name=f"metrics {job}", daemon=True)
         self._snapshot = self._metrics.snapshot(time.time())

@@ -103,9 +103,17 @@ class Stream:
             description={"op": "filter"},
         )
 
-    def key_by(self, key_fn: Callable[[Record], Any]) -> KeyedStream:
-        """Route records by key (stable hash) to the next, keyed operator."""
-        return KeyedStream(self._p, self.name, adapt(key_fn))
+    def key_by(
+        self, key_fn: Callable[[Record], Any], *, max_parallelism: int | None = None
+    ) -> KeyedStream:
+        """Route records by key (stable hash) to the next, keyed operator.
+
+        ``max_parallelism``: the keyed operator's number of key groups (its input channel
+        and changelog partitions), the most subtasks it can ever be scaled to; fixed when
+        the job first runs. Default ``channels.keygroups.DEFAULT_MAX_PARALLELISM`` (or the
+        operator's parallelism, if larger).
+        """
+        return KeyedStream(self._p, self.name, adapt(key_fn), max_parallelism)
 
     def rebalance(self) -> Stream:
         """Round-robin to the next operator."""
@@ -217,9 +225,37 @@ class Stream:
 class KeyedStream(Stream):
     """A stream routed by key; keyed operators keep per-key state."""
 
-    def __init__(self, pipeline: Graph, name: str, key_fn: Callable[[Record], Any]) -> None:
+    def __init__(
+        self,
+        pipeline: Graph,
+        name: str,
+        key_fn: Callable[[Record], Any],
+        max_parallelism: int | None = None,
+    ) -> None:
         super().__init__(pipeline, name, "hash", key_fn)
         self.key_fn = key_fn
+        self.max_parallelism = max_parallelism
+
+    def _then(
+        self,
+        name: str,
+        factory: Callable[[], Any],
+        schema: Schema | None,
+        parallelism: int | None,
+        kind: str = "transform",
+        stateful: bool = False,
+        description: dict[str, Any] | None = None,
+        key_of_state: Callable[[Any], Any] | None = None,
+    ) -> Stream:
+        """As :meth:`Stream._then`; the new operator is keyed (key groups, DESIGN §10)."""
+        out = super()._then(name, factory, schema, parallelism, kind, stateful, description)
+        node = self._p._nodes[name]
+        node.keyed, node.max_parallelism, node.key_of_state = (
+            True,
+            self.max_parallelism,
+            key_of_state,
+        )
+        return out
 
     def aggregate(
         self,
@@ -406,5 +442,5 @@ class KeyedStream(Stream):
     def _keyed(self, name: str, spec: keyedops.OperatorSpec, parallelism: int | None) -> Stream:
         return self._then(
             name, spec.factory, spec.schema, parallelism, stateful=True,
-            description=spec.description,
+            description=spec.description, key_of_state=spec.key_of_state,
         )  # fmt: skip

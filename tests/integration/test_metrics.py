@@ -25,6 +25,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from channels.keygroups import DEFAULT_MAX_PARALLELISM
 from spark_jobs.examples import clicks
 from tests.integration.conftest import RECORDS
 
@@ -113,7 +114,8 @@ def test_metrics_show_the_restart_and_the_replay_of_a_killed_subtask(
             for (n, labels), _ in seen.items()
             if n == "spillway_subtask_replay_debt_offsets" and dict(labels)["operator"] == "count"
         }
-        assert debt_parts <= {f"spillway.{unique}.ch.enrich.count[{i}]" for i in range(2)}
+        groups = range(DEFAULT_MAX_PARALLELISM)  # the keyed channel: a partition per key group
+        assert debt_parts <= {f"spillway.{unique}.ch.enrich.count[{g}]" for g in groups}
         # Counted before the replay (runner._step): a heartbeat with replayed records has both.
         assert per_subtask(seen, "spillway_subtask_records_in_total")["count[0]"] > 0
         assert driver.wait(300) == 0, log.read_text()[-3000:]

@@ -31,6 +31,7 @@ import pytest
 
 from channels.config import KafkaSettings
 from channels.ids import JobId, OperatorName
+from channels.keygroups import DEFAULT_MAX_PARALLELISM, key_group_range
 from offsets.store import CheckpointStore
 from recovery.events import read_events
 from recovery.runner import SubtaskResult
@@ -116,7 +117,12 @@ def name(e: dict[str, Any]) -> str:
 def own_partitions(job: str, subtask: str) -> set[str]:
     op, _, rest = subtask.partition("[")
     upstream = UPSTREAM[op]
-    return set() if upstream is None else {f"spillway.{job}.ch.{upstream}.{op}[{rest}"}
+    index = int(rest.rstrip("]"))
+    # count is keyed: it owns a key-group range of its input (DESIGN §10), the others
+    # partition `index` alone.
+    m = DEFAULT_MAX_PARALLELISM if op == "count" else PARALLELISM
+    owned = key_group_range(index, PARALLELISM, m)
+    return set() if upstream is None else {f"spillway.{job}.ch.{upstream}.{op}[{g}]" for g in owned}
 
 
 def describe_recovery(

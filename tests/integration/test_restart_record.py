@@ -13,12 +13,13 @@ import pytest
 
 from channels.config import KafkaSettings
 from channels.envelope import Kind
-from channels.ids import JobId, Offset, OperatorName, TopicPartition
+from channels.ids import JobId, Offset, OperatorName, SubtaskId, TopicPartition
 from channels.kafka.consumer import AssignedConsumer
 from channels.reader import ChannelReader, InputChannel
 from offsets.checkpoint import Checkpoint
 from offsets.store import CheckpointStore
 from recovery.events import read_events
+from recovery.ownership import owned_partitions
 from recovery.phases import PHASES, merge, missing, out_of_order
 from recovery.progress import READ
 from spark_jobs.driver import JobConfig, run_on_spark
@@ -110,7 +111,6 @@ def test_killed_subtask_records_every_phase_in_order_and_replays_what_it_had_rea
 
     plan = clicks.pipeline().plan(unique)
     (edge,) = plan.inputs_of(OperatorName("count"))
-    ch = InputChannel(plan.topic_of(edge), 0, edge.schema, plan.operator(edge.upstream).parallelism)
     store = CheckpointStore(settings, JobId(unique), OperatorName("count"), 2)
     try:
         restored = store.get(0, started["restored_from"])
@@ -119,21 +119,30 @@ def test_killed_subtask_records_every_phase_in_order_and_replays_what_it_had_rea
         dead = _aborted_checkpoint(settings, store, 0, started["restored_from"] + 1)
     finally:
         store.close()
-    start, end = int(restored.inputs[ch.tp]), int(dead.inputs[ch.tp])
     assert started["replay_basis"] == READ
     assert started["replay_read_by"]["attempt"] == 0
     assert final.replay_basis == READ
     # Whatever arrived after what it had read is read for the first time, not replayed.
     # (On a loaded machine the upstreams may have committed nothing new between its last
     # two checkpoints: then it had read nothing past the restored one.)
-    if end > start:
-        reprocessed = _records_between(settings, ch, start, end)
-        assert reprocessed > 0
-        assert started["replay"] == {str(ch.tp): [start, end, 0]}
-        assert final.replay == {str(ch.tp): [start, end, reprocessed]}
-    else:
-        assert end == start
-        assert started["replay"] == final.replay == {}
+    # count[0] reads the key-group range of its keyed input (DESIGN §10), so this holds
+    # per owned partition (it was partition 0 alone before key groups).
+    owned = owned_partitions(plan, SubtaskId(JobId(unique), OperatorName("count"), 0))
+    expect_started: dict[str, list[int]] = {}
+    expect_final: dict[str, list[int]] = {}
+    for tp in owned.topic_partitions(plan.topic_of(edge)):
+        start, end = int(restored.inputs[tp]), int(dead.inputs[tp])
+        if end > start:
+            ups = plan.operator(edge.upstream).parallelism
+            ch = InputChannel(tp.topic, tp.partition, edge.schema, ups)
+            reprocessed = _records_between(settings, ch, start, end)
+            assert reprocessed > 0
+            expect_started[str(tp)] = [start, end, 0]
+            expect_final[str(tp)] = [start, end, reprocessed]
+        else:
+            assert end == start
+    assert started["replay"] == expect_started
+    assert final.replay == expect_final
 
     # The restarted source re-generates the indices from its checkpoint to where it had got.
     source = next(r for r in results if r.subtask.endswith("/clicks[1]"))

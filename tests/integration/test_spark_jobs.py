@@ -20,6 +20,7 @@ import pytest
 
 from channels.config import KafkaSettings
 from channels.ids import JobId, OperatorName
+from channels.keygroups import DEFAULT_MAX_PARALLELISM, key_group_range
 from offsets.store import CheckpointStore
 from recovery.events import read_events
 from recovery.replay import replay_subtask
@@ -69,10 +70,15 @@ def test_killed_subtask_alone_restarts_and_replays_only_its_partitions(
     assert report["restarted"] == ["count[0]"]
     assert report["ok"], report["checks"]
     replay = report["replay"]
-    assert set(replay) == {f"spillway.{unique}.ch.enrich.count[0]"}
-    (start, end, n) = next(iter(replay.values()))
-    assert end > start
-    assert n > 0
+    # Key groups (DESIGN §10): count[0] owns key groups 0..M/2-1 of the keyed channel, not
+    # partition 0 alone as before; it replays only partitions of that range.
+    m = DEFAULT_MAX_PARALLELISM
+    own = {f"spillway.{unique}.ch.enrich.count[{g}]" for g in key_group_range(0, 2, m)}
+    assert replay
+    assert set(replay) <= own
+    assert all(end >= start for start, end, _n in replay.values())
+    assert sum(end - start for start, end, _n in replay.values()) > 0
+    assert sum(n for _s, _e, n in replay.values()) > 0
     # Every other subtask started exactly once.
     counts: dict[str, int] = {}
     for e in starts(kafka_bootstrap, unique):

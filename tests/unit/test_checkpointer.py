@@ -67,7 +67,7 @@ class FakeWriter:
 @dataclass
 class FakeState:
     calls: Calls
-    tp: TopicPartition = LOG
+    tps: tuple[TopicPartition, ...] = (LOG,)
 
     def flush_to(self, producer: Any) -> int:
         self.calls.append("state")
@@ -230,7 +230,7 @@ def test_each_part_has_a_field_of_its_own() -> None:
     assert w.committed == [c]
     assert c.checkpoint_id == CheckpointId(0)
     assert c.inputs == {IN: Offset(10)}
-    assert c.changelog == Offset(42)  # after the last changelog record
+    assert c.changelogs == {LOG: Offset(42)}  # after the last changelog record
     assert c.outputs == {"spillway.j.ch.count.sink": (3, 4)}
     assert c.output_marks == {"spillway.j.ch.count.sink": (7, 8)}
     assert c.skip == {IN: {0: 12}}

@@ -13,6 +13,7 @@ import pytest
 from channels.errors import ConfigError, PipelineDefinitionError, SpillwayError
 from channels.ids import JobId, OperatorName, SubtaskId
 from channels.kafka.admin import TopicSpec
+from channels.keygroups import DEFAULT_MAX_PARALLELISM
 from channels.partitioners import Broadcast, Forward, KeyHash, RoundRobin
 from offsets.store import CHECKPOINT_TOPIC_CONFIG
 from recovery.loader import load_plan
@@ -403,12 +404,14 @@ def test_topics_of_a_plan() -> None:
     topics = plan.topics(CHANGELOG_CFG, CHANNEL_CFG)
     assert topics == [
         TopicSpec("spillway.j.ch.src.parse", 2, CHANNEL_CFG),
-        TopicSpec("spillway.j.ch.parse.count", 3, CHANNEL_CFG),
+        # Keyed edge and changelog: one partition per key group (DESIGN §10; was 3, the
+        # downstream parallelism, before key groups).
+        TopicSpec("spillway.j.ch.parse.count", DEFAULT_MAX_PARALLELISM, CHANNEL_CFG),
         TopicSpec("spillway.j.ch.count.out", 3, CHANNEL_CFG),
         TopicSpec("spillway.j.ckpt.src", 2, CHECKPOINT_TOPIC_CONFIG),
         TopicSpec("spillway.j.ckpt.parse", 2, CHECKPOINT_TOPIC_CONFIG),
         TopicSpec("spillway.j.ckpt.count", 3, CHECKPOINT_TOPIC_CONFIG),
-        TopicSpec("spillway.j.changelog.count", 3, CHANGELOG_CFG),
+        TopicSpec("spillway.j.changelog.count", DEFAULT_MAX_PARALLELISM, CHANGELOG_CFG),
         TopicSpec("spillway.j.ckpt.out", 3, CHECKPOINT_TOPIC_CONFIG),
     ]
 
@@ -419,10 +422,29 @@ def test_channel_partitions_follow_the_downstream_parallelism() -> None:
     assert channels == {
         "spillway.j.ch.a.merge": 2,
         "spillway.j.ch.b.merge": 2,
-        "spillway.j.ch.merge.keyed": 3,
+        "spillway.j.ch.merge.keyed": DEFAULT_MAX_PARALLELISM,  # key groups (was 3)
         "spillway.j.ch.keyed.out": 2,
     }
     assert not [t for t in plan.topics({}, {}) if ".changelog." in t.name]
+
+
+def test_max_parallelism_sets_keyed_partitions_and_is_in_the_fingerprint() -> None:
+    def job(m: int | None) -> Pipeline:
+        p = Pipeline("kg")
+        keyed = source(p).key_by(lambda r: r["key"], max_parallelism=m)
+        keyed.reduce("red", lambda a, b: b, parallelism=3).write_jsonl("out", "/x")
+        return p
+
+    plan = job(16).plan("j")
+    parts = {t.name: t.partitions for t in plan.topics({}, {})}
+    assert parts["spillway.j.ch.src.red"] == 16
+    assert parts["spillway.j.changelog.red"] == 16
+    assert parts["spillway.j.ch.red.out"] == 3  # not keyed: one partition per subtask
+    assert plan.operator("red").max_parallelism == 16
+    assert job(None).plan("j").operator("red").max_parallelism == DEFAULT_MAX_PARALLELISM
+    assert job(16).plan("j").fingerprint != job(17).plan("j").fingerprint
+    with pytest.raises(PipelineDefinitionError, match=r"operator 'red'.*max_parallelism 2"):
+        job(2).plan("j")
 
 
 def test_window_operator_gets_a_changelog() -> None:

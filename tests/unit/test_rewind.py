@@ -36,7 +36,8 @@ def two_stage() -> JobPlan:
     src = p.generate(
         "src", make=lambda i: {"key": "k", "n": i}, schema=EVENT, count=10, parallelism=2
     )
-    counted = src.key_by(lambda r: r["key"]).aggregate(
+    # One key group per subtask: the layout of partition j = subtask j these tests spell out.
+    counted = src.key_by(lambda r: r["key"], max_parallelism=2).aggregate(
         "count",
         init=lambda: 0,
         add=lambda n, _r: n + 1,

@@ -10,6 +10,7 @@ import pytest
 
 from channels.errors import ConfigError
 from channels.ids import CheckpointId, JobId, Offset, OperatorName, SubtaskId, TopicPartition
+from channels.keygroups import DEFAULT_MAX_PARALLELISM
 from offsets.checkpoint import Checkpoint
 from recovery.heartbeat import LOST_AFTER_S, Heartbeat
 from recovery.loader import load_plan
@@ -168,7 +169,11 @@ def test_the_recorded_plan_round_trips_and_describes_the_job(
     ]
     count = doc.operators[2]
     assert count.checkpoint_topic == "spillway.c.ckpt.count"
-    assert [(i.topic, i.partitions) for i in count.inputs] == [("spillway.c.ch.enrich.count", 3)]
+    # A keyed input has a partition per key group (was 3, the parallelism, before them).
+    assert [(i.topic, i.partitions) for i in count.inputs] == [
+        ("spillway.c.ch.enrich.count", DEFAULT_MAX_PARALLELISM)
+    ]
+    assert count.max_parallelism == DEFAULT_MAX_PARALLELISM
     assert doc.subtask_count() == 12
 
 

@@ -1,0 +1,66 @@
+"""The pipeline of test_key_groups.py: generate → count per key (16 key groups, 3 subtasks)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from spark_jobs.pipeline import Pipeline
+
+KEYS = 101  # keys k0..k100: every one of the 16 key groups holds some
+MAX_PARALLELISM = 16
+EVENT = {
+    "type": "record",
+    "name": "KeyedEvent",
+    "fields": [{"name": "seq", "type": "long"}, {"name": "key", "type": "string"}],
+}
+COUNT = {
+    "type": "record",
+    "name": "KeyTotal",
+    "fields": [
+        {"name": "key", "type": "string"},
+        {"name": "n", "type": "long"},
+        {"name": "seqs", "type": "long"},
+    ],
+}
+
+
+def make_event(i: int) -> dict[str, Any]:
+    """Event ``i`` of key ``k{i % KEYS}``."""
+    return {"seq": i, "key": f"k{i % KEYS}"}
+
+
+def add(acc: list[int], r: dict[str, Any]) -> list[int]:
+    """Count and sum of seq: a record counted twice or lost changes one of them."""
+    return [acc[0] + 1, acc[1] + r["seq"]]
+
+
+def key_totals() -> Pipeline:
+    """generate (p=2, paced) → key_by(max_parallelism=16) → count (p=3) → files."""
+    p = Pipeline("key-groups")
+    events = p.generate(
+        "events",
+        make=make_event,
+        schema=EVENT,
+        count=int(os.environ["SPILLWAY_TEST_RECORDS"]),
+        parallelism=2,
+        rate=float(os.environ["SPILLWAY_TEST_RATE"]),
+    )
+    events.key_by(lambda r: r["key"], max_parallelism=MAX_PARALLELISM).aggregate(
+        "count",
+        init=lambda: [0, 0],
+        add=add,
+        result=lambda k, acc: {"key": k, "n": acc[0], "seqs": acc[1]},
+        schema=COUNT,
+        parallelism=3,
+    ).write_jsonl("out", os.environ["SPILLWAY_TEST_OUT"])
+    return p
+
+
+def reference(records: int) -> dict[str, tuple[int, int]]:
+    """What the job must output: per key, (count, sum of seq)."""
+    out: dict[str, list[int]] = {}
+    for i in range(records):
+        acc = out.setdefault(make_event(i)["key"], [0, 0])
+        acc[0], acc[1] = acc[0] + 1, acc[1] + i
+    return {k: (n, s) for k, (n, s) in out.items()}
