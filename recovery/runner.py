@@ -97,7 +97,11 @@ def input_channels(plan: JobPlan, op: OperatorPlan, subtask: SubtaskId) -> list[
     """The input partitions ``subtask`` reads: partition j of each input = subtask j."""
     return [
         InputChannel(
-            plan.topic_of(e), subtask.index, e.schema, plan.operator(e.upstream).parallelism
+            plan.topic_of(e),
+            subtask.index,
+            e.schema,
+            plan.operator(e.upstream).parallelism,
+            e.input_name,
         )
         for e in plan.inputs_of(op.name)
     ]

@@ -299,6 +299,7 @@ class Graph:
             schema,
             _partitioner_factory(routing, e.key_fn),
             routing,
+            e.upstream,
         )
 
 

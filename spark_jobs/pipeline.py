@@ -42,6 +42,7 @@ from spark_jobs.sources import FileSource, GeneratorSource, KafkaTopicSource
 from spark_jobs.streams import KeyedStream as KeyedStream  # re-exported, with Stream
 from spark_jobs.streams import SchemaLike as SchemaLike
 from spark_jobs.streams import Stream as Stream
+from spark_jobs.streams import union as union
 from spark_jobs.watermarks import Watermarks
 
 
