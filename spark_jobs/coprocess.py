@@ -31,36 +31,38 @@ from spark_jobs.streams import SchemaLike, Stream
 ProcessFn = Callable[[Record, ProcessContext], Iterable[Record] | None]
 TimerFn = Callable[[int, ProcessContext], Iterable[Record] | None]
 KeyFn = Callable[[Record], Any]
+TimeFn = Callable[[Record], int]
 
 
 class CoProcessLogic(ProcessLogic):
     """A keyed process function with several named inputs sharing one keyed state.
 
-    ``inputs`` maps each input's name (its upstream operator) to ``(key_fn, fn)``.
+    ``inputs`` maps each input's name (its upstream operator) to ``(key_fn, fn,
+    time_fn)``; ``time_fn`` (or None) gives a record's event time as ``ctx.timestamp``.
     """
 
     def __init__(
         self,
-        inputs: Mapping[str, tuple[KeyFn, ProcessFn]],
+        inputs: Mapping[str, tuple[KeyFn, ProcessFn, TimeFn | None]],
         on_timer: TimerFn | None = None,
         ttl_ms: Mapping[str, int] | None = None,
         clock: Callable[[], int] = wall_ms,
     ) -> None:
-        first_key, first_fn = next(iter(inputs.values()))
-        super().__init__(first_key, first_fn, on_timer, None, ttl_ms, clock)
+        first_key, first_fn, first_time = next(iter(inputs.values()))
+        super().__init__(first_key, first_fn, on_timer, first_time, ttl_ms, clock)
         self.inputs = dict(inputs)
 
     def process_input(self, input: str, records: Sequence[Record]) -> list[Record]:
         """The function of ``input`` for each record, bound to its key by that input's key
         function; state and timer changes apply when all succeeded."""
         try:
-            key_fn, fn = self.inputs[input]
+            key_fn, fn, time_fn = self.inputs[input]
         except KeyError:
             raise PipelineDefinitionError(
                 f"co-process got records of input {input!r}, but its inputs are "
                 f"{sorted(self.inputs)}; the job's plan and the running code differ"
             ) from None
-        return self._run(records, key_fn, fn, None)
+        return self._run(records, key_fn, fn, time_fn)
 
     def process(self, records: Sequence[Record]) -> list[Record]:
         """Not used: every record of a co-process comes with its input's name."""
@@ -106,12 +108,15 @@ class ConnectedKeyedStreams:
         fn_b: ProcessFn,
         *,
         on_timer: TimerFn | None = None,
+        event_time_a: TimeFn | None = None,
+        event_time_b: TimeFn | None = None,
         ttl_ms: dict[str, int] | None = None,
         schema: SchemaLike = None,
         parallelism: int | None = None,
     ) -> Stream:
         """A keyed co-process function (see the module docstring); ``schema`` defaults to
-        the element type of ``fn_a``'s return annotation."""
+        the element type of ``fn_a``'s return annotation; ``event_time_a``/``_b`` give a
+        record's event time (ms) as ``ctx.timestamp`` (else None)."""
         for state, ms in (ttl_ms or {}).items():
             _check(name, **{f"ttl_ms[{state!r}]": ms})
         avro, out = output_schema(schema, fn_a, f"operator {name!r}", name, many=True)
@@ -119,9 +124,11 @@ class ConnectedKeyedStreams:
             "a": adapt(_or_empty(fn_a), (0,), out, many=True),
             "b": adapt(_or_empty(fn_b), (0,), out, many=True),
         }
-        inputs: dict[str, tuple[KeyFn, ProcessFn]] = {}
+        times = {side: adapt(t) if t is not None else None
+                 for side, t in (("a", event_time_a), ("b", event_time_b))}  # fmt: skip
+        inputs: dict[str, tuple[KeyFn, ProcessFn, TimeFn | None]] = {}
         for side, stream, key in (("a", self.a, self.key_a), ("b", self.b, self.key_b)):
-            inputs.update((up, (key, fns[side])) for up in stream.upstreams)
+            inputs.update((up, (key, fns[side], times[side])) for up in stream.upstreams)
         timer = adapt(_or_empty(on_timer), (), out, many=True) if on_timer else None
         factory = partial(CoProcessLogic, inputs, timer, dict(ttl_ms or {}))
         graph = self.a._p

@@ -41,9 +41,7 @@ def test_union_and_co_process_survive_kills_exactly_once(
         monkeypatch.setenv(f"SPILLWAY_TEST_{k}", str(v))
     # enrich[0] dies with its 3rd checkpoint's outputs flushed but not committed; count[1]
     # before its 2nd commit. Their second attempts restore and run on.
-    monkeypatch.setenv(
-        "SPILLWAY_CRASH_AT", "enrich:0:after-produce:0:3,count:1:before-commit:0:2"
-    )
+    monkeypatch.setenv("SPILLWAY_CRASH_AT", "enrich:0:after-produce:0:3,count:1:before-commit:0:2")
     config = JobConfig(
         "tests.integration.multiinput:pipeline", unique, kafka_bootstrap, master="local[8,4]"
     )

@@ -3,17 +3,23 @@ logic's keyed state and timers shared by its two inputs."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
-from channels.errors import PipelineDefinitionError
+from channels.envelope import Kind
+from channels.errors import PipelineDefinitionError, RecordError
+from channels.ids import TopicPartition
+from channels.reader import Delivery
+from recovery.cadence import UnalignedCadence
 from recovery.inputs import input_call
 from spark_jobs.coprocess import CoProcessLogic
 from spark_jobs.pipeline import Pipeline, connect
 from spark_jobs.process import ProcessContext
 from tests.unit.test_multi_input import EVENT, OTHER, gen
 from tests.unit.test_process import restored
+from tests.unit.test_processor import FakeTriggers, ScriptedReader, processor
 from tests.unit.test_windows import Ctx
 
 
@@ -64,7 +70,8 @@ def unmatched(ts: int, ctx: ProcessContext) -> list[dict[str, Any]]:
 
 def co() -> CoProcessLogic:
     return CoProcessLogic(
-        {"a": (lambda r: r["k"], enrich), "b": (lambda r: r["key"], remember)}, unmatched
+        {"a": (lambda r: r["k"], enrich, None), "b": (lambda r: r["key"], remember, None)},
+        unmatched,
     )
 
 
@@ -98,3 +105,53 @@ def test_the_processor_calls_process_input_with_the_input_name() -> None:
     got = input_call(logic, lambda: "a")([{"k": "x", "seq": 1}])
     assert got == [{"k": "x", "seq": 1, "v": "X"}]
     assert input_call(logic, None) == logic.process  # no channel input: plain process
+
+
+# -- the processor hands each channel message to its input's function ---------------------
+
+TA, TB = TopicPartition("spillway.j.ch.a.join", 0), TopicPartition("spillway.j.ch.b.join", 0)
+
+
+@dataclass
+class TwoInputReader(ScriptedReader):
+    def input_of(self, tp: TopicPartition) -> str:
+        return {TA: "a", TB: "b"}[tp]
+
+
+def test_the_processor_gives_each_message_to_the_function_of_its_input() -> None:
+    reader = TwoInputReader(
+        [
+            [Delivery(TA, 0, 0, Kind.DATA, [{"k": "x", "seq": 1}])],
+            [Delivery(TB, 0, 0, Kind.DATA, [{"key": "x", "v": "X"}])],
+            [Delivery(TA, 1, 0, Kind.DATA, [{"k": "x", "seq": 2}, {"k": "x", "bad": True}])],
+        ]
+    )
+    p, _caught, writer = processor(reader)
+    logic, ctx = co(), Ctx()
+    logic.open(ctx)
+    p.logic = logic
+    p.cadence = UnalignedCadence(FakeTriggers(), lambda n, part: None, 2)
+    assert p.step() is False
+    assert p.step() is False
+    assert writer.written == [{"k": "x", "seq": 1, "v": "X"}]
+    # A failing record is named with its input's channel and offset; nothing of the
+    # failed call is applied or written.
+    with pytest.raises(RecordError, match=r"operator 'double' failed on .*ch\.a\.join.*1"):
+        p.step()
+    assert writer.written == [{"k": "x", "seq": 1, "v": "X"}]
+    assert ctx.state.get(("v", "x", "b")) == "X"
+
+
+def test_each_input_brings_its_own_event_time_to_ctx_timestamp() -> None:
+    seen: list[tuple[str, int | None]] = []
+
+    def note(side: str) -> Any:
+        return lambda r, ctx: seen.append((side, ctx.timestamp))
+
+    logic = CoProcessLogic(
+        {"a": (lambda r: 1, note("a"), lambda r: r["t"]), "b": (lambda r: 1, note("b"), None)}
+    )
+    logic.open(Ctx())
+    logic.process_input("a", [{"t": 7}])
+    logic.process_input("b", [{"t": 9}])
+    assert seen == [("a", 7), ("b", None)]
