@@ -1,4 +1,4 @@
-"""The pipeline of the multi-input kill test (executors import it by reference).
+"""The pipelines of the multi-input kill tests (executors import them by reference).
 
 Two event generators of one schema, ``a`` (p=2) and ``b`` (p=1), are united: a keyed count
 per key reads both. The union is also connected with ``prices`` (one price per key, slowly,
@@ -7,6 +7,10 @@ in keyed state and emits every event with it, keeping events that came before th
 key's price in list state until it does; events of a key that never gets a price are
 emitted with ``price`` null when the inputs end (an event-time timer). Whatever the
 interleaving of the inputs, the output is the same. Configured through ``SPILLWAY_TEST_*``.
+
+:func:`asof_pipeline` joins each left record with the latest right value of its key at or
+before its event time, from event-time timers: correct only if the watermark is the
+minimum over both inputs (the right one lags).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from typing import Any
 
 from spark_jobs.pipeline import Pipeline, connect, union
 from spark_jobs.process import ProcessContext
+from spark_jobs.watermarks import Watermarks
 
 KEYS = 40
 UNPRICED = 3  # the last keys get no price
@@ -108,4 +113,87 @@ def pipeline() -> Pipeline:
     enriched.process(
         "enrich", on_event, on_price, on_timer=unpriced, schema=ENRICHED, parallelism=2
     ).write_jsonl("enriched", out)
+    return p
+
+
+# -- event time over two inputs: an as-of join by timers on the combined watermark -------
+
+ASOF_KEYS = 5
+TICK = {
+    "type": "record",
+    "name": "Tick",
+    "fields": [
+        {"name": "seq", "type": "long"},
+        {"name": "key", "type": "string"},
+        {"name": "ts", "type": "long"},
+    ],
+}
+JOINED = {
+    "type": "record",
+    "name": "Joined",
+    "fields": [
+        {"name": "seq", "type": "long"},
+        {"name": "key", "type": "string"},
+        {"name": "ts", "type": "long"},
+        {"name": "b", "type": ["null", "long"]},
+    ],
+}
+
+
+def tick_a(i: int) -> dict[str, Any]:
+    """Left record ``i``: event time 10 ms apart (each subtask's in increasing order)."""
+    return {"seq": i, "key": f"k{i % ASOF_KEYS}", "ts": i * 10}
+
+
+def tick_b(j: int) -> dict[str, Any]:
+    """Right record ``j``: event time 100 ms apart, over the same span as the left."""
+    return {"seq": j, "key": f"k{j * 3 % ASOF_KEYS}", "ts": j * 100}
+
+
+def left(r: dict[str, Any], ctx: ProcessContext) -> None:
+    """Wait until the watermark passes the record's time: every right record at or before
+    it has come by then (on either input, a record is never behind the watermark)."""
+    ctx.list("left").add([r["ts"], r["seq"]])
+    ctx.timers.register_event_time(r["ts"] + 1)
+
+
+def right(r: dict[str, Any], ctx: ProcessContext) -> None:
+    """Keep every right value of the key with its time."""
+    ctx.list("right").add([r["ts"], r["seq"]])
+
+
+def as_of(ts: int, ctx: ProcessContext) -> list[dict[str, Any]]:
+    """Each waiting left record due by ``ts``, with the latest right value at or before it."""
+    rights = ctx.list("right").get()
+    out, keep = [], []
+    for t, seq in ctx.list("left").get():
+        if t + 1 > ts:
+            keep.append([t, seq])
+            continue
+        before = [(rt, v) for rt, v in rights if rt <= t]
+        out.append({"seq": seq, "key": ctx.key, "ts": t, "b": max(before)[1] if before else None})
+    ctx.list("left").update(keep)
+    return out
+
+
+def asof_pipeline() -> Pipeline:
+    """Left (p=2) and right (p=1, ten times fewer records over the same event time, so it
+    lags) → as-of join by event-time timers (p=2) → files."""
+    env = os.environ
+    n_a, rate = int(env["SPILLWAY_TEST_A"]), float(env["SPILLWAY_TEST_RATE"])
+    mono = Watermarks.monotonic()
+    p = Pipeline("as-of")
+    a = p.generate(
+        "left", make=tick_a, schema=TICK, count=n_a, parallelism=2, rate=rate,
+        timestamp=lambda r: r["ts"], watermarks=mono,
+    )  # fmt: skip
+    b = p.generate(
+        "right", make=tick_b, schema=TICK, count=n_a // 10, rate=rate / 10,
+        timestamp=lambda r: r["ts"], watermarks=mono,
+    )  # fmt: skip
+    keyed = connect(a, b).key_by(lambda r: r["key"], lambda r: r["key"])
+    keyed.process(
+        "asof", left, right, on_timer=as_of, schema=JOINED, parallelism=2,
+        event_time_a=lambda r: r["ts"], event_time_b=lambda r: r["ts"],
+    ).write_jsonl("joined", env["SPILLWAY_TEST_OUT"])  # fmt: skip
     return p

@@ -1,6 +1,6 @@
-"""union and connect/co-process on real Spark and Kafka: the co-process subtask and a
-subtask of the union's keyed count are SIGKILLed mid-run; both outputs equal plain-Python
-references exactly, without a duplicate."""
+"""union and connect/co-process on real Spark and Kafka, subtasks SIGKILLed mid-run:
+outputs equal plain-Python references exactly, without a duplicate. The second test's
+timers fire on the watermark combined over both inputs (one lags the other)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,8 @@ from tests.integration.multiinput import (
     event_a,
     event_b,
     price,
+    tick_a,
+    tick_b,
 )
 
 N_A, N_B = 6_000, 2_000
@@ -61,3 +63,35 @@ def test_union_and_co_process_survive_kills_exactly_once(
     assert attempts["enrich[0]"] == (1, "finished")
     assert attempts["count[1]"] == (1, "finished")
     assert attempts["enrich[1]"] == (0, "finished")
+
+
+def as_of_reference(n_a: int) -> list[dict[str, Any]]:
+    """Each left record with the latest right value of its key at or before its time."""
+    rights = [tick_b(j) for j in range(n_a // 10)]
+    out = []
+    for r in map(tick_a, range(n_a)):
+        before = [
+            (b["ts"], b["seq"]) for b in rights if b["key"] == r["key"] and b["ts"] <= r["ts"]
+        ]
+        out.append({**r, "b": max(before)[1] if before else None})
+    return sorted(out, key=lambda r: json.dumps(r, sort_keys=True))
+
+
+def test_timers_follow_the_watermark_combined_over_both_inputs(
+    kafka_bootstrap: str, unique: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The right input lags the left in event time; a timer that fired on the left's
+    # watermark alone would join left records with stale right values. asof[0] is
+    # SIGKILLed mid-run: pending timers and both inputs' state come back from its changelog.
+    out, n_a = tmp_path / "out", 3_000
+    for k, v in {"A": n_a, "RATE": 300, "OUT": out}.items():
+        monkeypatch.setenv(f"SPILLWAY_TEST_{k}", str(v))
+    monkeypatch.setenv("SPILLWAY_CRASH_AT", "asof:0:after-produce:0:3")
+    config = JobConfig(
+        "tests.integration.multiinput:asof_pipeline", unique, kafka_bootstrap,
+        master="local[7,4]",
+    )  # fmt: skip
+    results = run_on_spark(config)
+    assert rows(out, "joined") == as_of_reference(n_a)
+    attempts = {r.subtask.split("/")[1]: (r.attempt, r.status) for r in results}
+    assert attempts["asof[0]"] == (1, "finished")
