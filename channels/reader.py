@@ -14,6 +14,7 @@ from typing import Any
 from channels.envelope import H_KIND, Decoders, Kind, decode_i64, read_header, writer_of
 from channels.errors import RecordError, SchemaMismatchError
 from channels.ids import Offset, TopicPartition
+from channels.inputmarks import InputMark, WriterMark, combine, input_mark
 from channels.kafka.consumer import AssignedConsumer
 from channels.progress import ReaderState as ReaderState  # re-exported
 from channels.progress import Spans as Spans
@@ -21,12 +22,14 @@ from channels.progress import Spans as Spans
 
 @dataclass(frozen=True)
 class InputChannel:
-    """One input partition of a subtask: the edge's topic, its schema and upstream width."""
+    """One input partition of a subtask: the edge's topic, its schema and upstream width,
+    and the name of the input it belongs to (an operator may have several inputs)."""
 
     topic: str
     partition: int
     schema: dict[str, Any]
     upstream_parallelism: int
+    input: str = ""
 
     @property
     def tp(self) -> TopicPartition:
@@ -271,34 +274,29 @@ class ChannelReader:
             for tp, ch in self._inputs.items()
         )
 
-    def watermark(self) -> int | None:
-        """The input watermark: the minimum over the upstream writers that have neither
-        ended nor announced idleness (None until each of them reported one).
+    def input_of(self, tp: TopicPartition) -> str:
+        """The name of the input that partition ``tp`` belongs to."""
+        return self._inputs[tp].input
 
-        When every writer that has not ended is idle, the largest watermark any of them
-        reported, as Flink's valve does: what they promised before falling quiet still
-        holds, and a sampled watermark must not fall back to None because the last
-        writers went idle between two samples.
-        """
-        active: list[int] = []
-        quiet: list[int] = []
+    def input_marks(self) -> dict[str, InputMark]:
+        """Per named input: its watermark over its writers, idle, ended
+        (channels.inputmarks)."""
+        writers: dict[str, list[WriterMark]] = {}
         for tp, ch in self._inputs.items():
             per_writer = self.state.watermarks.get(tp, {})
             ended = self.state.ended.get(tp, set())
             idle = self.state.idle.get(tp, set())
-            for w in range(ch.upstream_parallelism):
-                if w in ended:
-                    continue  # an ended writer holds nothing back
-                if w in idle:
-                    if w in per_writer:
-                        quiet.append(per_writer[w])
-                    continue
-                if w not in per_writer:
-                    return None
-                active.append(per_writer[w])
-        if active:
-            return min(active)
-        return max(quiet) if quiet else None
+            writers.setdefault(ch.input, []).extend(
+                WriterMark(w in ended, w in idle, per_writer.get(w))
+                for w in range(ch.upstream_parallelism)
+            )
+        return {name: input_mark(ws) for name, ws in writers.items()}
+
+    def watermark(self) -> int | None:
+        """The operator's input watermark: the minimum over its inputs, and within an
+        input over its upstream writers, leaving out ended writers and idle writers and
+        inputs (None until each live one reported); see channels.inputmarks."""
+        return combine(self.input_marks())
 
     def idle(self) -> bool:
         """True when every upstream writer that has not ended announced it is idle."""

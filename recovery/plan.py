@@ -78,6 +78,15 @@ class Logic(Protocol):
         ...
 
 
+class MultiInputLogic(Logic, Protocol):
+    """A transforming operator that is told which named input each batch came from (the
+    runtime calls :meth:`process_input` instead of ``process`` for channel input)."""
+
+    def process_input(self, input: str, records: Sequence[Record]) -> Iterable[Record]:
+        """Transform a batch of records of input ``input`` (in order) into output records."""
+        ...
+
+
 @dataclass(frozen=True)
 class SetAside:
     """An input record an operator did not use: what kind (``"late"``), why, the record."""
@@ -161,6 +170,14 @@ class EdgePlan:
     schema: dict[str, Any]
     make_partitioner: Callable[[int, int], Partitioner]  # (writer index, downstream p)
     kind: str  # forward | hash | rebalance | broadcast
+    # The name the downstream's logic knows this input by (the declared upstream
+    # operator, which may sit inside the chain ``upstream``); None: ``upstream``.
+    input: str | None = None
+
+    @property
+    def input_name(self) -> str:
+        """The name of this input at the downstream operator."""
+        return self.input if self.input is not None else self.upstream
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from recovery.crashpoints import CrashPoints
 from recovery.deadletter import DeadLetters
 from recovery.eventtime import IdleAnnouncer, SetAsides
 from recovery.failures import emit_failure, process_failure, source_failure
+from recovery.inputs import Call, input_call
 from recovery.options import RunOptions, SubtaskResult
 from recovery.origins import UNKNOWN, Origins, Same, TopicOffset
 from recovery.plan import Logic, Record, Sink, Source
@@ -140,29 +141,39 @@ class Processor:
     def _deliver(self, records: list[Record], tp: TopicPartition, offset: int) -> None:
         if self.logic is not None:
             origins = Same(TopicOffset(tp.topic, tp.partition, offset))
-            self.emit(self._process(records, origins), origins)
+            reader = self.reader
+            call = input_call(self.logic, (lambda: reader.input_of(tp)) if reader else None)
+            self.emit(self._process(records, origins, call), origins)
         elif self.sink is not None:
             if self.crash.armed and records:
                 self.crash.before_output()
             self.sink.write(records)
 
-    def _process(self, records: list[Record], origins: Origins) -> list[Record]:
-        """Run the operator on one input message's records, or on what the chained source
-        just read (``origins``: where each came from); isolate failures if dead-lettering."""
+    def _process(
+        self, records: list[Record], origins: Origins, call: Call | None = None
+    ) -> list[Record]:
+        """Run the operator (``call``, default its ``process``) on one input message's
+        records, or on what the chained source just read (``origins``: where each came
+        from); isolate failures if dead-lettering."""
         assert self.logic is not None
+        run: Call = call or self.logic.process
+
+        def alone(rs: list[Record]) -> list[Record]:  # re-runs records to find the bad one
+            return list(run(rs))
+
         try:
-            return list(self.logic.process(records))
+            return alone(records)
         except Exception as e:
             if self.dead_letters is None:
                 raise process_failure(
-                    self.subtask, self.operator, records, origins, e, self._process_alone
+                    self.subtask, self.operator, records, origins, e, alone
                 ) from e
         # Record by record, so only the bad ones are diverted. A failed call leaves keyed
         # state as it was: the operators write state only after a whole call succeeds.
         out: list[Record] = []
         for k, r in enumerate(records):
             try:
-                out.extend(self.logic.process([r]))
+                out.extend(run([r]))
             except Exception as e:
                 self.dead_letters.send(stage="process", error=e, origin=origins.at(k), record=r)
         return out
@@ -202,10 +213,6 @@ class Processor:
             except RecordError as e1:
                 dead_letters.send(stage="emit", error=e1, origin=origins.at(k), record=r)
         return good
-
-    def _process_alone(self, records: list[Record]) -> list[Record]:
-        assert self.logic is not None
-        return list(self.logic.process(records))
 
     def _write_all(self, records: list[Record]) -> None:
         for w in self.writers:

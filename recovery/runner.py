@@ -91,7 +91,13 @@ def input_channels(
 ) -> list[InputChannel]:
     """The input partitions a subtask reads: the partitions of each input it owns."""
     return [
-        InputChannel(plan.topic_of(e), part, e.schema, plan.operator(e.upstream).parallelism)
+        InputChannel(
+            plan.topic_of(e),
+            part,
+            e.schema,
+            plan.operator(e.upstream).parallelism,
+            e.input_name,
+        )
         for e in plan.inputs_of(op.name)
         for part in owned.of_topic(plan.topic_of(e))
     ]

@@ -305,6 +305,7 @@ class Graph:
             schema,
             _partitioner_factory(routing, e.key_fn),
             routing,
+            e.upstream,
         )
 
 

@@ -34,6 +34,7 @@ from functools import partial
 from channels.errors import PipelineDefinitionError
 from recovery.jobconf import conf as conf  # re-exported: pipelines read their settings
 from recovery.plan import Record
+from spark_jobs.coprocess import connect as connect  # re-exported: two-input operators
 from spark_jobs.graph import Graph
 from spark_jobs.graph import Schema as Schema
 from spark_jobs.records import adapt, output_schema
@@ -42,6 +43,7 @@ from spark_jobs.sources import FileSource, GeneratorSource, KafkaTopicSource
 from spark_jobs.streams import KeyedStream as KeyedStream  # re-exported, with Stream
 from spark_jobs.streams import SchemaLike as SchemaLike
 from spark_jobs.streams import Stream as Stream
+from spark_jobs.streams import union as union
 from spark_jobs.watermarks import Watermarks
 
 

@@ -272,11 +272,20 @@ class ProcessLogic:
 
     def process(self, records: Sequence[Record]) -> list[Record]:
         """``fn`` for each record, bound to its key; changes apply when all succeeded."""
+        return self._run(records, self.key_fn, self.fn, self.time_fn)
+
+    def _run(
+        self,
+        records: Sequence[Record],
+        key_fn: Callable[[Record], Any],
+        fn: Callable[[Record, ProcessContext], Iterable[Record] | None],
+        time_fn: Callable[[Record], int] | None,
+    ) -> list[Record]:
         w = _Writes(self._state(), self.ttl, self.clock())
         out: list[Record] = []
         for r in records:
-            ts = self.time_fn(r) if self.time_fn is not None else None
-            got = self.fn(r, ProcessContext(w, self.key_fn(r), ts, self._wm, None))
+            ts = time_fn(r) if time_fn is not None else None
+            got = fn(r, ProcessContext(w, key_fn(r), ts, self._wm, None))
             if got is not None:
                 out.extend(got)
         self._apply(w)

@@ -35,11 +35,18 @@ class Stream:
         name: str,
         routing: str = "auto",
         key_fn: Callable[[Record], Any] | None = None,
+        also: tuple[str, ...] = (),
     ) -> None:
         self._p = pipeline
         self.name = name
         self._routing = routing
         self._key_fn = key_fn
+        self._also = also  # further operators whose outputs this stream unites (union)
+
+    @property
+    def upstreams(self) -> tuple[str, ...]:
+        """The operators whose outputs make up this stream (several after a union)."""
+        return (self.name, *self._also)
 
     def _then(
         self,
@@ -54,7 +61,8 @@ class Stream:
         up = self._p._nodes.get(self.name)
         p = parallelism if parallelism is not None else (up.parallelism if up else 1)
         self._p._add(name, p, kind, schema, factory, stateful=stateful, description=description)
-        self._p._edges.append(Edge(self.name, name, self._routing, self._key_fn))
+        for up_name in self.upstreams:
+            self._p._edges.append(Edge(up_name, name, self._routing, self._key_fn))
         return Stream(self._p, name)
 
     def _schema(self) -> Schema | None:
@@ -113,19 +121,24 @@ class Stream:
         the job first runs. Default ``channels.keygroups.DEFAULT_MAX_PARALLELISM`` (or the
         operator's parallelism, if larger).
         """
-        return KeyedStream(self._p, self.name, adapt(key_fn), max_parallelism)
+        return KeyedStream(self._p, self.name, adapt(key_fn), max_parallelism, self._also)
+
+    def union(self, *others: Stream) -> Stream:
+        """This stream and ``others`` (same schema) as one: the next operator reads all
+        of them, one input per upstream operator (see :func:`union`)."""
+        return union(self, *others)
 
     def rebalance(self) -> Stream:
         """Round-robin to the next operator."""
-        return Stream(self._p, self.name, "rebalance")
+        return Stream(self._p, self.name, "rebalance", also=self._also)
 
     def forward(self) -> Stream:
         """Subtask i to subtask i (needs equal parallelism)."""
-        return Stream(self._p, self.name, "forward")
+        return Stream(self._p, self.name, "forward", also=self._also)
 
     def broadcast(self) -> Stream:
         """Every record to every subtask of the next operator."""
-        return Stream(self._p, self.name, "broadcast")
+        return Stream(self._p, self.name, "broadcast", also=self._also)
 
     def write_jsonl(self, name: str, directory: str, *, parallelism: int | None = None) -> None:
         """Exactly-once JSONL files under ``directory/<name>/`` (published at checkpoints)."""
@@ -231,8 +244,9 @@ class KeyedStream(Stream):
         name: str,
         key_fn: Callable[[Record], Any],
         max_parallelism: int | None = None,
+        also: tuple[str, ...] = (),
     ) -> None:
-        super().__init__(pipeline, name, "hash", key_fn)
+        super().__init__(pipeline, name, "hash", key_fn, also)
         self.key_fn = key_fn
         self.max_parallelism = max_parallelism
 
@@ -444,3 +458,44 @@ class KeyedStream(Stream):
             name, spec.factory, spec.schema, parallelism, stateful=True,
             description=spec.description, key_of_state=spec.key_of_state,
         )  # fmt: skip
+
+
+def union(*streams: Stream) -> Stream:
+    """The records of every stream in ``streams`` as one stream; they must have one schema
+    (a mismatch is a :class:`PipelineDefinitionError` naming both streams). Routing
+    (``key_by``, ``rebalance``...) applied to the union applies to each of its inputs."""
+    if not streams:
+        raise PipelineDefinitionError("union() needs at least one stream")
+    first = streams[0]
+    names: list[str] = []
+    for s in streams:
+        if s._p is not first._p:
+            raise PipelineDefinitionError(
+                f"union: stream {s.name!r} belongs to another pipeline than {first.name!r}"
+            )
+        for n in s.upstreams:
+            if n in names:
+                raise PipelineDefinitionError(
+                    f"union: stream {n!r} is given twice; each input must be another operator"
+                )
+            names.append(n)
+            _check_same_schema(first._p, names[0], n, "union")
+    return Stream(first._p, names[0], also=tuple(names[1:]))
+
+
+def _check_same_schema(graph: Graph, a: str, b: str, what: str) -> None:
+    """Raise naming both streams unless ``a`` and ``b`` carry records of one schema."""
+    sa, sb = graph._nodes[a].schema, graph._nodes[b].schema
+    fields_a = sa.get("fields") if sa else None
+    fields_b = sb.get("fields") if sb else None
+    if fields_a != fields_b:
+        raise PipelineDefinitionError(
+            f"{what}: stream {a!r} and stream {b!r} have different schemas "
+            f"({_fields(sa)} vs {_fields(sb)}); map one of them to the other's schema first"
+        )
+
+
+def _fields(schema: Schema | None) -> str:
+    if not schema:
+        return "no schema"
+    return ", ".join(f"{f['name']}: {f['type']}" for f in schema.get("fields", []))

@@ -27,7 +27,7 @@ from channels.errors import (
 )
 from spark_jobs.deltasink import DeltaTableSink
 from spark_jobs.parquetsink import ParquetFileSink
-from spark_jobs.pipeline import KeyedStream, Pipeline, Stream, conf
+from spark_jobs.pipeline import KeyedStream, Pipeline, Stream, conf, connect, union
 from spark_jobs.schemas import avro_schema
 from spark_jobs.sinks import ConsoleSink, JsonlFileSink, KafkaTopicSink
 from spark_jobs.sources import FileSource, GeneratorSource, KafkaTopicSource
@@ -55,7 +55,9 @@ __all__ = [
     "__version__",
     "avro_schema",
     "conf",
+    "connect",
     "main",
+    "union",
 ]
 
 
