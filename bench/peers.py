@@ -20,6 +20,11 @@ the two lines. Engines:
                 source and sinks use: the strictest baseline (no target is set on it).
 ``quix``        Quix Streams, ``processing_guarantee="exactly-once"``, ``group_by`` page
                 (a repartition topic) and a stateful count (RocksDB + changelog).
+``kstreams``    Kafka Streams (the Java application in ``bench/kstreams``, see
+                :mod:`bench.kstreams`), ``exactly_once_v2``, re-keyed by page through a
+                repartition topic, count in a RocksDB store with a changelog, record cache
+                off (one update per record, as the others). One stream thread; its JVM is
+                a child of this process, so its CPU is in the measured tree.
 ``sss``         PySpark Structured Streaming Kafka→Kafka, ``local[2]``, built-in SQL
                 functions, update mode. At-least-once to the Kafka sink (Spark's own
                 guarantee); one row per page and micro-batch, not per record.
@@ -40,7 +45,15 @@ from typing import Any
 
 from bench import workload
 
-ENGINES = ("spillway", "spillway-chained", "handwritten", "handwritten-orjson", "quix", "sss")
+ENGINES = (
+    "spillway",
+    "spillway-chained",
+    "handwritten",
+    "handwritten-orjson",
+    "quix",
+    "kstreams",
+    "sss",
+)
 # Set to a directory: each Spillway subtask writes its cProfile stats there (profiling).
 PROFILE_ENV = "SPILLWAY_BENCH_PROFILE"
 CHANGELOG_SUFFIX = "-changelog"
@@ -459,6 +472,43 @@ def run_sss(job: Job) -> None:
         proc.wait(60)
 
 
+# -- Kafka Streams ----------------------------------------------------------------------
+
+
+def run_kstreams(job: Job) -> None:
+    """The Kafka Streams application as a child JVM; its READY and DONE lines passed on."""
+    import subprocess
+
+    from bench import kstreams
+
+    home = kstreams.build()  # built by the suite before the rounds: a cache hit here
+    command = kstreams.command(
+        home,
+        job.bootstrap,
+        job.input,
+        job.output,
+        job.records,
+        job.commit_interval_s,
+        os.path.join(job.workdir, "kstreams-state"),
+        job.name,
+    )
+    if job.guarantee != "exactly-once":
+        raise SystemExit("the kstreams engine runs exactly_once_v2 only")
+    proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert proc.stdin is not None
+    assert proc.stdout is not None
+    for word in ("READY", "DONE"):
+        line = proc.stdout.readline()
+        if not line.startswith(word + " "):
+            proc.kill()  # our own child, by PID
+            raise SystemExit(f"kstreams exited {proc.wait()} before {word} (got {line!r})")
+        print(line.strip(), flush=True)
+    _wait_for_release()
+    proc.stdin.close()
+    if proc.wait(120) != 0:
+        raise SystemExit(f"kstreams exited {proc.returncode} on shutdown")
+
+
 def run_spillway_chained(job: Job) -> None:
     """:func:`run_spillway` with forward edges chained (one process per chain)."""
     run_spillway(replace(job, chaining=True))
@@ -475,6 +525,7 @@ RUNNERS: dict[str, Callable[[Job], None]] = {
     "handwritten": run_handwritten,
     "handwritten-orjson": run_handwritten_orjson,
     "quix": run_quix,
+    "kstreams": run_kstreams,
     "sss": run_sss,
 }
 

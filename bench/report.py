@@ -25,6 +25,7 @@ LABELS = {
     "handwritten": "hand-written confluent-kafka loop",
     "handwritten-orjson": "hand-written loop with orjson (no target)",
     "quix": "Quix Streams (exactly-once)",
+    "kstreams": "Kafka Streams, exactly_once_v2 (JVM)",
     "sss": "Spark Structured Streaming, local[2] (at-least-once sink)",
 }
 

@@ -3,8 +3,8 @@
 * **B0 ceiling** — Kafka's ``ProducerPerformance`` / ``ConsumerPerformance`` (kafka-tools
   3.9.1), 200-byte records (:mod:`bench.kafkatools`).
 * **B1 throughput** — the workload of :mod:`bench.workload` in Spillway, a hand-written
-  confluent-kafka loop, Quix Streams and Spark Structured Streaming (:mod:`bench.peers`),
-  all reading the same pre-loaded input topic, round by round.
+  confluent-kafka loop, Quix Streams, Kafka Streams and Spark Structured Streaming
+  (:mod:`bench.peers`), all reading the same pre-loaded input topic, round by round.
 * **B4 restore** — :mod:`bench.restore`.
 * **B3 localized recovery** — :mod:`bench.localized` (one subtask SIGKILLed vs the whole
   job killed and restarted from its checkpoints, on Spark local mode).
@@ -39,6 +39,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 
 from bench import (
     kafkatools,
+    kstreams,
     latency,
     localized,
     measure,
@@ -168,8 +169,8 @@ def b1_engine(
         args += ["--connector", ",".join(str(p) for p in sparkkafka.connector_jars())]
     try:
         run = measure.run_engine(args, broker_pid, s.engine_timeout_s, log)
-        check = workload.judge(
-            workload.read_output(bootstrap, output, name + "-check"),
+        check = workload.check_rows(
+            workload.read_rows(bootstrap, output, name + "-check"),
             workload.reference(s.b1_records),
         )
     finally:
@@ -212,6 +213,7 @@ def b1_round(
             _say(
                 f"B1: {engine}: {r['records_per_s']:,.0f} rec/s, {r['per_cpu_s']:,.0f} rec/CPU-s,"
                 f" output ok={r['output']['final_counts_ok']}"
+                f" once={r['output']['every_update_once']} fields={r['output']['fields_ok']}"
             )
         return out
     finally:
@@ -411,6 +413,8 @@ def run(s: Settings, command: str) -> Path:
                 bootstrap, admin, localized.Settings(rate=s.b3_rate), log
             ),
         }
+        if "b1" in s.parts and "kstreams" in s.engines:
+            kstreams.build()  # Maven, the first time: before any round, not in one
         for part in s.parts:
             if part == "b2":  # paced latency runs: their own loop (see b2_latency)
                 doc["b2_load_before"] = procstat.load_average()

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
-from bench import kafkatools, latency, procstat, sparkkafka, workload
+from bench import kafkatools, kstreams, latency, procstat, sparkkafka, workload
 
 # A real /proc/<pid>/stat line, with a command name that has a space and a ')' in it.
 STAT = (
@@ -132,3 +133,52 @@ def test_hop_latencies_follow_each_record_and_skip_warmup_and_stragglers() -> No
     assert out["count"] == pytest.approx([1.0, 0.5])
     assert out["sink"] == pytest.approx([0.1, 0.2])
     assert out["end-to-end"] == pytest.approx([1.7, 1.4])
+
+
+def test_output_rows_are_checked_field_by_field_and_key_by_key() -> None:
+    good = workload.encode({"page": "/a/1", "section": "a", "views": 1})
+    assert workload.row_problem(b"/a/1", good) == ""
+    assert "key" in workload.row_problem(b"/a/2", good)
+    extra = workload.encode({"page": "/a/1", "section": "a", "views": 1, "x": 0})
+    assert "fields" in workload.row_problem(b"/a/1", extra)
+    wrong_section = workload.encode({"page": "/a/1", "section": "b", "views": 1})
+    assert "section" in workload.row_problem(b"/a/1", wrong_section)
+    text_views = workload.encode({"page": "/a/1", "section": "a", "views": "1"})
+    assert "integer" in workload.row_problem(b"/a/1", text_views)
+    assert "JSON" in workload.row_problem(b"/a/1", b"{not json")
+
+
+def test_check_rows_fails_a_run_with_one_malformed_row_among_right_ones() -> None:
+    def row(page: str, views: int) -> tuple[bytes, bytes]:
+        return page.encode(), workload.encode({"page": page, "section": "a", "views": views})
+
+    expected = Counter({"/a/1": 2})
+    ok = workload.check_rows([row("/a/1", 1), row("/a/1", 2)], expected)
+    assert (ok.messages, ok.final_counts_ok, ok.every_update_once, ok.fields_ok) == (
+        2,
+        True,
+        True,
+        True,
+    )
+    bad = workload.check_rows([row("/a/1", 1), row("/a/1", 2), (b"/a/1", b"[]")], expected)
+    assert (bad.messages, bad.final_counts_ok, bad.fields_ok) == (3, False, False)
+    assert "message 2" in bad.problem
+
+
+def test_kstreams_command_passes_the_job_and_a_small_heap() -> None:
+    home = Path("/cache/kstreams-x")
+    cmd = kstreams.command(home, "b:1", "in", "out", 10, 0.5, "/s", "app", 1, java=Path("j"))
+    assert cmd[0] == "j"
+    assert "-Xmx256m" in cmd
+    assert cmd[cmd.index("-cp") + 1] == "/cache/kstreams-x/app.jar:/cache/kstreams-x/lib/*"
+    assert cmd[-8:] == ["b:1", "in", "out", "10", "500", "/s", "app", "1"]
+    with pytest.raises(ValueError, match="commit interval"):
+        kstreams.command(home, "b:1", "in", "out", 10, 0.0, "/s", "app", java=Path("j"))
+
+
+def test_kstreams_digest_changes_with_a_source_or_the_kafka_version() -> None:
+    files = [("pom.xml", b"a"), ("src/A.java", b"b")]
+    d = kstreams.source_digest(files, "4.4.0")
+    assert d == kstreams.source_digest(list(reversed(files)), "4.4.0")
+    assert d != kstreams.source_digest([("pom.xml", b"a"), ("src/A.java", b"c")], "4.4.0")
+    assert d != kstreams.source_digest(files, "4.3.0")
