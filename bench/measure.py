@@ -9,6 +9,7 @@ In both, the broker JVM's CPU time over the same stretch is read from ``/proc/<p
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -138,6 +139,65 @@ def run_engine(args: list[str], broker_pid: int, timeout_s: float, log: IO[str])
         raise MeasureError(f"{what} did not finish within {timeout_s:.0f} s (killed)")
     m = Measured(finished - started, cpu1 - cpu0, b1 - b0, peak.peak, load0, load1)
     return EngineRun(m, started, finished)
+
+
+def run_whole(
+    command: list[str], broker_pid: int, timeout_s: float, log: IO[str], cwd: str | None = None
+) -> Measured:
+    """Run ``command`` to its end with stdin closed; measure its whole process tree's life.
+
+    CPU and peak RSS of the tree are sampled from ``/proc`` (:class:`procstat.TreeSampler`),
+    so grandchildren that their parent never waits for (Spark's JVM, PySpark's workers)
+    count too; the broker's CPU over the same stretch beside it. Its stdout and stderr go
+    to ``log``. Raises :class:`MeasureError` on a non-zero exit or a time-out (killed).
+    """
+    what = " ".join(command[:4])
+    load0, b0, t0 = procstat.load_average(), _broker_cpu(broker_pid), time.monotonic()
+    proc = subprocess.Popen(
+        command,
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=log,
+        cwd=cwd,
+        start_new_session=True,
+    )
+    timer = _Killer(proc, timeout_s)
+    try:
+        with procstat.TreeSampler(proc.pid) as tree:
+            # Sample until the root exits. Not proc.poll(): it would reap the root, and the
+            # last sample must read the exited (zombie) root's own CPU time first.
+            while not _exited(proc.pid):
+                time.sleep(0.05)
+            tree.sample()
+        proc.wait()
+        seconds = time.monotonic() - t0
+        b1, load1 = _broker_cpu(broker_pid), procstat.load_average()
+    finally:
+        timer.cancel()
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        _kill_group_leftovers(proc.pid)
+    if timer.fired:
+        raise MeasureError(f"{what} ran longer than {timeout_s:.0f} s (killed)")
+    if proc.returncode != 0:
+        raise MeasureError(f"{what} exited {proc.returncode} (see the log)")
+    return Measured(seconds, tree.cpu_s, b1 - b0, tree.peak_rss, load0, load1)
+
+
+def _exited(pid: int) -> bool:
+    """Whether child ``pid`` has exited, without reaping it."""
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:  # already reaped (by the time-out killer's poll)
+        return True
+
+
+def _kill_group_leftovers(pgid: int) -> None:
+    """SIGKILL what is left of the run's own process group (an orphaned JVM or worker)."""
+    # ProcessLookupError, the usual case: every process of the run has exited.
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGKILL)
 
 
 class _Killer:

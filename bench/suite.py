@@ -48,6 +48,7 @@ from bench import (
     report,
     restore,
     sparkkafka,
+    steadyrun,
     workload,
 )
 from bench.channels import machine
@@ -74,12 +75,17 @@ class Settings:
     commit_interval_s: float = 1.0
     b4_records: int = 1_500_000
     engine_timeout_s: float = 300.0
-    parts: tuple[str, ...] = ("b0", "b1", "b4", "b2", "b3")
+    parts: tuple[str, ...] = ("b0", "b1", "b1s", "b4", "b2", "b3")
     b2_intervals: tuple[float, ...] = (0.1, 1.0, 5.0)
     b2_rate: float = 2000.0
     b2_seconds: float = 10.0
     b2_records: int = 400_000  # per throughput run (EOS overhead): several commits at 1 s
     b3_rate: float = localized.Settings.rate
+    # B1s (bench.steadyrun): whole runs at two sizes; the larger one >= 5M records, so
+    # every engine runs for minutes in steady state.
+    b1s_sizes: tuple[int, ...] = (1_000_000, 5_000_000)
+    b1s_engines: tuple[str, ...] = steadyrun.ENGINES
+    b1s_timeout_s: float = 1800.0
 
 
 def _create(admin: AdminClient, topic: str, partitions: int = PARTITIONS) -> None:
@@ -189,6 +195,24 @@ def b1_engine(
     }
 
 
+def _topics_with(admin: AdminClient, name: str) -> list[str]:
+    """Every topic whose name holds ``name``."""
+    return [t for t in admin.list_topics(timeout=10).topics if name in t]
+
+
+def b1s_preload(bootstrap: str, admin: AdminClient, s: Settings) -> dict[int, str]:
+    """One input topic per B1s size, written once for every round: size → topic."""
+    topics = {}
+    for n in s.b1s_sizes:
+        topic = f"bench-b1s-{n}-{uuid.uuid4().hex[:8]}"
+        _create(admin, topic)
+        t0 = time.monotonic()
+        workload.preload(bootstrap, topic, n, PARTITIONS)
+        _say(f"B1s: {n:,} records pre-loaded in {time.monotonic() - t0:.1f} s")
+        topics[n] = topic
+    return topics
+
+
 def _topics_of(admin: AdminClient, name: str) -> list[str]:
     """Topics an engine run created for itself (changelogs, repartition, channels)."""
     return [t for t in admin.list_topics(timeout=10).topics if name in t and t != name + "-out"]
@@ -254,6 +278,8 @@ def summarise(doc: dict[str, Any]) -> dict[str, Any]:
                 for e in engines
                 if not e.startswith("spillway")
             }
+    if b1s := doc.get("b1s"):
+        out["b1s"] = steadyrun.summarise(b1s)
     if b4 := doc.get("b4"):
         out["b4"] = restore.summarise(b4)
     if b2 := doc.get("b2"):
@@ -331,6 +357,7 @@ def start_broker(stack: contextlib.ExitStack) -> tuple[str, int]:
 PARTS: dict[str, str] = {
     "b0": "B0 ceiling",
     "b1": "B1 throughput",
+    "b1s": "B1s steady state, as users run it",
     "b4": "B4 restore",
     "b2": "B2 latency per hop",
     "b3": "B3 localized recovery",
@@ -388,12 +415,17 @@ def b2_latency(
     return out
 
 
-def run(s: Settings, command: str) -> Path:
-    """Every part of the suite, ``s.runs`` rounds each; returns the JSON written."""
+def run(s: Settings, command: str, smoke_dir: Path | None = None) -> Path:
+    """Every part of the suite, ``s.runs`` rounds each; returns the JSON written.
+
+    ``smoke_dir``: a trial run: its JSON and plots go there and docs/benchmarks.md is left
+    as it is (its figures come from full runs only).
+    """
     started = datetime.now(UTC)
     t_start = time.monotonic()
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    stem = RESULTS_DIR / f"suite-{started:%Y%m%dT%H%M%SZ}"
+    out_dir = smoke_dir or RESULTS_DIR
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stem = out_dir / f"suite-{started:%Y%m%dT%H%M%SZ}"
     doc: dict[str, Any] = {
         "format": 1,
         "command": command,
@@ -413,8 +445,31 @@ def run(s: Settings, command: str) -> Path:
                 bootstrap, admin, localized.Settings(rate=s.b3_rate), log
             ),
         }
-        if "b1" in s.parts and "kstreams" in s.engines:
+        if ("b1" in s.parts and "kstreams" in s.engines) or (
+            "b1s" in s.parts and "kstreams" in s.b1s_engines
+        ):
             kstreams.build()  # Maven, the first time: before any round, not in one
+        if "b1s" in s.parts:
+            b1s_topics = b1s_preload(bootstrap, admin, s)
+            stack.callback(_delete, admin, list(b1s_topics.values()))
+            rounds["b1s"] = lambda i: steadyrun.b1s_round(
+                s.b1s_engines,
+                b1s_topics,
+                i,
+                lambda e, t, n: steadyrun.run_once(
+                    e,
+                    bootstrap,
+                    broker_pid,
+                    t,
+                    n,
+                    s.commit_interval_s,
+                    s.b1s_timeout_s,
+                    log,
+                    lambda topic: _create(admin, topic),
+                    lambda name: _delete(admin, _topics_with(admin, name)),
+                ),
+                _say,
+            )
         for part in s.parts:
             if part == "b2":  # paced latency runs: their own loop (see b2_latency)
                 doc["b2_load_before"] = procstat.load_average()
@@ -443,7 +498,8 @@ def run(s: Settings, command: str) -> Path:
     tmp.write_text(json.dumps(doc, indent=2) + "\n")
     tmp.replace(path)
     plots = report.plot(doc, stem)
-    report.update_docs(DOCS, doc, path, plots)
+    if smoke_dir is None:
+        report.update_docs(DOCS, doc, path, plots)
     return path
 
 
@@ -462,6 +518,21 @@ def parse_args(argv: Sequence[str] | None) -> Settings:
         "--engines", default=",".join(d.engines), help="subset of " + ",".join(peers.ENGINES)
     )
     ap.add_argument("--parts", default=",".join(d.parts), help="subset of " + ",".join(PARTS))
+    ap.add_argument(
+        "--b1s-sizes",
+        default=",".join(str(n) for n in d.b1s_sizes),
+        help="B1s input sizes (>= 2 distinct)",
+    )
+    ap.add_argument(
+        "--b1s-engines",
+        default=",".join(d.b1s_engines),
+        help="subset of " + ",".join(steadyrun.ENGINES),
+    )
+    ap.add_argument(
+        "--smoke",
+        metavar="DIR",
+        help="a trial run: results into DIR, docs/benchmarks.md left as it is",
+    )
     ap.add_argument("--timeout", type=float, default=d.engine_timeout_s, help="per engine run (s)")
     a = ap.parse_args(argv)
     engines = tuple(e for e in a.engines.split(",") if e)
@@ -470,6 +541,12 @@ def parse_args(argv: Sequence[str] | None) -> Settings:
         ap.error(f"unknown engine or part {bad}; engines: {peers.ENGINES}, parts: {tuple(PARTS)}")
     if a.runs < 1 or min(a.b0_records, a.b1_records, a.b4_records) < 1:
         ap.error("--runs and the record counts must be >= 1")
+    b1s_sizes = tuple(sorted({int(n) for n in a.b1s_sizes.split(",") if n}))
+    b1s_engines = tuple(e for e in a.b1s_engines.split(",") if e)
+    if len(b1s_sizes) < 2 or b1s_sizes[0] < 1:
+        ap.error(f"--b1s-sizes needs two distinct sizes >= 1, got {a.b1s_sizes!r}")
+    if bad := [e for e in b1s_engines if e not in steadyrun.ENGINES]:
+        ap.error(f"unknown B1s engine {bad}; B1s engines: {steadyrun.ENGINES}")
     return Settings(
         runs=a.runs,
         b0_records=a.b0_records,
@@ -481,15 +558,25 @@ def parse_args(argv: Sequence[str] | None) -> Settings:
         b3_rate=a.b3_rate,
         engine_timeout_s=a.timeout,
         parts=parts,
+        b1s_sizes=b1s_sizes,
+        b1s_engines=b1s_engines,
     )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m bench.suite`` (``make bench``)."""
-    s = parse_args(argv)
-    command = "python -m bench.suite " + " ".join(sys.argv[1:] if argv is None else argv)
-    path = run(s, command.strip())
-    print(f"wrote {path} and {DOCS}")
+    args = list(sys.argv[1:] if argv is None else argv)
+    smoke: Path | None = None
+    if "--smoke" in args:  # taken out here: Settings are the sizes, not where results go
+        i = args.index("--smoke")
+        if i + 1 >= len(args):
+            raise SystemExit("--smoke needs a directory (a trial run's results go there)")
+        smoke = Path(args[i + 1])
+        del args[i : i + 2]
+    s = parse_args(args)
+    command = "python -m bench.suite " + " ".join(args)
+    path = run(s, command.strip(), smoke)
+    print(f"wrote {path}" + ("" if smoke else f" and {DOCS}"))
     return 0
 
 
