@@ -17,17 +17,24 @@ the two lines. Engines:
                 compacted changelog topic and the input offsets sent in each transaction.
                 JSON with the standard library, as such a loop is usually written.
 ``handwritten-orjson`` the same loop with orjson for JSON in and out, as Spillway's
-                source and sinks use: the strictest baseline (no target is set on it).
+                source and sinks use: the baseline of record (ratios and targets are
+                taken against it).
 ``quix``        Quix Streams, ``processing_guarantee="exactly-once"``, ``group_by`` page
-                (a repartition topic) and a stateful count (RocksDB + changelog).
+                (a repartition topic) and a stateful count (RocksDB + changelog). READY
+                at its first record: its set-up runs inside ``app.run()``.
 ``kstreams``    Kafka Streams (the Java application in ``bench/kstreams``, see
                 :mod:`bench.kstreams`), ``exactly_once_v2``, re-keyed by page through a
                 repartition topic, count in a RocksDB store with a changelog, record cache
                 off (one update per record, as the others). One stream thread; its JVM is
                 a child of this process, so its CPU is in the measured tree.
 ``sss``         PySpark Structured Streaming Kafka→Kafka, ``local[2]``, built-in SQL
-                functions, update mode. At-least-once to the Kafka sink (Spark's own
-                guarantee); one row per page and micro-batch, not per record.
+                functions, update mode, RocksDB state store with changelog checkpointing,
+                at most :data:`SSS_MAX_OFFSETS` records per micro-batch (many batches).
+                At-least-once to the Kafka sink (Spark's own guarantee); one row per page
+                and micro-batch, not per record.
+``sss-python``  the same with the count in Python (``applyInPandasWithState``), what a
+                PySpark user with custom state would write: one update per input record,
+                as the other engines.
 """
 
 from __future__ import annotations
@@ -53,7 +60,16 @@ ENGINES = (
     "quix",
     "kstreams",
     "sss",
+    "sss-python",
 )
+# Structured Streaming's maxOffsetsPerTrigger: a 5M-record run spans 100 micro-batches.
+SSS_MAX_OFFSETS = 50_000
+SSS_STATE_CONF: dict[str, Any] = {
+    "spark.sql.streaming.stateStore.providerClass": (
+        "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+    ),
+    "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+}
 # Set to a directory: each Spillway subtask writes its cProfile stats there (profiling).
 PROFILE_ENV = "SPILLWAY_BENCH_PROFILE"
 CHANGELOG_SUFFIX = "-changelog"
@@ -75,6 +91,7 @@ class Job:
     traced: bool = False  # spillway only: the B2 variant (see spillway_pipeline)
     chaining: bool = False  # spillway only: Pipeline(chaining=True)
     orjson: bool = False  # handwritten only: orjson instead of the stdlib's json
+    pandas_state: bool = False  # sss only: the count in Python (applyInPandasWithState)
 
 
 def _say(word: str) -> None:
@@ -382,12 +399,21 @@ def run_quix(job: Job) -> None:
         state.set("views", views)
         return {"page": view["page"], "section": view["section"], "views": views}
 
+    first = [True]
+
+    def ready_at_first_record(event: dict[str, Any]) -> None:
+        # Set-up (topic creation, group join, state store) happens inside app.run(): the
+        # window opens at the first record, as the other engines' open after their set-up.
+        if first[0]:
+            first[0] = False
+            _say("READY")
+
     sdf = app.dataframe(source)
+    sdf = sdf.update(ready_at_first_record)
     sdf = sdf.apply(workload.parse)
     sdf = sdf.group_by("page")
     sdf = sdf.apply(count, stateful=True)
     sdf.to_topic(sink)
-    _say("READY")
     # count: outputs of the dataframe, one per input record; the final checkpoint commits.
     app.run(count=job.records, collect=False)
     _say("DONE")
@@ -395,6 +421,24 @@ def run_quix(job: Job) -> None:
 
 
 # -- Spark Structured Streaming ---------------------------------------------------------
+
+
+def _count_in_pandas(key: tuple[Any, ...], pdfs: Any, state: Any) -> Any:
+    """``applyInPandasWithState``: one ``(page, section, views)`` row per input row."""
+    import pandas as pd
+
+    views = int(state.get[0]) if state.exists else 0
+    sections: list[str] = []
+    for pdf in pdfs:
+        sections.extend(pdf["section"])
+    counts = list(range(views + 1, views + len(sections) + 1))
+    state.update((views + len(sections),))
+    yield pd.DataFrame({"page": [key[0]] * len(sections), "section": sections, "views": counts})
+
+
+def run_sss_python(job: Job) -> None:
+    """:func:`run_sss` with the count in Python (``applyInPandasWithState``)."""
+    run_sss(replace(job, pandas_state=True))
 
 
 def run_sss(job: Job) -> None:
@@ -406,6 +450,11 @@ def run_sss(job: Job) -> None:
 
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    # Python workers unpickle _count_in_pandas by reference: bench must import there.
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (repo, os.environ.get("PYTHONPATH", "")) if p
+    )
     builder = SparkSession.builder.master("local[2]").appName(job.name)
     if job.connector.endswith(".jar") or "," in job.connector:
         builder = builder.config("spark.jars", job.connector)  # resolved by bench.sparkkafka
@@ -419,6 +468,7 @@ def run_sss(job: Job) -> None:
         .config("spark.ui.enabled", "false")
         .config("spark.driver.memory", "1g")
         .config("spark.sql.shuffle.partitions", "2")
+        .config(map=SSS_STATE_CONF)
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("WARN")
@@ -436,6 +486,7 @@ def run_sss(job: Job) -> None:
         .option("kafka.bootstrap.servers", job.bootstrap)
         .option("subscribe", job.input)
         .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", str(SSS_MAX_OFFSETS))
         .option("kafka.isolation.level", "read_committed")
         .load()
         .select(F.from_json(F.col("value").cast("string"), schema).alias("e"))
@@ -444,10 +495,21 @@ def run_sss(job: Job) -> None:
     views = events.select(
         path.alias("page"), F.regexp_extract(path, r"^/([^/]+)/", 1).alias("section")
     )
-    counts = views.groupBy("page", "section").count()
+    if job.pandas_state:
+        from pyspark.sql.streaming.state import GroupStateTimeout
+
+        counts = views.groupBy("page").applyInPandasWithState(
+            _count_in_pandas,
+            outputStructType="page string, section string, views long",
+            stateStructType="views long",
+            outputMode="update",
+            timeoutConf=GroupStateTimeout.NoTimeout,
+        )
+    else:
+        counts = views.groupBy("page", "section").agg(F.count("*").alias("views"))
     out = counts.select(
         F.col("page").alias("key"),
-        F.to_json(F.struct("page", "section", F.col("count").alias("views"))).alias("value"),
+        F.to_json(F.struct("page", "section", "views")).alias("value"),
     )
     query = (
         out.writeStream.format("kafka")
@@ -455,8 +517,7 @@ def run_sss(job: Job) -> None:
         .option("kafka.bootstrap.servers", job.bootstrap)
         .option("topic", job.output)
         .option("checkpointLocation", os.path.join(job.workdir, "sss-checkpoint"))
-        .trigger(processingTime=f"{job.commit_interval_s} seconds")
-    )
+    )  # default trigger: the next micro-batch as soon as one ends (maxOffsetsPerTrigger)
     _say("READY")
     running = query.start()
     running.processAllAvailable()
@@ -527,6 +588,7 @@ RUNNERS: dict[str, Callable[[Job], None]] = {
     "quix": run_quix,
     "kstreams": run_kstreams,
     "sss": run_sss,
+    "sss-python": run_sss_python,
 }
 
 

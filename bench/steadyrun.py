@@ -7,10 +7,14 @@ input size, over topics pre-loaded once for all rounds:
                           driver, Spark's JVM, the PySpark daemon and its workers: four
                           subtasks as four Spark tasks), as a user submits it;
 ``spillway-run-chained``  the same with ``--conf chaining=true`` (two chains);
+``spillway-run-avro``     unchained with ``--channel-codec avro`` (Arrow IPC is the default);
 ``handwritten-orjson``    the hand-written confluent-kafka loop with orjson (the baseline of
                           record: ratios are taken against it);
 ``kstreams``              Kafka Streams (:mod:`bench.kstreams`);
-``quix``                  Quix Streams.
+``quix``                  Quix Streams;
+``sss-python``            Structured Streaming with the count in Python
+                          (``applyInPandasWithState``), RocksDB state store with changelog
+                          checkpointing, many micro-batches (``maxOffsetsPerTrigger``).
 
 The peers run as ``python -m bench.peers ENGINE`` with stdin closed, so they exit as soon
 as they are done. CPU is that of the engine's whole process tree, sampled from ``/proc``
@@ -19,7 +23,9 @@ stretch. Per round and engine, a line through ``(records, CPU)`` gives the per-r
 (slope) apart from the fixed cost (intercept; :mod:`bench.steady`); the same through
 ``(records, wall seconds)`` gives the steady-state records/s. Every engine writes one
 update per input record, and every run's output is checked exactly
-(:func:`bench.workload.check_rows`).
+(:func:`bench.workload.check_rows`). For Spillway, the bytes its channel topics hold on
+the broker after the run (:func:`wire_bytes`, record batches as sent: compression is off)
+are divided by the records: wire bytes per record per channel.
 """
 
 from __future__ import annotations
@@ -39,16 +45,24 @@ from bench.stats import ratios, spread
 ENGINES = (
     "spillway-run",
     "spillway-run-chained",
+    "spillway-run-avro",
     "handwritten-orjson",
     "kstreams",
     "quix",
+    "sss-python",
 )
 BASELINE = "handwritten-orjson"
 REPO = Path(__file__).resolve().parent.parent
 
 
 def spillway_command(
-    bootstrap: str, input_topic: str, output: str, name: str, interval_s: float, chaining: bool
+    bootstrap: str,
+    input_topic: str,
+    output: str,
+    name: str,
+    interval_s: float,
+    chaining: bool,
+    codec: str = "arrow",
 ) -> list[str]:
     """``spillway run`` of the B1 pipeline, the installed command next to this Python."""
     return [
@@ -63,6 +77,8 @@ def spillway_command(
         repr(interval_s),
         "--progress",
         "off",
+        "--channel-codec",
+        codec,
         "--conf",
         f"input={input_topic}",
         "--conf",
@@ -82,7 +98,12 @@ def peer_command(
     interval_s: float,
     workdir: str,
 ) -> list[str]:
-    """``python -m bench.peers ENGINE ...`` for one run."""
+    """``python -m bench.peers ENGINE ...`` for one run (Structured Streaming: + connector)."""
+    extra: list[str] = []
+    if engine.startswith("sss"):
+        from bench import sparkkafka
+
+        extra = ["--connector", ",".join(str(p) for p in sparkkafka.connector_jars())]
     return [
         sys.executable,
         "-m",
@@ -102,6 +123,7 @@ def peer_command(
         workdir,
         "--name",
         name,
+        *extra,
     ]
 
 
@@ -118,7 +140,8 @@ def command(
     """The command line of one run of ``engine`` (one of :data:`ENGINES`)."""
     if engine.startswith("spillway-run"):
         chaining = engine == "spillway-run-chained"
-        return spillway_command(bootstrap, input_topic, output, name, interval_s, chaining)
+        codec = "avro" if engine == "spillway-run-avro" else "arrow"
+        return spillway_command(bootstrap, input_topic, output, name, interval_s, chaining, codec)
     if engine not in ENGINES:
         raise ValueError(f"unknown B1s engine {engine!r}; one of {ENGINES}")
     return peer_command(engine, bootstrap, input_topic, output, records, name, interval_s, workdir)
@@ -135,11 +158,13 @@ def run_once(
     log: TextIO,
     create: Callable[[str], None],
     drop: Callable[[str], None],
+    log_dirs: Path | None = None,
 ) -> dict[str, Any]:
     """One whole run of ``engine`` over ``input_topic``: measured figures and output check.
 
     ``create(topic)`` makes the output topic; ``drop(name)`` deletes every topic whose
-    name holds ``name`` (the output, and what the engine made for itself).
+    name holds ``name`` (the output, and what the engine made for itself). ``log_dirs``:
+    the broker's, to weigh Spillway's channel topics (:func:`wire_bytes`).
     """
     name = f"bench-{engine}-{uuid.uuid4().hex[:8]}"
     output = name + "-out"
@@ -152,10 +177,36 @@ def run_once(
         check = workload.check_rows(
             workload.read_rows(bootstrap, output, name + "-check"), workload.reference(records)
         )
+        wire: dict[str, int] = {}
+        if log_dirs is not None and engine.startswith("spillway"):
+            wire = wire_bytes(log_dirs, f"{CHANNEL_PREFIX}{name}.ch.")
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
         drop(name)
-    return {"engine": engine, "records": records, **m.as_dict(), "output": asdict(check)}
+    out = {"engine": engine, "records": records, **m.as_dict(), "output": asdict(check)}
+    if wire:
+        out["channel_bytes"] = wire
+        out["channel_bytes_per_record"] = sum(wire.values()) / records
+    return out
+
+
+CHANNEL_PREFIX = "spillway."
+
+
+def wire_bytes(log_dirs: Path, prefix: str) -> dict[str, int]:
+    """Bytes of the log segments of every topic named ``prefix…`` in the broker's log.dirs.
+
+    A partition's directory is ``<topic>-<partition>``; its ``*.log`` segments hold the
+    record batches as the producers sent them (with batch headers and transaction
+    markers). Returns topic → bytes over all its partitions.
+    """
+    out: dict[str, int] = {}
+    for part in log_dirs.glob(prefix + "*"):
+        topic, sep, index = part.name.rpartition("-")
+        if not (part.is_dir() and sep and index.isdigit()):
+            continue
+        out[topic] = out.get(topic, 0) + sum(f.stat().st_size for f in part.glob("*.log"))
+    return out
 
 
 def fit_round(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -166,7 +217,9 @@ def fit_round(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """
     cpu = steady.fit([(r["records"], r["cpu_s"] + r["broker_cpu_s"]) for r in runs])
     wall = steady.fit([(r["records"], r["seconds"]) for r in runs])
+    largest = max(runs, key=lambda r: r["records"])
     return {
+        "channel_bytes_per_record": largest.get("channel_bytes_per_record"),
         "fixed_cpu_s": cpu.fixed,
         "cpu_us_per_record": cpu.per_record * 1e6,
         "per_cpu_s": cpu.per_unit,
@@ -180,6 +233,7 @@ def fit_round(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 
 FIGURES = (
+    "channel_bytes_per_record",
     "per_cpu_s",
     "cpu_us_per_record",
     "fixed_cpu_s",

@@ -38,6 +38,7 @@ from typing import Any, TextIO
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from bench import (
+    ceiling,
     kafkatools,
     kstreams,
     latency,
@@ -48,6 +49,7 @@ from bench import (
     report,
     restore,
     sparkkafka,
+    steadyparts,
     steadyrun,
     workload,
 )
@@ -75,7 +77,7 @@ class Settings:
     commit_interval_s: float = 1.0
     b4_records: int = 1_500_000
     engine_timeout_s: float = 300.0
-    parts: tuple[str, ...] = ("b0", "b1", "b1s", "b4", "b2", "b3")
+    parts: tuple[str, ...] = ("b0", "b0s", "b1", "b1s", "b4", "b2", "b3")
     b2_intervals: tuple[float, ...] = (0.1, 1.0, 5.0)
     b2_rate: float = 2000.0
     b2_seconds: float = 10.0
@@ -86,6 +88,8 @@ class Settings:
     b1s_sizes: tuple[int, ...] = (1_000_000, 5_000_000)
     b1s_engines: tuple[str, ...] = steadyrun.ENGINES
     b1s_timeout_s: float = 1800.0
+    # B0s (bench.ceiling): tuned perf tools and raw confluent-kafka loops at two sizes.
+    b0s_sizes: tuple[int, ...] = (1_000_000, 5_000_000)
 
 
 def _create(admin: AdminClient, topic: str, partitions: int = PARTITIONS) -> None:
@@ -171,7 +175,7 @@ def b1_engine(
         "--guarantee",
         guarantee,
     ]
-    if engine == "sss":
+    if engine.startswith("sss"):
         args += ["--connector", ",".join(str(p) for p in sparkkafka.connector_jars())]
     try:
         run = measure.run_engine(args, broker_pid, s.engine_timeout_s, log)
@@ -193,24 +197,6 @@ def b1_engine(
         **m.as_dict(),
         "output": asdict(check),
     }
-
-
-def _topics_with(admin: AdminClient, name: str) -> list[str]:
-    """Every topic whose name holds ``name``."""
-    return [t for t in admin.list_topics(timeout=10).topics if name in t]
-
-
-def b1s_preload(bootstrap: str, admin: AdminClient, s: Settings) -> dict[int, str]:
-    """One input topic per B1s size, written once for every round: size → topic."""
-    topics = {}
-    for n in s.b1s_sizes:
-        topic = f"bench-b1s-{n}-{uuid.uuid4().hex[:8]}"
-        _create(admin, topic)
-        t0 = time.monotonic()
-        workload.preload(bootstrap, topic, n, PARTITIONS)
-        _say(f"B1s: {n:,} records pre-loaded in {time.monotonic() - t0:.1f} s")
-        topics[n] = topic
-    return topics
 
 
 def _topics_of(admin: AdminClient, name: str) -> list[str]:
@@ -278,6 +264,8 @@ def summarise(doc: dict[str, Any]) -> dict[str, Any]:
                 for e in engines
                 if not e.startswith("spillway")
             }
+    if b0s := doc.get("b0s"):
+        out["b0s"] = ceiling.summarise(b0s)
     if b1s := doc.get("b1s"):
         out["b1s"] = steadyrun.summarise(b1s)
     if b4 := doc.get("b4"):
@@ -338,8 +326,8 @@ def subprocess_text(command: list[str]) -> str:
 # -- main -------------------------------------------------------------------------------
 
 
-def start_broker(stack: contextlib.ExitStack) -> tuple[str, int]:
-    """A throw-away broker in a temporary directory on free ports: (bootstrap, pid)."""
+def start_broker(stack: contextlib.ExitStack) -> tuple[str, int, Path]:
+    """A throw-away broker in a temporary directory on free ports: (bootstrap, pid, log.dirs)."""
     from channels.localbroker import BrokerConfig, LocalBroker, free_ports
 
     data_dir = Path(tempfile.mkdtemp(prefix="spillway-bench-suite-"))
@@ -351,11 +339,12 @@ def start_broker(stack: contextlib.ExitStack) -> tuple[str, int]:
     pid = broker.status().pid
     if pid is None:
         raise measure.MeasureError("the benchmark's broker started but has no PID file")
-    return broker.bootstrap, pid
+    return broker.bootstrap, pid, broker.config.log_dirs
 
 
 PARTS: dict[str, str] = {
     "b0": "B0 ceiling",
+    "b0s": "B0s ceiling in steady state",
     "b1": "B1 throughput",
     "b1s": "B1s steady state, as users run it",
     "b4": "B4 restore",
@@ -433,7 +422,7 @@ def run(s: Settings, command: str, smoke_dir: Path | None = None) -> Path:
         "settings": asdict(s),
     }
     with contextlib.ExitStack() as stack:
-        bootstrap, broker_pid = start_broker(stack)
+        bootstrap, broker_pid, log_dirs = start_broker(stack)
         admin = AdminClient({"bootstrap.servers": bootstrap})
         doc["machine"] = describe_machine(broker_pid)
         log = stack.enter_context(open(stem.with_suffix(".log"), "w"))
@@ -449,27 +438,17 @@ def run(s: Settings, command: str, smoke_dir: Path | None = None) -> Path:
             "b1s" in s.parts and "kstreams" in s.b1s_engines
         ):
             kstreams.build()  # Maven, the first time: before any round, not in one
-        if "b1s" in s.parts:
-            b1s_topics = b1s_preload(bootstrap, admin, s)
-            stack.callback(_delete, admin, list(b1s_topics.values()))
-            rounds["b1s"] = lambda i: steadyrun.b1s_round(
-                s.b1s_engines,
-                b1s_topics,
-                i,
-                lambda e, t, n: steadyrun.run_once(
-                    e,
-                    bootstrap,
-                    broker_pid,
-                    t,
-                    n,
-                    s.commit_interval_s,
-                    s.b1s_timeout_s,
-                    log,
-                    lambda topic: _create(admin, topic),
-                    lambda name: _delete(admin, _topics_with(admin, name)),
-                ),
+        rounds.update(
+            steadyparts.rounds(
+                steadyparts.Broker(bootstrap, broker_pid, log_dirs, admin),
+                s,
+                log,
+                stack,
+                lambda topic: _create(admin, topic),
+                lambda topics: _delete(admin, topics),
                 _say,
             )
+        )
         for part in s.parts:
             if part == "b2":  # paced latency runs: their own loop (see b2_latency)
                 doc["b2_load_before"] = procstat.load_average()
@@ -524,6 +503,11 @@ def parse_args(argv: Sequence[str] | None) -> Settings:
         help="B1s input sizes (>= 2 distinct)",
     )
     ap.add_argument(
+        "--b0s-sizes",
+        default=",".join(str(n) for n in d.b0s_sizes),
+        help="B0s input sizes (>= 2 distinct)",
+    )
+    ap.add_argument(
         "--b1s-engines",
         default=",".join(d.b1s_engines),
         help="subset of " + ",".join(steadyrun.ENGINES),
@@ -542,9 +526,10 @@ def parse_args(argv: Sequence[str] | None) -> Settings:
     if a.runs < 1 or min(a.b0_records, a.b1_records, a.b4_records) < 1:
         ap.error("--runs and the record counts must be >= 1")
     b1s_sizes = tuple(sorted({int(n) for n in a.b1s_sizes.split(",") if n}))
+    b0s_sizes = tuple(sorted({int(n) for n in a.b0s_sizes.split(",") if n}))
     b1s_engines = tuple(e for e in a.b1s_engines.split(",") if e)
-    if len(b1s_sizes) < 2 or b1s_sizes[0] < 1:
-        ap.error(f"--b1s-sizes needs two distinct sizes >= 1, got {a.b1s_sizes!r}")
+    if len(b1s_sizes) < 2 or b1s_sizes[0] < 1 or len(b0s_sizes) < 2 or b0s_sizes[0] < 1:
+        ap.error("--b1s-sizes and --b0s-sizes need two distinct sizes >= 1 each")
     if bad := [e for e in b1s_engines if e not in steadyrun.ENGINES]:
         ap.error(f"unknown B1s engine {bad}; B1s engines: {steadyrun.ENGINES}")
     return Settings(
@@ -560,6 +545,7 @@ def parse_args(argv: Sequence[str] | None) -> Settings:
         parts=parts,
         b1s_sizes=b1s_sizes,
         b1s_engines=b1s_engines,
+        b0s_sizes=b0s_sizes,
     )
 
 

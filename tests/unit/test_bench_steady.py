@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from bench import procstat, steady, steadyrun
+from bench import ceiling, kafkatools, procstat, steady, steadyrun
 
 
 def test_fit_splits_fixed_cost_from_per_record_cost() -> None:
@@ -84,3 +86,37 @@ def test_spillway_runs_through_the_installed_command_with_its_settings() -> None
     assert peer[1:4] == ["-m", "bench.peers", "quix"]
     with pytest.raises(ValueError, match="unknown"):
         steadyrun.command("sss", "b:1", "in", "out", 5, "job", 1.0, "/w")
+
+
+def test_ceiling_fit_leaves_the_fixed_jvm_start_out_of_the_per_record_cost() -> None:
+    runs = [
+        {"records": 1_000_000, "cpu_s": 4.0, "broker_cpu_s": 1.0},
+        {"records": 5_000_000, "cpu_s": 12.0, "broker_cpu_s": 5.0},
+    ]
+    f = ceiling.fit_tool(runs)
+    assert f["cpu_us_per_record"] == pytest.approx(3.0)
+    assert f["per_cpu_s"] == pytest.approx(333_333.33)
+    assert f["fixed_cpu_s"] == pytest.approx(2.0)
+    s = ceiling.summarise([{"fits": {"raw-produce": f}}, {"fits": {"raw-produce": f}}])
+    assert set(s) == {"raw-produce"}
+    assert s["raw-produce"]["fixed_cpu_s"]["median"] == pytest.approx(2.0)
+
+
+def test_tuned_producer_command_adds_its_properties_after_acks() -> None:
+    cmd = kafkatools.producer_command(Path("/lib"), "b:1", "t", 10, 200, kafkatools.TUNED_PRODUCER)
+    assert cmd[-3:] == ["acks=all", "linger.ms=10", "batch.size=262144"]
+
+
+def test_wire_bytes_sums_log_segments_of_the_channel_topics_only(tmp_path: Path) -> None:
+    def segment(directory: str, name: str, size: int) -> None:
+        (tmp_path / directory).mkdir(exist_ok=True)
+        (tmp_path / directory / name).write_bytes(b"x" * size)
+
+    segment("spillway.j.ch.a.b-0", "00000000000000000000.log", 100)
+    segment("spillway.j.ch.a.b-0", "00000000000000000000.index", 999)
+    segment("spillway.j.ch.a.b-1", "00000000000000000000.log", 50)
+    segment("spillway.j.ch.b.c-0", "00000000000000000000.log", 7)
+    segment("spillway.j.changelog.c-0", "00000000000000000000.log", 1000)
+    segment("spillway.j2.ch.a.b-0", "00000000000000000000.log", 1000)
+    got = steadyrun.wire_bytes(tmp_path, "spillway.j.ch.")
+    assert got == {"spillway.j.ch.a.b": 150, "spillway.j.ch.b.c": 7}
