@@ -95,8 +95,12 @@ def command(
     application_id: str,
     standby_replicas: int = 0,
     java: Path | None = None,
+    traced: bool = False,
 ) -> list[str]:
-    """The JVM command of one instance (``records`` 0: run until stdin closes). Pure."""
+    """The JVM command of one instance (``records`` 0: run until stdin closes). Pure.
+
+    ``traced`` (B3): outputs also carry ``seq`` and ``ts`` of the record counted last.
+    """
     if records < 0 or commit_interval_s <= 0 or standby_replicas < 0:
         raise ValueError(
             f"records ({records}) and standby replicas ({standby_replicas}) must be >= 0 "
@@ -116,4 +120,5 @@ def command(
         state_dir,
         application_id,
         str(standby_replicas),
+        *(["traced"] if traced else []),
     ]

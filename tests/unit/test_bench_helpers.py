@@ -182,3 +182,30 @@ def test_kstreams_digest_changes_with_a_source_or_the_kafka_version() -> None:
     assert d == kstreams.source_digest(list(reversed(files)), "4.4.0")
     assert d != kstreams.source_digest([("pom.xml", b"a"), ("src/A.java", b"c")], "4.4.0")
     assert d != kstreams.source_digest(files, "4.3.0")
+
+
+def test_kstreams_b3_figures_find_recovery_duplicates_and_gaps() -> None:
+    from bench import kstreamsb3
+
+    s = kstreamsb3.Settings(base_s=10.0, after_s=10.0)
+    kill = 100.0
+    seen = []
+    # 0.1 s latency before the kill, 2 s for the first 3 s after it, then 0.1 s again.
+    for seq in range(200):
+        t = 90.0 + seq * 0.1
+        lat = 2.0 if kill <= t < kill + 3 else 0.1
+        seen.append((t, seq, int((t - lat) * 1000), "/a/1", seq + 1))
+    f = kstreamsb3.figures(seen, 200, kill, s)
+    assert f["baseline_latency_q90_s"] == pytest.approx(0.1, abs=0.002)
+    assert f["back_within_10pct_s"] == pytest.approx(3.0)
+    assert f["max_latency_after_kill_s"] == pytest.approx(2.0, abs=0.002)
+    assert (f["duplicates"], f["missing"], f["every_update_once"]) == (0, 0, True)
+    twice = kstreamsb3.figures([*seen, seen[5]], 201, kill, s)
+    assert (twice["duplicates"], twice["missing"], twice["every_update_once"]) == (1, 1, False)
+
+
+def test_kstreams_traced_command_ends_with_the_flag() -> None:
+    cmd = kstreams.command(
+        Path("/h"), "b:1", "in", "out", 0, 1.0, "/s", "app", 1, java=Path("j"), traced=True
+    )
+    assert cmd[-3:] == ["app", "1", "traced"]

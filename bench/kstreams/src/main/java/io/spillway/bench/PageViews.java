@@ -48,16 +48,30 @@ public final class PageViews {
 
   private PageViews() {}
 
-  /** The running count of one page (the aggregate kept in the store). */
-  record Count(String section, long views) {}
+  /**
+   * The running count of one page (the aggregate kept in the store); traced (B3): also seq
+   * and ts of the last record counted, which ride along to the output.
+   */
+  record Count(String section, long views, long seq, long ts) {}
 
-  /** section (UTF-8, length-prefixed) and views, the store's value format. */
+  /** section (UTF-8, length-prefixed) and views [+ seq, ts when traced], the store's format. */
   static final class CountSerde implements Serde<Count> {
+    private final boolean traced;
+
+    CountSerde(boolean traced) {
+      this.traced = traced;
+    }
+
     @Override
     public Serializer<Count> serializer() {
       return (topic, c) -> {
         byte[] s = c.section().getBytes(StandardCharsets.UTF_8);
-        return ByteBuffer.allocate(4 + s.length + 8).putInt(s.length).put(s).putLong(c.views()).array();
+        ByteBuffer b = ByteBuffer.allocate(4 + s.length + (traced ? 24 : 8));
+        b.putInt(s.length).put(s).putLong(c.views());
+        if (traced) {
+          b.putLong(c.seq()).putLong(c.ts());
+        }
+        return b.array();
       };
     }
 
@@ -70,13 +84,17 @@ public final class PageViews {
         ByteBuffer b = ByteBuffer.wrap(data);
         byte[] s = new byte[b.getInt()];
         b.get(s);
-        return new Count(new String(s, StandardCharsets.UTF_8), b.getLong());
+        String section = new String(s, StandardCharsets.UTF_8);
+        long views = b.getLong();
+        return traced
+            ? new Count(section, views, b.getLong(), b.getLong())
+            : new Count(section, views, 0, 0);
       };
     }
   }
 
-  /** {page, section} of an event, as workload.parse: path without query, /section/page. */
-  static KeyValue<String, String> parse(byte[] value) {
+  /** {page, section[\tseq\tts]} of an event, as workload.parse: /section/page of the URL. */
+  static KeyValue<String, String> parse(byte[] value, boolean traced) {
     JsonNode event;
     try {
       event = JSON.readTree(value);
@@ -86,14 +104,22 @@ public final class PageViews {
     String url = event.get("url").asText();
     String path = url.split("://", 2)[1].split("\\?", 2)[0];
     String[] parts = path.split("/", 3);
-    return KeyValue.pair("/" + parts[1] + "/" + parts[2], parts[1]);
+    String view = parts[1];
+    if (traced) {
+      view += "\t" + event.get("seq").asLong() + "\t" + event.get("ts").asLong();
+    }
+    return KeyValue.pair("/" + parts[1] + "/" + parts[2], view);
   }
 
-  static byte[] render(String page, Count c) {
+  static byte[] render(String page, Count c, boolean traced) {
     ObjectNode out = JSON.createObjectNode();
     out.put("page", page);
     out.put("section", c.section());
     out.put("views", c.views());
+    if (traced) {
+      out.put("seq", c.seq());
+      out.put("ts", c.ts());
+    }
     try {
       return JSON.writeValueAsBytes(out);
     } catch (IOException e) {
@@ -121,7 +147,8 @@ public final class PageViews {
   public static void main(String[] args) throws Exception {
     if (args.length < 7) {
       System.err.println(
-          "usage: PageViews bootstrap input output records commitIntervalMs stateDir appId [standbys]");
+          "usage: PageViews bootstrap input output records commitIntervalMs stateDir appId"
+              + " [standbys [traced]]");
       System.exit(2);
     }
     String bootstrap = args[0], input = args[1], output = args[2];
@@ -135,25 +162,34 @@ public final class PageViews {
     p.put(StreamsConfig.STATESTORE_CACHE_MAX_BYTES_CONFIG, 0); // every update goes out
     p.put(StreamsConfig.NUM_STREAM_THREADS_CONFIG, 1);
     p.put(StreamsConfig.NUM_STANDBY_REPLICAS_CONFIG, args.length > 7 ? args[7] : "0");
+    boolean traced = args.length > 8 && args[8].equals("traced");
     p.put(StreamsConfig.REPLICATION_FACTOR_CONFIG, 1);
     p.put(StreamsConfig.consumerPrefix("auto.offset.reset"), "earliest");
+    // B3 kills an instance: the broker's lowest session time-out (group.min.session.timeout.ms)
+    // lets the survivor take its tasks over in seconds, not Kafka's default 45 s.
+    p.put(StreamsConfig.consumerPrefix("session.timeout.ms"), 6000);
+    p.put(StreamsConfig.consumerPrefix("heartbeat.interval.ms"), 1500);
 
     AtomicLong counted = new AtomicLong();
     StreamsBuilder b = new StreamsBuilder();
     b.stream(input, Consumed.with(Serdes.ByteArray(), Serdes.ByteArray()))
-        .map((k, v) -> parse(v))
+        .map((k, v) -> parse(v, traced))
         .groupByKey(Grouped.with("by-page", Serdes.String(), Serdes.String()))
         .aggregate(
-            () -> new Count("", 0),
-            (page, section, acc) -> {
+            () -> new Count("", 0, 0, 0),
+            (page, view, acc) -> {
               counted.incrementAndGet();
-              return new Count(section, acc.views() + 1);
+              if (!traced) {
+                return new Count(view, acc.views() + 1, 0, 0);
+              }
+              String[] f = view.split("\t", 3);
+              return new Count(f[0], acc.views() + 1, Long.parseLong(f[1]), Long.parseLong(f[2]));
             },
             Materialized.<String, Count, KeyValueStore<Bytes, byte[]>>as("counts")
                 .withKeySerde(Serdes.String())
-                .withValueSerde(new CountSerde()))
+                .withValueSerde(new CountSerde(traced)))
         .toStream()
-        .mapValues(PageViews::render)
+        .mapValues((page, c) -> render(page, c, traced))
         .to(output, Produced.with(Serdes.String(), Serdes.ByteArray()));
 
     KafkaStreams streams = new KafkaStreams(b.build(), p);
