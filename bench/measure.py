@@ -89,12 +89,16 @@ class EngineRun:
     measured: Measured
     started: float  # unix time of READY, as the engine printed it
     finished: float  # unix time of DONE
+    # Records the engine had processed before READY (Structured Streaming's first
+    # micro-batch: READY comes once it completed), so not in the measured window.
+    before_ready: int = 0
 
 
-def _expect(stream: IO[str], word: str, proc: subprocess.Popen[str], what: str) -> float:
+def _expect(stream: IO[str], word: str, proc: subprocess.Popen[str], what: str) -> list[str]:
+    """The fields of the engine's next ``WORD <unix time> [records before]`` line."""
     for line in stream:
         if line.startswith(word + " "):
-            return float(line.split()[1])
+            return line.split()
     proc.wait()
     raise MeasureError(f"{what} exited {proc.returncode} before printing {word}")
 
@@ -118,12 +122,12 @@ def run_engine(args: list[str], broker_pid: int, timeout_s: float, log: IO[str])
     assert proc.stdin is not None
     timer = _Killer(proc, timeout_s)
     try:
-        started = _expect(proc.stdout, "READY", proc, what)
+        ready = _expect(proc.stdout, "READY", proc, what)
         load0 = procstat.load_average()
         cpu0 = procstat.cpu_seconds(procstat.read_tree(proc.pid))
         b0 = _broker_cpu(broker_pid)
         with procstat.PeakRss(proc.pid) as peak:
-            finished = _expect(proc.stdout, "DONE", proc, what)
+            finished = float(_expect(proc.stdout, "DONE", proc, what)[1])
             cpu1 = procstat.cpu_seconds(procstat.read_tree(proc.pid))
             b1 = _broker_cpu(broker_pid)
         load1 = procstat.load_average()
@@ -137,8 +141,9 @@ def run_engine(args: list[str], broker_pid: int, timeout_s: float, log: IO[str])
             proc.wait()
     if timer.fired:
         raise MeasureError(f"{what} did not finish within {timeout_s:.0f} s (killed)")
+    started = float(ready[1])
     m = Measured(finished - started, cpu1 - cpu0, b1 - b0, peak.peak, load0, load1)
-    return EngineRun(m, started, finished)
+    return EngineRun(m, started, finished, int(ready[2]) if len(ready) > 2 else 0)
 
 
 def run_whole(

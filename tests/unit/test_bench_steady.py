@@ -120,3 +120,13 @@ def test_wire_bytes_sums_log_segments_of_the_channel_topics_only(tmp_path: Path)
     segment("spillway.j2.ch.a.b-0", "00000000000000000000.log", 1000)
     got = steadyrun.wire_bytes(tmp_path, "spillway.j.ch.")
     assert got == {"spillway.j.ch.a.b": 150, "spillway.j.ch.b.c": 7}
+
+
+def test_ready_lines_may_say_how_many_records_came_before_the_window() -> None:
+    import io
+
+    from bench import measure
+
+    fields = measure._expect(io.StringIO("log noise\nREADY 12.5 50000\n"), "READY", None, "x")  # type: ignore[arg-type]
+    assert fields == ["READY", "12.5", "50000"]
+    assert measure._expect(io.StringIO("DONE 13.0\n"), "DONE", None, "x") == ["DONE", "13.0"]  # type: ignore[arg-type]
