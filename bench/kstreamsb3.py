@@ -15,8 +15,8 @@ standby replica it already holds). Measured per standby setting:
   page's views 1..n once each).
 
 Not measured: records re-processed (the killed instance's open transaction is aborted and
-invisible to a read_committed observer). ``python -m bench.kstreamsb3`` runs it on a
-throw-away broker and prints JSON.
+invisible to a read_committed observer). Part ``b3k`` of ``make bench``; ``python -m
+bench.kstreamsb3`` runs one round on a throw-away broker and prints JSON.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 from bench import kstreams, procstat, workload
 from bench.checkpoints import percentile
 from bench.recoverystats import back_within
+from bench.stats import spread
 
 PARTITIONS = 2
 QUANTILE = 0.9
@@ -208,6 +209,40 @@ def run_round(bootstrap: str, admin: AdminClient, standbys: int, s: Settings) ->
     return {"standby_replicas": standbys, **figures(observer.seen, pacer.sent, kill, s)}
 
 
+def b3k_round(bootstrap: str, admin: AdminClient, s: Settings) -> dict[str, Any]:
+    """One suite round: 0 standbys, then 1, each with the load average around it."""
+    out: dict[str, Any] = {}
+    for n in (0, 1):
+        load0 = procstat.load_average()
+        r = run_round(bootstrap, admin, n, s)
+        out[f"standby-{n}"] = {**r, "load_before": load0, "load_after": procstat.load_average()}
+    return out
+
+
+FIGURES = ("back_within_10pct_s", "max_latency_after_kill_s", "baseline_latency_q90_s")
+
+
+def summarise(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per standby setting: median (min–max) of each figure over the rounds where it was
+    measured, rounds not back within the run, and whether every output was exact. Pure."""
+    out: dict[str, Any] = {}
+    for key in ("standby-0", "standby-1"):
+        rs = [r[key] for r in rounds if key in r]
+        if not rs:
+            continue
+        figs: dict[str, Any] = {}
+        for f in FIGURES:
+            values = [r[f] for r in rs if r[f] is not None]
+            if values:
+                figs[f] = asdict(spread(values))
+        figs["not_back"] = sum(1 for r in rs if r["back_within_10pct_s"] is None)
+        figs["output_exact"] = all(
+            r["every_update_once"] and r["duplicates"] == 0 and r["missing"] == 0 for r in rs
+        )
+        out[key] = figs
+    return out
+
+
 def main() -> int:
     """Both standby settings on a throw-away broker; prints the figures as JSON."""
     from bench.suite import start_broker
@@ -216,12 +251,8 @@ def main() -> int:
     with contextlib.ExitStack() as stack:
         bootstrap, _, _ = start_broker(stack)
         admin = AdminClient({"bootstrap.servers": bootstrap})
-        rounds = []
-        for n in (0, 1):
-            load0 = procstat.load_average()
-            r = run_round(bootstrap, admin, n, s)
-            rounds.append({**r, "load_before": load0, "load_after": procstat.load_average()})
-    print(json.dumps({"settings": asdict(s), "rounds": rounds}, indent=2))
+        result = b3k_round(bootstrap, admin, s)
+    print(json.dumps({"settings": asdict(s), "round": result}, indent=2))
     return 0
 
 

@@ -1,5 +1,6 @@
-"""The suite's steady-state parts wired to its broker: B0s (:mod:`bench.ceiling`) and B1s
-(:mod:`bench.steadyrun`), one callable per part that runs round ``i``."""
+"""The suite's parts added for issue 18, wired to its broker: B0s (:mod:`bench.ceiling`),
+B1s (:mod:`bench.steadyrun`) and B3k (:mod:`bench.kstreamsb3`), one callable per part that
+runs round ``i``."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from confluent_kafka.admin import AdminClient
 
-from bench import ceiling, steadyrun, workload
+from bench import ceiling, kstreamsb3, steadyrun, workload
 
 if TYPE_CHECKING:
     from bench.suite import Settings
@@ -63,12 +64,15 @@ def rounds(
     delete: Callable[[list[str]], None],
     say: Callable[[str], None],
 ) -> dict[str, Callable[[int], dict[str, Any]]]:
-    """``{"b0s": round, "b1s": round}``; B1s's input topics are written here (if it runs)
-    and deleted when ``stack`` closes."""
+    """``{"b0s": round, "b3k": round, "b1s": round}``; B1s's input topics are written here
+    (if it runs) and deleted when ``stack`` closes."""
     out: dict[str, Callable[[int], dict[str, Any]]] = {
         "b0s": lambda i: ceiling.b0s_round(
             broker.bootstrap, broker.pid, s.b0s_sizes, s.b1s_timeout_s, log, create, delete, say
-        )
+        ),
+        "b3k": lambda i: kstreamsb3.b3k_round(
+            broker.bootstrap, broker.admin, kstreamsb3.Settings()
+        ),
     }
     if "b1s" not in s.parts:
         return out

@@ -41,6 +41,7 @@ from bench import (
     ceiling,
     kafkatools,
     kstreams,
+    kstreamsb3,
     latency,
     localized,
     measure,
@@ -55,6 +56,7 @@ from bench import (
 )
 from bench.channels import machine
 from bench.stats import ratios, spread
+from channels.localbroker.jars import kafka_version
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
@@ -78,7 +80,7 @@ class Settings:
     b4_records: int = 1_500_000
     # sss-python needed ~80 s for 50k records at load ~25 in a trial run: room for 400k.
     engine_timeout_s: float = 900.0
-    parts: tuple[str, ...] = ("b0", "b0s", "b1", "b1s", "b4", "b2", "b3")
+    parts: tuple[str, ...] = ("b0", "b0s", "b1", "b1s", "b4", "b2", "b3", "b3k")
     b2_intervals: tuple[float, ...] = (0.1, 1.0, 5.0)
     b2_rate: float = 2000.0
     b2_seconds: float = 10.0
@@ -273,6 +275,8 @@ def summarise(doc: dict[str, Any]) -> dict[str, Any]:
         out["b0s"] = ceiling.summarise(b0s)
     if b1s := doc.get("b1s"):
         out["b1s"] = steadyrun.summarise(b1s)
+    if b3k := doc.get("b3k"):
+        out["b3k"] = kstreamsb3.summarise(b3k)
     if b4 := doc.get("b4"):
         out["b4"] = restore.summarise(b4)
     if b2 := doc.get("b2"):
@@ -310,7 +314,8 @@ def describe_machine(broker_pid: int) -> dict[str, Any]:
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             versions[dist] = importlib.metadata.version(dist)
     info["versions"] = versions
-    info["kafka"] = kafkatools.VERSION
+    info["kafka"] = kafkatools.VERSION  # the perf tools' release (B0)
+    info["broker_kafka"] = kafka_version()  # the broker's, and Kafka Streams'
     info["spark_kafka_connector"] = sparkkafka.CONNECTOR
     info["env"] = {k: os.environ[k] for k in ENV_RECORDED if k in os.environ}
     info["broker_pid"] = broker_pid
@@ -355,6 +360,7 @@ PARTS: dict[str, str] = {
     "b4": "B4 restore",
     "b2": "B2 latency per hop",
     "b3": "B3 localized recovery",
+    "b3k": "B3k Kafka Streams, one of two instances SIGKILLed",
 }
 
 
@@ -439,8 +445,10 @@ def run(s: Settings, command: str, smoke_dir: Path | None = None) -> Path:
                 bootstrap, admin, localized.Settings(rate=s.b3_rate), log
             ),
         }
-        if ("b1" in s.parts and "kstreams" in s.engines) or (
-            "b1s" in s.parts and "kstreams" in s.b1s_engines
+        if (
+            ("b1" in s.parts and "kstreams" in s.engines)
+            or ("b1s" in s.parts and "kstreams" in s.b1s_engines)
+            or "b3k" in s.parts
         ):
             kstreams.build()  # Maven, the first time: before any round, not in one
         rounds.update(

@@ -209,3 +209,28 @@ def test_kstreams_traced_command_ends_with_the_flag() -> None:
         Path("/h"), "b:1", "in", "out", 0, 1.0, "/s", "app", 1, java=Path("j"), traced=True
     )
     assert cmd[-3:] == ["app", "1", "traced"]
+
+
+def test_kstreams_b3_summary_counts_rounds_not_back_and_judges_outputs() -> None:
+    from bench import kstreamsb3
+
+    def r(back: float | None, dup: int = 0) -> dict[str, object]:
+        return {
+            "back_within_10pct_s": back,
+            "max_latency_after_kill_s": 9.0,
+            "baseline_latency_q90_s": 1.0,
+            "every_update_once": True,
+            "duplicates": dup,
+            "missing": 0,
+        }
+
+    s = kstreamsb3.summarise(
+        [
+            {"standby-0": r(10.0), "standby-1": r(4.0)},
+            {"standby-0": r(None), "standby-1": r(6.0, 1)},
+        ]
+    )
+    assert s["standby-0"]["back_within_10pct_s"]["median"] == 10.0
+    assert (s["standby-0"]["not_back"], s["standby-0"]["output_exact"]) == (1, True)
+    assert s["standby-1"]["back_within_10pct_s"]["median"] == 5.0
+    assert not s["standby-1"]["output_exact"]
