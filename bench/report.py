@@ -141,7 +141,10 @@ def b1_lines(doc: dict[str, Any]) -> list[str]:
     out = [
         f"**B1 throughput**: {n:,} input records of 200 bytes (2 partitions), source → "
         "parse → count per page → Kafka, commits every 1 s. Figures between the engine's "
-        "READY and DONE (set-up excluded). CPU = user+sys of the engine's process tree "
+        "READY and DONE (set-up excluded; Quix Streams from its first record, Structured "
+        "Streaming from the end of its first micro-batch, whose records are left out). "
+        "Spillway here is bare subtask processes without Spark (B1s runs it on Spark). "
+        "CPU = user+sys of the engine's process tree "
         "plus the broker JVM. Peak RSS = sum over the engine's processes (broker not included).",
         "",
         "| engine | records/s | records per CPU-second | engine CPU s | broker CPU s "
