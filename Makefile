@@ -43,6 +43,8 @@ typecheck: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/python -m pytest tests/unit
 
+# Every bench target runs in .venv-bench: it has the plotting package (matplotlib) and
+# the peers, so each target draws its plots on a fresh clone (the test venv has neither).
 # The peer benchmarks need the `bench` extra (Quix Streams, matplotlib) in a venv of their
 # own: quixstreams pins confluent-kafka < 2.13, which must not downgrade the venv that
 # `make test` / `make typecheck` use. In .venv-bench every engine runs on the same
@@ -74,24 +76,24 @@ chaos-long: $(STAMP)
 bench-columnar: $(BENCH_STAMP)
 	$(BENCH_VENV)/bin/python -m bench.columnar
 
-bench-channels: $(STAMP)
-	$(BIN)/python -m bench.channels
+bench-channels: $(BENCH_STAMP)
+	$(BENCH_VENV)/bin/python -m bench.channels
 
-bench-checkpoints: $(STAMP)
-	$(BIN)/python -m bench.checkpoints
+bench-checkpoints: $(BENCH_STAMP)
+	$(BENCH_VENV)/bin/python -m bench.checkpoints
 
 ## bench-codecs: channel codecs per record, Avro (fastavro) vs Arrow IPC, and JSON input (no broker)
-bench-codecs: $(STAMP)
-	$(BIN)/python -m bench.codecs
+bench-codecs: $(BENCH_STAMP)
+	$(BENCH_VENV)/bin/python -m bench.codecs
 
 ## bench-windows: watermark advance cost vs open keys (10k/100k/1M), full scan vs timer index
-bench-windows: $(STAMP)
-	$(BIN)/python -m bench.windows
+bench-windows: $(BENCH_STAMP)
+	$(BENCH_VENV)/bin/python -m bench.windows
 
 ## bench-restart: kill → new attempt processing, phase by phase, over 12 SIGKILLs of one
 ## subtask of a 15-subtask job (own broker, Spark local mode; about 4 min)
-bench-restart: $(STAMP)
-	$(BIN)/python -m bench.restart
+bench-restart: $(BENCH_STAMP)
+	$(BENCH_VENV)/bin/python -m bench.restart
 
 broker-start: $(STAMP)
 	$(BIN)/spillway broker start

@@ -9,6 +9,7 @@ In both, the broker JVM's CPU time over the same stretch is read from ``/proc/<p
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -88,12 +89,16 @@ class EngineRun:
     measured: Measured
     started: float  # unix time of READY, as the engine printed it
     finished: float  # unix time of DONE
+    # Records the engine had processed before READY (Structured Streaming's first
+    # micro-batch: READY comes once it completed), so not in the measured window.
+    before_ready: int = 0
 
 
-def _expect(stream: IO[str], word: str, proc: subprocess.Popen[str], what: str) -> float:
+def _expect(stream: IO[str], word: str, proc: subprocess.Popen[str], what: str) -> list[str]:
+    """The fields of the engine's next ``WORD <unix time> [records before]`` line."""
     for line in stream:
         if line.startswith(word + " "):
-            return float(line.split()[1])
+            return line.split()
     proc.wait()
     raise MeasureError(f"{what} exited {proc.returncode} before printing {word}")
 
@@ -117,12 +122,12 @@ def run_engine(args: list[str], broker_pid: int, timeout_s: float, log: IO[str])
     assert proc.stdin is not None
     timer = _Killer(proc, timeout_s)
     try:
-        started = _expect(proc.stdout, "READY", proc, what)
+        ready = _expect(proc.stdout, "READY", proc, what)
         load0 = procstat.load_average()
         cpu0 = procstat.cpu_seconds(procstat.read_tree(proc.pid))
         b0 = _broker_cpu(broker_pid)
         with procstat.PeakRss(proc.pid) as peak:
-            finished = _expect(proc.stdout, "DONE", proc, what)
+            finished = float(_expect(proc.stdout, "DONE", proc, what)[1])
             cpu1 = procstat.cpu_seconds(procstat.read_tree(proc.pid))
             b1 = _broker_cpu(broker_pid)
         load1 = procstat.load_average()
@@ -136,8 +141,68 @@ def run_engine(args: list[str], broker_pid: int, timeout_s: float, log: IO[str])
             proc.wait()
     if timer.fired:
         raise MeasureError(f"{what} did not finish within {timeout_s:.0f} s (killed)")
+    started = float(ready[1])
     m = Measured(finished - started, cpu1 - cpu0, b1 - b0, peak.peak, load0, load1)
-    return EngineRun(m, started, finished)
+    return EngineRun(m, started, finished, int(ready[2]) if len(ready) > 2 else 0)
+
+
+def run_whole(
+    command: list[str], broker_pid: int, timeout_s: float, log: IO[str], cwd: str | None = None
+) -> Measured:
+    """Run ``command`` to its end with stdin closed; measure its whole process tree's life.
+
+    CPU and peak RSS of the tree are sampled from ``/proc`` (:class:`procstat.TreeSampler`),
+    so grandchildren that their parent never waits for (Spark's JVM, PySpark's workers)
+    count too; the broker's CPU over the same stretch beside it. Its stdout and stderr go
+    to ``log``. Raises :class:`MeasureError` on a non-zero exit or a time-out (killed).
+    """
+    what = " ".join(command[:4])
+    load0, b0, t0 = procstat.load_average(), _broker_cpu(broker_pid), time.monotonic()
+    proc = subprocess.Popen(
+        command,
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=log,
+        cwd=cwd,
+        start_new_session=True,
+    )
+    timer = _Killer(proc, timeout_s)
+    try:
+        with procstat.TreeSampler(proc.pid) as tree:
+            # Sample until the root exits. Not proc.poll(): it would reap the root, and the
+            # last sample must read the exited (zombie) root's own CPU time first.
+            while not _exited(proc.pid):
+                time.sleep(0.05)
+            tree.sample()
+        proc.wait()
+        seconds = time.monotonic() - t0
+        b1, load1 = _broker_cpu(broker_pid), procstat.load_average()
+    finally:
+        timer.cancel()
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        _kill_group_leftovers(proc.pid)
+    if timer.fired:
+        raise MeasureError(f"{what} ran longer than {timeout_s:.0f} s (killed)")
+    if proc.returncode != 0:
+        raise MeasureError(f"{what} exited {proc.returncode} (see the log)")
+    return Measured(seconds, tree.cpu_s, b1 - b0, tree.peak_rss, load0, load1)
+
+
+def _exited(pid: int) -> bool:
+    """Whether child ``pid`` has exited, without reaping it."""
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:  # already reaped (by the time-out killer's poll)
+        return True
+
+
+def _kill_group_leftovers(pgid: int) -> None:
+    """SIGKILL what is left of the run's own process group (an orphaned JVM or worker)."""
+    # ProcessLookupError, the usual case: every process of the run has exited.
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGKILL)
 
 
 class _Killer:

@@ -17,12 +17,26 @@ the two lines. Engines:
                 compacted changelog topic and the input offsets sent in each transaction.
                 JSON with the standard library, as such a loop is usually written.
 ``handwritten-orjson`` the same loop with orjson for JSON in and out, as Spillway's
-                source and sinks use: the strictest baseline (no target is set on it).
+                source and sinks use: the baseline of record (ratios and targets are
+                taken against it).
 ``quix``        Quix Streams, ``processing_guarantee="exactly-once"``, ``group_by`` page
-                (a repartition topic) and a stateful count (RocksDB + changelog).
+                (a repartition topic) and a stateful count (RocksDB + changelog). READY
+                at its first record: its set-up runs inside ``app.run()``.
+``kstreams``    Kafka Streams (the Java application in ``bench/kstreams``, see
+                :mod:`bench.kstreams`), ``exactly_once_v2``, re-keyed by page through a
+                repartition topic, count in a RocksDB store with a changelog, record cache
+                off (one update per record, as the others). One stream thread; its JVM is
+                a child of this process, so its CPU is in the measured tree.
 ``sss``         PySpark Structured Streaming Kafka→Kafka, ``local[2]``, built-in SQL
-                functions, update mode. At-least-once to the Kafka sink (Spark's own
-                guarantee); one row per page and micro-batch, not per record.
+                functions, update mode, RocksDB state store with changelog checkpointing,
+                at most :data:`bench.sssengine.SSS_MAX_OFFSETS` records per micro-batch.
+                At-least-once to the Kafka sink (Spark's own guarantee); one row per page
+                and micro-batch, not per record. READY once its first micro-batch with
+                input has completed, with that batch's record count (``READY <time> <n>``:
+                the benchmark leaves those n records out of the measured window).
+``sss-python``  the same with the count in Python (``applyInPandasWithState``), what a
+                PySpark user with custom state would write: one update per input record,
+                as the other engines.
 """
 
 from __future__ import annotations
@@ -40,7 +54,16 @@ from typing import Any
 
 from bench import workload
 
-ENGINES = ("spillway", "spillway-chained", "handwritten", "handwritten-orjson", "quix", "sss")
+ENGINES = (
+    "spillway",
+    "spillway-chained",
+    "handwritten",
+    "handwritten-orjson",
+    "quix",
+    "kstreams",
+    "sss",
+    "sss-python",
+)
 # Set to a directory: each Spillway subtask writes its cProfile stats there (profiling).
 PROFILE_ENV = "SPILLWAY_BENCH_PROFILE"
 CHANGELOG_SUFFIX = "-changelog"
@@ -62,10 +85,12 @@ class Job:
     traced: bool = False  # spillway only: the B2 variant (see spillway_pipeline)
     chaining: bool = False  # spillway only: Pipeline(chaining=True)
     orjson: bool = False  # handwritten only: orjson instead of the stdlib's json
+    pandas_state: bool = False  # sss only: the count in Python (applyInPandasWithState)
 
 
-def _say(word: str) -> None:
-    print(f"{word} {time.time():.6f}", flush=True)
+def _say(word: str, records_before: int | None = None) -> None:
+    extra = "" if records_before is None else f" {records_before}"
+    print(f"{word} {time.time():.6f}{extra}", flush=True)
 
 
 def _wait_for_release() -> None:
@@ -369,94 +394,79 @@ def run_quix(job: Job) -> None:
         state.set("views", views)
         return {"page": view["page"], "section": view["section"], "views": views}
 
+    first = [True]
+
+    def ready_at_first_record(event: dict[str, Any]) -> None:
+        # Set-up (topic creation, group join, state store) happens inside app.run(): the
+        # window opens at the first record, as the other engines' open after their set-up.
+        if first[0]:
+            first[0] = False
+            _say("READY")
+
     sdf = app.dataframe(source)
+    sdf = sdf.update(ready_at_first_record)
     sdf = sdf.apply(workload.parse)
     sdf = sdf.group_by("page")
     sdf = sdf.apply(count, stateful=True)
     sdf.to_topic(sink)
-    _say("READY")
     # count: outputs of the dataframe, one per input record; the final checkpoint commits.
     app.run(count=job.records, collect=False)
     _say("DONE")
     _wait_for_release()
 
 
-# -- Spark Structured Streaming ---------------------------------------------------------
+# -- Spark Structured Streaming (bench.sssengine) --------------------------------------
 
 
 def run_sss(job: Job) -> None:
-    """Kafka → from_json → regexp page/section → groupBy count → Kafka, update mode."""
-    import pyspark
-    from pyspark.sql import SparkSession
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import LongType, StringType, StructField, StructType
+    """Structured Streaming, SQL count (:func:`bench.sssengine.run_sss`)."""
+    from bench import sssengine
 
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    builder = SparkSession.builder.master("local[2]").appName(job.name)
-    if job.connector.endswith(".jar") or "," in job.connector:
-        builder = builder.config("spark.jars", job.connector)  # resolved by bench.sparkkafka
-    else:
-        version = job.connector or pyspark.__version__
-        connector = f"org.apache.spark:spark-sql-kafka-0-10_2.13:{version}"
-        builder = builder.config("spark.jars.packages", connector)
-    spark = (
-        builder.config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.memory", "1g")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
+    sssengine.run_sss(job)
+
+
+def run_sss_python(job: Job) -> None:
+    """Structured Streaming, count in Python (``applyInPandasWithState``)."""
+    from bench import sssengine
+
+    sssengine.run_sss(replace(job, pandas_state=True))
+
+
+# -- Kafka Streams ----------------------------------------------------------------------
+
+
+def run_kstreams(job: Job) -> None:
+    """The Kafka Streams application as a child JVM; its READY and DONE lines passed on."""
+    import subprocess
+
+    from bench import kstreams
+
+    home = kstreams.build()  # built by the suite before the rounds: a cache hit here
+    command = kstreams.command(
+        home,
+        job.bootstrap,
+        job.input,
+        job.output,
+        job.records,
+        job.commit_interval_s,
+        os.path.join(job.workdir, "kstreams-state"),
+        job.name,
     )
-    spark.sparkContext.setLogLevel("WARN")
-    schema = StructType(
-        [
-            StructField("seq", LongType()),
-            StructField("user", LongType()),
-            StructField("url", StringType()),
-            StructField("ts", LongType()),
-            StructField("agent", StringType()),
-        ]
-    )
-    events = (
-        spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", job.bootstrap)
-        .option("subscribe", job.input)
-        .option("startingOffsets", "earliest")
-        .option("kafka.isolation.level", "read_committed")
-        .load()
-        .select(F.from_json(F.col("value").cast("string"), schema).alias("e"))
-    )
-    path = F.regexp_extract(F.col("e.url"), r"^[a-z]+://[^/]+(/[^?]*)", 1)
-    views = events.select(
-        path.alias("page"), F.regexp_extract(path, r"^/([^/]+)/", 1).alias("section")
-    )
-    counts = views.groupBy("page", "section").count()
-    out = counts.select(
-        F.col("page").alias("key"),
-        F.to_json(F.struct("page", "section", F.col("count").alias("views"))).alias("value"),
-    )
-    query = (
-        out.writeStream.format("kafka")
-        .outputMode("update")
-        .option("kafka.bootstrap.servers", job.bootstrap)
-        .option("topic", job.output)
-        .option("checkpointLocation", os.path.join(job.workdir, "sss-checkpoint"))
-        .trigger(processingTime=f"{job.commit_interval_s} seconds")
-    )
-    _say("READY")
-    running = query.start()
-    running.processAllAvailable()
-    _say("DONE")
+    if job.guarantee != "exactly-once":
+        raise SystemExit("the kstreams engine runs exactly_once_v2 only")
+    proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert proc.stdin is not None
+    assert proc.stdout is not None
+    for word in ("READY", "DONE"):
+        line = proc.stdout.readline()
+        if not line.startswith(word + " "):
+            proc.kill()  # our own child, by PID
+            raise SystemExit(f"kstreams exited {proc.wait()} before {word} (got {line!r})")
+        print(line.strip(), flush=True)
     _wait_for_release()
-    running.stop()
-    gateway = spark.sparkContext._gateway
-    spark.stop()
-    # Reap the JVM ourselves, so its CPU time is in our children's time when we exit.
-    proc = getattr(gateway, "proc", None)
-    if proc is not None and proc.stdin is not None:
-        proc.stdin.close()
-        proc.wait(60)
+    proc.stdin.close()
+    if proc.wait(120) != 0:
+        raise SystemExit(f"kstreams exited {proc.returncode} on shutdown")
 
 
 def run_spillway_chained(job: Job) -> None:
@@ -475,7 +485,9 @@ RUNNERS: dict[str, Callable[[Job], None]] = {
     "handwritten": run_handwritten,
     "handwritten-orjson": run_handwritten_orjson,
     "quix": run_quix,
+    "kstreams": run_kstreams,
     "sss": run_sss,
+    "sss-python": run_sss_python,
 }
 
 

@@ -3,8 +3,8 @@
 * **B0 ceiling** — Kafka's ``ProducerPerformance`` / ``ConsumerPerformance`` (kafka-tools
   3.9.1), 200-byte records (:mod:`bench.kafkatools`).
 * **B1 throughput** — the workload of :mod:`bench.workload` in Spillway, a hand-written
-  confluent-kafka loop, Quix Streams and Spark Structured Streaming (:mod:`bench.peers`),
-  all reading the same pre-loaded input topic, round by round.
+  confluent-kafka loop, Quix Streams, Kafka Streams and Spark Structured Streaming
+  (:mod:`bench.peers`), all reading the same pre-loaded input topic, round by round.
 * **B4 restore** — :mod:`bench.restore`.
 * **B3 localized recovery** — :mod:`bench.localized` (one subtask SIGKILLed vs the whole
   job killed and restarted from its checkpoints, on Spark local mode).
@@ -38,7 +38,10 @@ from typing import Any, TextIO
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from bench import (
+    ceiling,
     kafkatools,
+    kstreams,
+    kstreamsb3,
     latency,
     localized,
     measure,
@@ -47,10 +50,13 @@ from bench import (
     report,
     restore,
     sparkkafka,
+    steadyparts,
+    steadyrun,
     workload,
 )
 from bench.channels import machine
 from bench.stats import ratios, spread
+from channels.localbroker.jars import kafka_version
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
@@ -64,7 +70,7 @@ ENV_RECORDED = ("JAVA_HOME", "LANG", "LC_ALL", "PYTHONHASHSEED", "SPARK_HOME", "
 class Settings:
     """Sizes and repetitions of one ``make bench`` run."""
 
-    runs: int = 3
+    runs: int = 5  # issue 18: at least 5 rounds
     b0_records: int = 1_000_000
     # 400k: the fastest engines need ~4 s, i.e. several 1-s commits per run (at 200k a
     # run had become about one commit interval long).
@@ -72,13 +78,21 @@ class Settings:
     engines: tuple[str, ...] = peers.ENGINES
     commit_interval_s: float = 1.0
     b4_records: int = 1_500_000
-    engine_timeout_s: float = 300.0
-    parts: tuple[str, ...] = ("b0", "b1", "b4", "b2", "b3")
+    # sss-python needed ~80 s for 50k records at load ~25 in a trial run: room for 400k.
+    engine_timeout_s: float = 900.0
+    parts: tuple[str, ...] = ("b0", "b0s", "b1", "b1s", "b4", "b2", "b3", "b3k")
     b2_intervals: tuple[float, ...] = (0.1, 1.0, 5.0)
     b2_rate: float = 2000.0
     b2_seconds: float = 10.0
     b2_records: int = 400_000  # per throughput run (EOS overhead): several commits at 1 s
     b3_rate: float = localized.Settings.rate
+    # B1s (bench.steadyrun): whole runs at two sizes; the larger one >= 5M records, so
+    # every engine runs for minutes in steady state.
+    b1s_sizes: tuple[int, ...] = (1_000_000, 5_000_000)
+    b1s_engines: tuple[str, ...] = steadyrun.ENGINES
+    b1s_timeout_s: float = 3600.0  # one whole run of 5M records (sss-python is slowest)
+    # B0s (bench.ceiling): tuned perf tools and raw confluent-kafka loops at two sizes.
+    b0s_sizes: tuple[int, ...] = (1_000_000, 5_000_000)
 
 
 def _create(admin: AdminClient, topic: str, partitions: int = PARTITIONS) -> None:
@@ -164,25 +178,29 @@ def b1_engine(
         "--guarantee",
         guarantee,
     ]
-    if engine == "sss":
+    if engine.startswith("sss"):
         args += ["--connector", ",".join(str(p) for p in sparkkafka.connector_jars())]
     try:
         run = measure.run_engine(args, broker_pid, s.engine_timeout_s, log)
-        check = workload.judge(
-            workload.read_output(bootstrap, output, name + "-check"),
+        check = workload.check_rows(
+            workload.read_rows(bootstrap, output, name + "-check"),
             workload.reference(s.b1_records),
         )
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
         _delete(admin, [output, *_topics_of(admin, name)])
     m = run.measured
+    measured = s.b1_records - run.before_ready  # Structured Streaming: after its 1st batch
+    if measured <= 0:
+        raise measure.MeasureError(f"{engine}: all {s.b1_records} records were in its first batch")
     return {
         "engine": engine,
         "guarantee": guarantee,
         "commit_interval_s": interval,
         "records": s.b1_records,
-        "records_per_s": s.b1_records / m.seconds,
-        "per_cpu_s": m.per_cpu_second(s.b1_records),
+        "records_measured": measured,
+        "records_per_s": measured / m.seconds,
+        "per_cpu_s": m.per_cpu_second(measured),
         **m.as_dict(),
         "output": asdict(check),
     }
@@ -212,6 +230,7 @@ def b1_round(
             _say(
                 f"B1: {engine}: {r['records_per_s']:,.0f} rec/s, {r['per_cpu_s']:,.0f} rec/CPU-s,"
                 f" output ok={r['output']['final_counts_ok']}"
+                f" once={r['output']['every_update_once']} fields={r['output']['fields_ok']}"
             )
         return out
     finally:
@@ -252,6 +271,12 @@ def summarise(doc: dict[str, Any]) -> dict[str, Any]:
                 for e in engines
                 if not e.startswith("spillway")
             }
+    if b0s := doc.get("b0s"):
+        out["b0s"] = ceiling.summarise(b0s)
+    if b1s := doc.get("b1s"):
+        out["b1s"] = steadyrun.summarise(b1s)
+    if b3k := doc.get("b3k"):
+        out["b3k"] = kstreamsb3.summarise(b3k)
     if b4 := doc.get("b4"):
         out["b4"] = restore.summarise(b4)
     if b2 := doc.get("b2"):
@@ -289,7 +314,8 @@ def describe_machine(broker_pid: int) -> dict[str, Any]:
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             versions[dist] = importlib.metadata.version(dist)
     info["versions"] = versions
-    info["kafka"] = kafkatools.VERSION
+    info["kafka"] = kafkatools.VERSION  # the perf tools' release (B0)
+    info["broker_kafka"] = kafka_version()  # the broker's, and Kafka Streams'
     info["spark_kafka_connector"] = sparkkafka.CONNECTOR
     info["env"] = {k: os.environ[k] for k in ENV_RECORDED if k in os.environ}
     info["broker_pid"] = broker_pid
@@ -310,8 +336,8 @@ def subprocess_text(command: list[str]) -> str:
 # -- main -------------------------------------------------------------------------------
 
 
-def start_broker(stack: contextlib.ExitStack) -> tuple[str, int]:
-    """A throw-away broker in a temporary directory on free ports: (bootstrap, pid)."""
+def start_broker(stack: contextlib.ExitStack) -> tuple[str, int, Path]:
+    """A throw-away broker in a temporary directory on free ports: (bootstrap, pid, log.dirs)."""
     from channels.localbroker import BrokerConfig, LocalBroker, free_ports
 
     data_dir = Path(tempfile.mkdtemp(prefix="spillway-bench-suite-"))
@@ -323,15 +349,18 @@ def start_broker(stack: contextlib.ExitStack) -> tuple[str, int]:
     pid = broker.status().pid
     if pid is None:
         raise measure.MeasureError("the benchmark's broker started but has no PID file")
-    return broker.bootstrap, pid
+    return broker.bootstrap, pid, broker.config.log_dirs
 
 
 PARTS: dict[str, str] = {
     "b0": "B0 ceiling",
+    "b0s": "B0s ceiling in steady state",
     "b1": "B1 throughput",
+    "b1s": "B1s steady state, as users run it",
     "b4": "B4 restore",
     "b2": "B2 latency per hop",
     "b3": "B3 localized recovery",
+    "b3k": "B3k Kafka Streams, one of two instances SIGKILLed",
 }
 
 
@@ -386,12 +415,17 @@ def b2_latency(
     return out
 
 
-def run(s: Settings, command: str) -> Path:
-    """Every part of the suite, ``s.runs`` rounds each; returns the JSON written."""
+def run(s: Settings, command: str, smoke_dir: Path | None = None) -> Path:
+    """Every part of the suite, ``s.runs`` rounds each; returns the JSON written.
+
+    ``smoke_dir``: a trial run: its JSON and plots go there and docs/benchmarks.md is left
+    as it is (its figures come from full runs only).
+    """
     started = datetime.now(UTC)
     t_start = time.monotonic()
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    stem = RESULTS_DIR / f"suite-{started:%Y%m%dT%H%M%SZ}"
+    out_dir = smoke_dir or RESULTS_DIR
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stem = out_dir / f"suite-{started:%Y%m%dT%H%M%SZ}"
     doc: dict[str, Any] = {
         "format": 1,
         "command": command,
@@ -399,7 +433,7 @@ def run(s: Settings, command: str) -> Path:
         "settings": asdict(s),
     }
     with contextlib.ExitStack() as stack:
-        bootstrap, broker_pid = start_broker(stack)
+        bootstrap, broker_pid, log_dirs = start_broker(stack)
         admin = AdminClient({"bootstrap.servers": bootstrap})
         doc["machine"] = describe_machine(broker_pid)
         log = stack.enter_context(open(stem.with_suffix(".log"), "w"))
@@ -411,6 +445,23 @@ def run(s: Settings, command: str) -> Path:
                 bootstrap, admin, localized.Settings(rate=s.b3_rate), log
             ),
         }
+        if (
+            ("b1" in s.parts and "kstreams" in s.engines)
+            or ("b1s" in s.parts and "kstreams" in s.b1s_engines)
+            or "b3k" in s.parts
+        ):
+            kstreams.build()  # Maven, the first time: before any round, not in one
+        rounds.update(
+            steadyparts.rounds(
+                steadyparts.Broker(bootstrap, broker_pid, log_dirs, admin),
+                s,
+                log,
+                stack,
+                lambda topic: _create(admin, topic),
+                lambda topics: _delete(admin, topics),
+                _say,
+            )
+        )
         for part in s.parts:
             if part == "b2":  # paced latency runs: their own loop (see b2_latency)
                 doc["b2_load_before"] = procstat.load_average()
@@ -439,7 +490,8 @@ def run(s: Settings, command: str) -> Path:
     tmp.write_text(json.dumps(doc, indent=2) + "\n")
     tmp.replace(path)
     plots = report.plot(doc, stem)
-    report.update_docs(DOCS, doc, path, plots)
+    if smoke_dir is None:
+        report.update_docs(DOCS, doc, path, plots)
     return path
 
 
@@ -458,6 +510,26 @@ def parse_args(argv: Sequence[str] | None) -> Settings:
         "--engines", default=",".join(d.engines), help="subset of " + ",".join(peers.ENGINES)
     )
     ap.add_argument("--parts", default=",".join(d.parts), help="subset of " + ",".join(PARTS))
+    ap.add_argument(
+        "--b1s-sizes",
+        default=",".join(str(n) for n in d.b1s_sizes),
+        help="B1s input sizes (>= 2 distinct)",
+    )
+    ap.add_argument(
+        "--b0s-sizes",
+        default=",".join(str(n) for n in d.b0s_sizes),
+        help="B0s input sizes (>= 2 distinct)",
+    )
+    ap.add_argument(
+        "--b1s-engines",
+        default=",".join(d.b1s_engines),
+        help="subset of " + ",".join(steadyrun.ENGINES),
+    )
+    ap.add_argument(
+        "--smoke",
+        metavar="DIR",
+        help="a trial run: results into DIR, docs/benchmarks.md left as it is",
+    )
     ap.add_argument("--timeout", type=float, default=d.engine_timeout_s, help="per engine run (s)")
     a = ap.parse_args(argv)
     engines = tuple(e for e in a.engines.split(",") if e)
@@ -466,6 +538,13 @@ def parse_args(argv: Sequence[str] | None) -> Settings:
         ap.error(f"unknown engine or part {bad}; engines: {peers.ENGINES}, parts: {tuple(PARTS)}")
     if a.runs < 1 or min(a.b0_records, a.b1_records, a.b4_records) < 1:
         ap.error("--runs and the record counts must be >= 1")
+    b1s_sizes = tuple(sorted({int(n) for n in a.b1s_sizes.split(",") if n}))
+    b0s_sizes = tuple(sorted({int(n) for n in a.b0s_sizes.split(",") if n}))
+    b1s_engines = tuple(e for e in a.b1s_engines.split(",") if e)
+    if len(b1s_sizes) < 2 or b1s_sizes[0] < 1 or len(b0s_sizes) < 2 or b0s_sizes[0] < 1:
+        ap.error("--b1s-sizes and --b0s-sizes need two distinct sizes >= 1 each")
+    if bad := [e for e in b1s_engines if e not in steadyrun.ENGINES]:
+        ap.error(f"unknown B1s engine {bad}; B1s engines: {steadyrun.ENGINES}")
     return Settings(
         runs=a.runs,
         b0_records=a.b0_records,
@@ -477,15 +556,26 @@ def parse_args(argv: Sequence[str] | None) -> Settings:
         b3_rate=a.b3_rate,
         engine_timeout_s=a.timeout,
         parts=parts,
+        b1s_sizes=b1s_sizes,
+        b1s_engines=b1s_engines,
+        b0s_sizes=b0s_sizes,
     )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m bench.suite`` (``make bench``)."""
-    s = parse_args(argv)
-    command = "python -m bench.suite " + " ".join(sys.argv[1:] if argv is None else argv)
-    path = run(s, command.strip())
-    print(f"wrote {path} and {DOCS}")
+    args = list(sys.argv[1:] if argv is None else argv)
+    smoke: Path | None = None
+    if "--smoke" in args:  # taken out here: Settings are the sizes, not where results go
+        i = args.index("--smoke")
+        if i + 1 >= len(args):
+            raise SystemExit("--smoke needs a directory (a trial run's results go there)")
+        smoke = Path(args[i + 1])
+        del args[i : i + 2]
+    s = parse_args(args)
+    command = "python -m bench.suite " + " ".join(args)
+    path = run(s, command.strip(), smoke)
+    print(f"wrote {path}" + ("" if smoke else f" and {DOCS}"))
     return 0
 
 

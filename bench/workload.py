@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import xxhash
@@ -91,6 +91,7 @@ class OutputCheck:
     final_counts_ok: bool
     every_update_once: bool  # each page's counts are exactly 1..final, once each
     problem: str = ""
+    fields_ok: bool = True  # every message: exactly page, section, views; keyed by page
 
 
 def judge(updates: Iterable[tuple[str, int]], expected: Counter[str]) -> OutputCheck:
@@ -110,10 +111,10 @@ def judge(updates: Iterable[tuple[str, int]], expected: Counter[str]) -> OutputC
     return OutputCheck(n, counts_ok, once and counts_ok, problem)
 
 
-def read_output(
+def read_rows(
     bootstrap: str, topic: str, group: str, idle_s: float = 5.0
-) -> list[tuple[str, int]]:
-    """``(page, views)`` of every committed output message, in partition order."""
+) -> list[tuple[bytes | None, bytes | None]]:
+    """``(key, value)`` of every committed message of ``topic``, in partition order."""
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -128,7 +129,7 @@ def read_output(
         parts = sorted(meta.partitions)
         consumer.assign([TopicPartition(topic, p, 0) for p in parts])
         done: set[int] = set()
-        out: list[tuple[str, int]] = []
+        out: list[tuple[bytes | None, bytes | None]] = []
         while len(done) < len(parts):
             msgs = consumer.consume(5000, idle_s)
             if not msgs:
@@ -140,8 +141,72 @@ def read_output(
                         done.add(m.partition() or 0)
                         continue
                     raise RuntimeError(f"reading {topic}: {err}")
-                row = json.loads(m.value() or b"{}")
-                out.append((str(row["page"]), int(row["views"])))
+                out.append((m.key(), m.value()))
         return out
     finally:
         consumer.close()
+
+
+def read_output(
+    bootstrap: str, topic: str, group: str, idle_s: float = 5.0
+) -> list[tuple[str, int]]:
+    """``(page, views)`` of every committed output message, in partition order."""
+    out = []
+    for _, value in read_rows(bootstrap, topic, group, idle_s):
+        row = json.loads(value or b"{}")
+        out.append((str(row["page"]), int(row["views"])))
+    return out
+
+
+OUTPUT_FIELDS = ("page", "section", "views")
+
+
+def row_problem(key: bytes | None, value: bytes | None) -> str:
+    """What is wrong with one output message ('' if nothing). Pure.
+
+    Right is: a JSON object with exactly :data:`OUTPUT_FIELDS`, page and section strings,
+    the section the one in the page's path, views an integer >= 1, keyed by the page.
+    """
+    try:
+        row = json.loads(value or b"")
+    except ValueError:
+        return f"value is not JSON: {value[:80] if value else value!r}"
+    if not isinstance(row, dict) or sorted(row) != sorted(OUTPUT_FIELDS):
+        fields = sorted(row) if isinstance(row, dict) else type(row).__name__
+        return f"fields {fields}, expected {sorted(OUTPUT_FIELDS)}"
+    page, section, views = row["page"], row["section"], row["views"]
+    if not (isinstance(page, str) and isinstance(section, str)):
+        return f"page and section must be strings: {row}"
+    if type(views) is not int or views < 1:
+        return f"views must be an integer >= 1: {row}"
+    if page.split("/")[1:2] != [section]:
+        return f"section {section!r} is not the one of page {page!r}"
+    if key != page.encode():
+        return f"key {key!r} is not the page {page!r}"
+    return ""
+
+
+def check_rows(
+    rows: Iterable[tuple[bytes | None, bytes | None]], expected: Counter[str]
+) -> OutputCheck:
+    """:func:`judge` of the well-formed rows, failed by any malformed one. Pure."""
+    good: list[tuple[str, int]] = []
+    bad: list[str] = []
+    for i, (key, value) in enumerate(rows):
+        if problem := row_problem(key, value):
+            bad.append(f"message {i}: {problem}")
+            continue
+        row = json.loads(value or b"")
+        good.append((row["page"], row["views"]))
+    check = judge(good, expected)
+    if not bad:
+        return check
+    problem = f"{len(bad)} malformed message(s), e.g. {bad[0]}"
+    return replace(
+        check,
+        messages=check.messages + len(bad),
+        final_counts_ok=False,
+        every_update_once=False,
+        fields_ok=False,
+        problem=problem + ("; " + check.problem if check.problem else ""),
+    )

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
-from bench import kafkatools, latency, procstat, sparkkafka, workload
+from bench import kafkatools, kstreams, latency, procstat, sparkkafka, workload
 
 # A real /proc/<pid>/stat line, with a command name that has a space and a ')' in it.
 STAT = (
@@ -132,3 +133,104 @@ def test_hop_latencies_follow_each_record_and_skip_warmup_and_stragglers() -> No
     assert out["count"] == pytest.approx([1.0, 0.5])
     assert out["sink"] == pytest.approx([0.1, 0.2])
     assert out["end-to-end"] == pytest.approx([1.7, 1.4])
+
+
+def test_output_rows_are_checked_field_by_field_and_key_by_key() -> None:
+    good = workload.encode({"page": "/a/1", "section": "a", "views": 1})
+    assert workload.row_problem(b"/a/1", good) == ""
+    assert "key" in workload.row_problem(b"/a/2", good)
+    extra = workload.encode({"page": "/a/1", "section": "a", "views": 1, "x": 0})
+    assert "fields" in workload.row_problem(b"/a/1", extra)
+    wrong_section = workload.encode({"page": "/a/1", "section": "b", "views": 1})
+    assert "section" in workload.row_problem(b"/a/1", wrong_section)
+    text_views = workload.encode({"page": "/a/1", "section": "a", "views": "1"})
+    assert "integer" in workload.row_problem(b"/a/1", text_views)
+    assert "JSON" in workload.row_problem(b"/a/1", b"{not json")
+
+
+def test_check_rows_fails_a_run_with_one_malformed_row_among_right_ones() -> None:
+    def row(page: str, views: int) -> tuple[bytes, bytes]:
+        return page.encode(), workload.encode({"page": page, "section": "a", "views": views})
+
+    expected = Counter({"/a/1": 2})
+    ok = workload.check_rows([row("/a/1", 1), row("/a/1", 2)], expected)
+    assert (ok.messages, ok.final_counts_ok, ok.every_update_once, ok.fields_ok) == (
+        2,
+        True,
+        True,
+        True,
+    )
+    bad = workload.check_rows([row("/a/1", 1), row("/a/1", 2), (b"/a/1", b"[]")], expected)
+    assert (bad.messages, bad.final_counts_ok, bad.fields_ok) == (3, False, False)
+    assert "message 2" in bad.problem
+
+
+def test_kstreams_command_passes_the_job_and_a_small_heap() -> None:
+    home = Path("/cache/kstreams-x")
+    cmd = kstreams.command(home, "b:1", "in", "out", 10, 0.5, "/s", "app", 1, java=Path("j"))
+    assert cmd[0] == "j"
+    assert "-Xmx256m" in cmd
+    assert cmd[cmd.index("-cp") + 1] == "/cache/kstreams-x/app.jar:/cache/kstreams-x/lib/*"
+    assert cmd[-8:] == ["b:1", "in", "out", "10", "500", "/s", "app", "1"]
+    with pytest.raises(ValueError, match="commit interval"):
+        kstreams.command(home, "b:1", "in", "out", 10, 0.0, "/s", "app", java=Path("j"))
+
+
+def test_kstreams_digest_changes_with_a_source_or_the_kafka_version() -> None:
+    files = [("pom.xml", b"a"), ("src/A.java", b"b")]
+    d = kstreams.source_digest(files, "4.4.0")
+    assert d == kstreams.source_digest(list(reversed(files)), "4.4.0")
+    assert d != kstreams.source_digest([("pom.xml", b"a"), ("src/A.java", b"c")], "4.4.0")
+    assert d != kstreams.source_digest(files, "4.3.0")
+
+
+def test_kstreams_b3_figures_find_recovery_duplicates_and_gaps() -> None:
+    from bench import kstreamsb3
+
+    s = kstreamsb3.Settings(base_s=10.0, after_s=10.0)
+    kill = 100.0
+    seen = []
+    # 0.1 s latency before the kill, 2 s for the first 3 s after it, then 0.1 s again.
+    for seq in range(200):
+        t = 90.0 + seq * 0.1
+        lat = 2.0 if kill <= t < kill + 3 else 0.1
+        seen.append((t, seq, int((t - lat) * 1000), "/a/1", seq + 1))
+    f = kstreamsb3.figures(seen, 200, kill, s)
+    assert f["baseline_latency_q90_s"] == pytest.approx(0.1, abs=0.002)
+    assert f["back_within_10pct_s"] == pytest.approx(3.0)
+    assert f["max_latency_after_kill_s"] == pytest.approx(2.0, abs=0.002)
+    assert (f["duplicates"], f["missing"], f["every_update_once"]) == (0, 0, True)
+    twice = kstreamsb3.figures([*seen, seen[5]], 201, kill, s)
+    assert (twice["duplicates"], twice["missing"], twice["every_update_once"]) == (1, 1, False)
+
+
+def test_kstreams_traced_command_ends_with_the_flag() -> None:
+    cmd = kstreams.command(
+        Path("/h"), "b:1", "in", "out", 0, 1.0, "/s", "app", 1, java=Path("j"), traced=True
+    )
+    assert cmd[-3:] == ["app", "1", "traced"]
+
+
+def test_kstreams_b3_summary_counts_rounds_not_back_and_judges_outputs() -> None:
+    from bench import kstreamsb3
+
+    def r(back: float | None, dup: int = 0) -> dict[str, object]:
+        return {
+            "back_within_10pct_s": back,
+            "max_latency_after_kill_s": 9.0,
+            "baseline_latency_q90_s": 1.0,
+            "every_update_once": True,
+            "duplicates": dup,
+            "missing": 0,
+        }
+
+    s = kstreamsb3.summarise(
+        [
+            {"standby-0": r(10.0), "standby-1": r(4.0)},
+            {"standby-0": r(None), "standby-1": r(6.0, 1)},
+        ]
+    )
+    assert s["standby-0"]["back_within_10pct_s"]["median"] == 10.0
+    assert (s["standby-0"]["not_back"], s["standby-0"]["output_exact"]) == (1, True)
+    assert s["standby-1"]["back_within_10pct_s"]["median"] == 5.0
+    assert not s["standby-1"]["output_exact"]
