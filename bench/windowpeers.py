@@ -36,6 +36,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections import Counter
@@ -64,7 +65,7 @@ class Settings:
     """Sizes and repetitions of one run."""
 
     rounds: int = 3
-    records: int = 200_000
+    records: int = 100_000
     step_ms: int = 1  # event time between consecutive events
     size_ms: int = 60_000
     hop_ms: int = 20_000  # hopping windows (both engines)
@@ -140,7 +141,9 @@ def preload(bootstrap: str, topic: str, events: Sequence[dict[str, Any]]) -> Non
                 break
             except BufferError:
                 producer.poll(0.1)
-    if producer.flush(60) != 0:
+    left = producer.flush(60)
+    del producer  # its connections close now, not when the broker is gone
+    if left != 0:
         raise RuntimeError(f"could not write all {len(events)} input records to {topic}")
 
 
@@ -206,25 +209,76 @@ def read_windows(bootstrap: str, topic: str, group: str) -> list[winref.Window]:
 # -- measuring one gated engine run -----------------------------------------------------
 
 
+class TreeCpu:
+    """CPU seconds of a process tree from :meth:`start`, counting processes that exit.
+
+    :func:`bench.procstat.cpu_seconds` of a tree counts an exited process only through
+    its parent's ``cutime``, which Linux adds when the parent *waits* for it. PySpark's
+    daemon ignores ``SIGCHLD``, so its finished workers (a subtask whose task ended) are
+    reaped without that, and their time would vanish. So every ``every_s`` the tree is
+    sampled: a process counts with its own time at its last sample (what it spent after
+    that, at most ``every_s``, is missed), plus the reaped-children time of the
+    processes still alive at the end. Peak RSS (summed over the tree) comes along.
+    """
+
+    def __init__(self, root: int, every_s: float = 0.1) -> None:
+        self.root, self.every_s = root, every_s
+        self.peak_rss = 0
+        self._base: dict[int, tuple[int, int]] = {}  # pid -> (own, children) at start
+        self._last: dict[int, tuple[int, int]] = {}
+        self._alive: set[int] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="tree-cpu", daemon=True)
+
+    def _sample(self) -> None:
+        stats = procstat.read_tree(self.root)
+        self._alive = {s.pid for s in stats}
+        for s in stats:
+            self._last[s.pid] = (s.utime + s.stime, s.cutime + s.cstime)
+        self.peak_rss = max(self.peak_rss, procstat.rss_bytes(stats))
+
+    def start(self) -> None:
+        """Take the baseline and start sampling."""
+        self._sample()
+        self._base = dict(self._last)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_s):
+            self._sample()
+
+    def stop(self) -> float:
+        """Stop sampling; CPU seconds since :meth:`start`."""
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+        ticks = 0
+        for pid, (own, children) in self._last.items():
+            own0, children0 = self._base.get(pid, (0, 0))
+            ticks += own - own0
+            if pid in self._alive:
+                ticks += children - children0
+        return ticks / procstat.CLOCK_TICKS
+
+
 class _Stretch:
-    """CPU of a process tree plus the broker's, wall time and load, from ``open`` on."""
+    """CPU of a process tree plus the broker's, wall time and load, from creation on."""
 
     def __init__(self, root: int, broker_pid: int) -> None:
-        self.root, self.broker_pid = root, broker_pid
+        self.broker_pid = broker_pid
         self.load0 = procstat.load_average()
-        self.cpu0 = procstat.cpu_seconds(procstat.read_tree(root))
+        self.cpu = TreeCpu(root)
+        self.cpu.start()
         self.broker0 = _broker_cpu(broker_pid)
         self.t0 = time.monotonic()
-        self.peak = procstat.PeakRss(root)
-        self.peak.__enter__()
 
     def close(self) -> Measured:
+        """Stop measuring: the figures since creation."""
         seconds = time.monotonic() - self.t0
-        cpu = procstat.cpu_seconds(procstat.read_tree(self.root)) - self.cpu0
         broker = _broker_cpu(self.broker_pid) - self.broker0
-        self.peak.__exit__()
+        cpu = self.cpu.stop()
         load1 = procstat.load_average()
-        return Measured(seconds, cpu, broker, self.peak.peak, self.load0, load1)
+        return Measured(seconds, cpu, broker, self.cpu.peak_rss, self.load0, load1)
 
 
 def _broker_cpu(pid: int) -> float:
@@ -387,8 +441,6 @@ class _Timeout:
     """SIGKILLs a process tree after ``seconds`` unless cancelled first."""
 
     def __init__(self, proc: subprocess.Popen[Any], seconds: float) -> None:
-        import threading
-
         self.fired = False
         self._proc = proc
         self._timer = threading.Timer(seconds, self._fire)
@@ -576,6 +628,7 @@ def run(s: Settings, command: str) -> Path:
         "load_before": procstat.load_average(),
         "note": "smoke-level figures on a shared 2-core machine; see the load averages",
     }
+    path = stem.with_suffix(".json")
     with contextlib.ExitStack() as stack:
         bootstrap, broker_pid = start_broker(stack)
         log = stack.enter_context(open(stem.with_suffix(".log"), "w"))
@@ -585,13 +638,21 @@ def run(s: Settings, command: str) -> Path:
             "admin": AdminClient({"bootstrap.servers": bootstrap}),
             "log": log,
         }
-        doc["rounds"] = [one_round(i, ctx, s) for i in range(s.rounds)]
+        doc["rounds"] = []
+        for i in range(s.rounds):
+            doc["rounds"].append(one_round(i, ctx, s))
+            _write(path, doc)  # each finished round is kept if a later one fails
     doc["load_after"] = procstat.load_average()
     doc["summary"] = summarise(doc["rounds"])
-    path = stem.with_suffix(".json")
-    path.write_text(json.dumps(doc, indent=2) + "\n")
+    _write(path, doc)
     print(table(doc["summary"]))
     return path
+
+
+def _write(path: Path, doc: dict[str, Any]) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(doc, indent=2) + "\n")
+    tmp.replace(path)
 
 
 def parse_args(argv: Sequence[str] | None) -> Settings:
