@@ -1,4 +1,4 @@
-"""bench.windowpeers.TreeCpu counts a child that exits unwaited-for (as PySpark's daemon's
+"""bench.winmeasure.TreeCpu counts a child that exits unwaited-for (as PySpark's daemon's
 workers do); summing the live tree's own and children's time would lose it."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import sys
 import textwrap
 
 from bench import procstat
-from bench.windowpeers import TreeCpu
+from bench.winmeasure import TreeCpu
 
 # The parent ignores SIGCHLD (as pyspark/daemon.py), forks a child that burns 0.3 s of
 # CPU, idles a second (so the sampler sees its final time) and exits; the kernel reaps it
