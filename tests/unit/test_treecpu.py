@@ -10,7 +10,7 @@ import textwrap
 from bench import procstat
 from bench.winmeasure import TreeCpu
 
-# The parent ignores SIGCHLD (as pyspark/daemon.py), forks a child that burns 0.3 s of
+# The parent ignores SIGCHLD (as pyspark/daemon.py), forks a child that burns 0.5 s of
 # CPU, idles a second (so the sampler sees its final time) and exits; the kernel reaps it
 # without adding its time to the parent's cutime.
 PARENT = textwrap.dedent(
@@ -21,7 +21,7 @@ PARENT = textwrap.dedent(
     sys.stdin.readline()
     pid = os.fork()
     if pid == 0:
-        while time.process_time() < 0.3:
+        while time.process_time() < 0.5:
             pass
         time.sleep(1.0)
         os._exit(0)
@@ -60,6 +60,7 @@ def test_tree_cpu_counts_a_child_reaped_without_wait() -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert counted >= 0.3  # the child's burn, seen at its last sample
-    assert naive < 0.3  # what the live tree alone says: the child's time is gone
+    # The child's burn, seen at its last sample (/proc counts in clock ticks: a few less).
+    assert counted >= 0.45
+    assert naive < 0.25  # what the live tree alone says: the child's time is gone
     assert tree.peak_rss > 0
