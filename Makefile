@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test ui-test compose-test lint typecheck unit chaos chaos-long bench bench-columnar bench-channels bench-checkpoints bench-codecs bench-windows bench-restart broker-start broker-stop clean
+.PHONY: demo test ui-test compose-test lint typecheck unit chaos chaos-long bench bench-columnar bench-channels bench-checkpoints bench-codecs bench-windows bench-windows-peers bench-restart broker-start broker-stop clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required")'
@@ -89,6 +89,11 @@ bench-codecs: $(BENCH_STAMP)
 ## bench-windows: watermark advance cost vs open keys (10k/100k/1M), full scan vs timer index
 bench-windows: $(BENCH_STAMP)
 	$(BENCH_VENV)/bin/python -m bench.windows
+
+## bench-windows-peers: hopping and sliding windows, Spillway (spillway run, Spark local mode)
+## beside Quix Streams on the same pre-loaded topic, output checked exactly (about 15 min)
+bench-windows-peers: $(BENCH_STAMP)
+	$(BENCH_VENV)/bin/python -m bench.windowpeers
 
 ## bench-restart: kill → new attempt processing, phase by phase, over 12 SIGKILLs of one
 ## subtask of a 15-subtask job (own broker, Spark local mode; about 4 min)
