@@ -376,7 +376,7 @@ def run(s: Settings, command: str) -> Path:
     }
     path = stem.with_suffix(".json")
     with contextlib.ExitStack() as stack:
-        bootstrap, broker_pid = start_broker(stack)
+        bootstrap, broker_pid, _log_dirs = start_broker(stack)
         log = stack.enter_context(open(stem.with_suffix(".log"), "w"))
         ctx: dict[str, Any] = {
             "bootstrap": bootstrap,
