@@ -271,6 +271,19 @@ class TransactionalProducer(ProducerBase):
             except KafkaException as e:
                 log.warning("abort of %s failed: %s", self.transactional_id, e)
 
+    def _fatal_behind_bare_system_error(self) -> KafkaError | None:
+        # The call that raised has failed either way, so aborting the open transaction to
+        # learn the fatal error costs nothing; a healthy producer just aborts (no error).
+        try:
+            self._p.abort_transaction(1)
+        except KafkaException as e:
+            inner = kafka_error(e)
+            if inner is not None and (inner.fatal() or is_fenced(inner)):
+                return inner
+        finally:
+            self._in_txn = False
+        return None
+
     def _original_fatal(self, err: KafkaError) -> KafkaError:
         # After a fatal error (e.g. fencing found by a background produce request) librdkafka
         # fails later calls with a bare _FATAL; abort_transaction raises the original error,

@@ -195,8 +195,7 @@ class ProducerBase:
         if off is not None and off > self._last_offsets.get(tp, -1):
             self._last_offsets[tp] = off
 
-    @staticmethod
-    def _serve(call: Callable[[float], int], timeout_s: float) -> int:
+    def _serve(self, call: Callable[[float], int], timeout_s: float) -> int:
         """``poll``/``flush`` with librdkafka's fatal errors surfaced as :class:`KafkaException`.
 
         confluent-kafka 2.16 raises a fatal error (e.g. ``_FENCED``) from ``flush``/``poll``
@@ -209,9 +208,21 @@ class ProducerBase:
             return call(timeout_s)
         except SystemError as e:
             inner = pending_kafka_exception(e)
+            if inner is None and e.__cause__ is None and e.__context__ is None:
+                # "returned NULL without setting an exception": the same fatal error, with
+                # nothing chained (seen when fencing is found during flush); ask the
+                # producer for it rather than fail with an error Spark would retry.
+                fatal = self._fatal_behind_bare_system_error()
+                if fatal is not None:
+                    raise KafkaException(fatal) from e
             if inner is None:
                 raise
             raise inner from e
+
+    def _fatal_behind_bare_system_error(self) -> KafkaError | None:
+        """The producer's fatal error, if it has one (None here: only a transactional
+        producer can ask librdkafka for it)."""
+        return None
 
     def _raise_delivery_error(self) -> None:
         err = self._delivery_error

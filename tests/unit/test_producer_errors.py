@@ -63,6 +63,24 @@ def test_fencing_reported_through_a_system_error_is_fencing(call: str) -> None:
     assert not p.in_transaction
 
 
+class _FlushReturnsNull(_FlushRaisesWrapped):
+    """confluent-kafka ending flush with a bare SystemError after fencing: nothing chained
+    (chaos suite, zombie fault: 'returned NULL without setting an exception')."""
+
+    def flush(self, timeout: float = 0.0) -> int:
+        raise SystemError("<built-in method flush> returned NULL without setting an exception")
+
+    poll = flush
+
+
+@pytest.mark.parametrize("call", ["flush", "poll"])
+def test_fencing_behind_a_bare_system_error_is_fencing(call: str) -> None:
+    p = _producer(_FlushReturnsNull(_fenced()))
+    with pytest.raises(ProducerFencedError, match="fenced by a newer incarnation"):
+        getattr(p, call)(0.1)
+    assert not p.in_transaction
+
+
 def test_an_unrelated_system_error_is_not_disguised() -> None:
     p = _producer(_FlushRaisesWrapped(ValueError("bug")))
     with pytest.raises(SystemError):
