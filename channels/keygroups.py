@@ -30,8 +30,11 @@ MaxParallelism = NewType("MaxParallelism", int)
 # more partitions than that is beyond what a broker handles well anyway.
 MAX_PARALLELISM_LIMIT = 32768
 
-# Chosen by measurement (README, "Key groups"): `make bench-channels` at 1, 16, 32 and
-# 128 partitions on the shared 2-core machine.
+# Chosen by measurement (README, "Key groups" under "Measured"): what partitioning costs
+# the writer is per record, hardly per partition (`python -m bench.writercost`: 0.43 us a
+# record at 1 partition, 0.96 / 0.89 / 1.04 at 16 / 32 / 128, load 16), and
+# `make bench-channels` could not tell 16 from 32 on the shared machine; 32 doubles the
+# room to rescale for that cost.
 DEFAULT_MAX_PARALLELISM = MaxParallelism(32)
 
 
