@@ -312,7 +312,7 @@ def subprocess_text(command: list[str]) -> str:
 
 def start_broker(stack: contextlib.ExitStack) -> tuple[str, int]:
     """A throw-away broker in a temporary directory on free ports: (bootstrap, pid)."""
-    from channels.localbroker import BrokerConfig, LocalBroker, free_ports
+    from devtools.localbroker import BrokerConfig, LocalBroker, free_ports
 
     data_dir = Path(tempfile.mkdtemp(prefix="spillway-bench-suite-"))
     stack.callback(shutil.rmtree, data_dir, ignore_errors=True)

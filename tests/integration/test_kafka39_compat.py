@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from channels.localbroker import BrokerConfig, LocalBroker
-from channels.localbroker.process import command_line
-from spark_jobs.demo import run_demo
+from devtools.demo import run_demo
+from devtools.localbroker import BrokerConfig, LocalBroker
+from devtools.localbroker.process import command_line
 
 KAFKA_39 = "3.9.1"
 
