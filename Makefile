@@ -35,7 +35,7 @@ compose-test: $(STAMP)
 	$(BIN)/python -m composetest
 
 lint: $(STAMP)
-	$(BIN)/ruff check spillway channels offsets recovery spark_jobs bench chaos composetest tests
+	$(BIN)/ruff check spillway channels offsets recovery spark_jobs devtools bench chaos composetest tests
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

@@ -20,7 +20,7 @@ the median and min–max over the runs, and the Spillway/hand-written ratio take
 run, and stores the raw figures as JSON under ``bench/results/``.
 
 The broker is ``--bootstrap``, else ``$SPILLWAY_BOOTSTRAP``, else a throw-away local
-broker (``channels.localbroker``) in a temporary directory, stopped at the end.
+broker (``devtools.localbroker``) in a temporary directory, stopped at the end.
 """
 
 from __future__ import annotations
@@ -848,7 +848,7 @@ def start_local_broker(stack: contextlib.ExitStack) -> str:
     (``.spillway/broker``) or anything else listening on this machine.
     """
     try:
-        from channels.localbroker import BrokerConfig, LocalBroker, free_ports
+        from devtools.localbroker import BrokerConfig, LocalBroker, free_ports
     except ImportError as e:
         raise BenchError(
             f"cannot start a local broker ({e}); pass --bootstrap HOST:PORT or set {BOOTSTRAP_ENV}"

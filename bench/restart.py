@@ -225,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from bench import procstat, restartstats
     from bench.channels import machine
-    from channels.localbroker import BrokerConfig, LocalBroker
+    from devtools.localbroker import BrokerConfig, LocalBroker
 
     ap = argparse.ArgumentParser(prog="python -m bench.restart", description=__doc__)
     ap.add_argument("--kills", type=int, default=12, help="at least 10 (default %(default)s)")

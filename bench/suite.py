@@ -56,7 +56,7 @@ from bench import (
 )
 from bench.channels import machine
 from bench.stats import ratios, spread
-from channels.localbroker.jars import kafka_version
+from devtools.localbroker.jars import kafka_version
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
@@ -338,7 +338,7 @@ def subprocess_text(command: list[str]) -> str:
 
 def start_broker(stack: contextlib.ExitStack) -> tuple[str, int, Path]:
     """A throw-away broker in a temporary directory on free ports: (bootstrap, pid, log.dirs)."""
-    from channels.localbroker import BrokerConfig, LocalBroker, free_ports
+    from devtools.localbroker import BrokerConfig, LocalBroker, free_ports
 
     data_dir = Path(tempfile.mkdtemp(prefix="spillway-bench-suite-"))
     stack.callback(shutil.rmtree, data_dir, ignore_errors=True)

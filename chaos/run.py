@@ -38,12 +38,12 @@ from typing import Any
 
 from channels.config import KafkaSettings
 from channels.ids import JobId, OperatorName, TopicPartition
-from channels.localbroker import BrokerConfig, LocalBroker
 from channels.naming import channel_topic
 from chaos import observe
 from chaos.check import OutputReport, check_output, kill_mismatches, replay_outside
 from chaos.pipeline import OPERATORS, reference
 from chaos.schedule import Schedule, make_schedule
+from devtools.localbroker import BrokerConfig, LocalBroker
 from recovery.loader import load_plan
 
 log = logging.getLogger("chaos")

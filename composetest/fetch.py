@@ -16,9 +16,9 @@ import time
 from importlib.metadata import requires, version
 from pathlib import Path
 
-from channels.localbroker.jars import resolve_jars
 from composetest.cache import digest, fill_once
 from composetest.host import ComposeTestError, run
+from devtools.localbroker.jars import resolve_jars
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +33,7 @@ SOURCES = (
     "offsets",
     "recovery",
     "spark_jobs",
+    "devtools",  # the CLI's broker, cluster and demo commands
     "chaos",
     "pyproject.toml",
     "README.md",

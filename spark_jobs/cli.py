@@ -22,9 +22,10 @@ from typing import Protocol, TypeAlias
 
 from channels.config import scrub_logging, scrub_secrets
 from channels.errors import SpillwayError
-from channels.localbroker import cli as broker_cli
+from devtools import clustercli, demo
+from devtools.localbroker import cli as broker_cli
 from recovery import cli as recovery_cli
-from spark_jobs import clustercli, demo, run_cli
+from spark_jobs import run_cli
 from spark_jobs.ui import cli as ui_cli
 
 Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"

@@ -2,7 +2,7 @@
 # container registry: Debian's OpenJDK 17 and Apache Kafka's jars from Maven Central.
 # `make compose-test` (composetest/images.py) assembles the build context:
 #     debs/    Debian packages and their Packages index (fetched on the host with apt)
-#     jars/    the broker's runtime jars (channels/localbroker/pom.xml, resolved by Maven)
+#     jars/    the broker's runtime jars (devtools/localbroker/pom.xml, resolved by Maven)
 #     kafka-entrypoint.sh, kafka-log4j2.properties   from this directory
 # Nothing is downloaded during the build: the packages are bind-mounted (BuildKit) and
 # installed from a file: apt source, so they never end up in a layer.

@@ -1,6 +1,6 @@
 """The click-stream job on a local Spark standalone cluster: a master, two workers, a broker.
 
-The cluster (:class:`spark_jobs.cluster.LocalCluster`) runs real processes on 127.0.0.1
+The cluster (:class:`devtools.cluster.LocalCluster`) runs real processes on 127.0.0.1
 from the pyspark installation, with its own :class:`LocalBroker`; the job's output must
 equal the batch reference exactly, and after ``stop`` no process of the cluster may be
 left: not the daemons, not the executors, not their Python workers.
@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
+from devtools.cluster import EXIT_NOT_RUNNING, LocalCluster, StopResult
 from spark_jobs.cli import main
-from spark_jobs.cluster import EXIT_NOT_RUNNING, LocalCluster, StopResult
 from spark_jobs.driver import JobConfig, run_on_spark
 from spark_jobs.examples import clicks
 

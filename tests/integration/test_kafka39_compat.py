@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from channels.keygroups import DEFAULT_MAX_PARALLELISM, key_group_range
-from channels.localbroker import BrokerConfig, LocalBroker
-from channels.localbroker.process import command_line
-from spark_jobs.demo import run_demo
+from devtools.demo import run_demo
+from devtools.localbroker import BrokerConfig, LocalBroker
+from devtools.localbroker.process import command_line
 
 KAFKA_39 = "3.9.1"
 

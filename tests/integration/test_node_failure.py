@@ -1,6 +1,6 @@
 """A node failure mid-job: SIGKILL one Spark worker's whole process tree while the job runs.
 
-A :class:`~spark_jobs.cluster.LocalCluster` with two workers runs the click-stream job
+A :class:`~devtools.cluster.LocalCluster` with two workers runs the click-stream job
 (8 subtasks, each a long-running Spark task). Each worker has 8 cores and the master grants
 the application 8 (``app_cores``), spread 4 and 4: both workers hold 4 subtasks, and each
 keeps 4 cores free, where the master starts a replacement executor when the other worker
@@ -32,10 +32,10 @@ import pytest
 from channels.config import KafkaSettings
 from channels.ids import JobId, OperatorName
 from channels.keygroups import DEFAULT_MAX_PARALLELISM, key_group_range
+from devtools.cluster import LocalCluster, StopResult
 from offsets.store import CheckpointStore
 from recovery.events import read_events
 from recovery.runner import SubtaskResult
-from spark_jobs.cluster import LocalCluster, StopResult
 from spark_jobs.driver import JobConfig, run_on_spark
 from spark_jobs.examples import clicks
 from tests.integration.test_cluster import leftovers, live_processes, read_output

@@ -18,7 +18,9 @@ import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-SHIPPED = {"spillway", "channels", "offsets", "recovery", "spark_jobs"}
+# devtools ships too: the `spillway broker`, `spillway cluster` and `spillway demo` commands
+# are its local broker, local Spark cluster and demo.
+SHIPPED = {"spillway", "channels", "offsets", "recovery", "spark_jobs", "devtools"}
 OURS = (*SHIPPED, "chaos", "bench", "tests", "spillway_channels", "__editable__")
 
 
@@ -60,7 +62,7 @@ def test_wheel_installs_a_working_cli_and_import_spillway(tmp_path: Path) -> Non
         names = z.namelist()
     top = {n.split("/", 1)[0] for n in names if not n.split("/", 1)[0].endswith(".dist-info")}
     assert top == SHIPPED  # no tests, bench or chaos
-    assert "channels/localbroker/pom.xml" in names  # package data: the broker's jars list
+    assert "devtools/localbroker/pom.xml" in names  # package data: the broker's jars list
     assert "spark_jobs/ui/page.html" in names  # package data: spillway ui's page
 
     venv = tmp_path / "venv"

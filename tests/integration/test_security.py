@@ -32,7 +32,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # not re-expo
 
 from channels.acls import job_acls
 from channels.ids import JobId
-from channels.localbroker import BrokerConfig, LocalBroker
+from devtools.localbroker import BrokerConfig, LocalBroker
 from spark_jobs.examples import clicks
 from tests.integration.test_spark_jobs import read_output
 

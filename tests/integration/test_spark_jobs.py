@@ -21,11 +21,11 @@ import pytest
 from channels.config import KafkaSettings
 from channels.ids import JobId, OperatorName
 from channels.keygroups import DEFAULT_MAX_PARALLELISM, key_group_range
+from devtools.demo import run_demo
 from offsets.store import CheckpointStore
 from recovery.events import read_events
 from recovery.replay import replay_subtask
 from spark_jobs.cli import main
-from spark_jobs.demo import run_demo
 from spark_jobs.driver import JobConfig, run_on_spark
 from spark_jobs.examples import clicks
 from tests.integration.conftest import RECORDS

@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 
 from channels.errors import ConfigError
-from channels.localbroker import BrokerConfig, LocalBroker, StopResult, cache_dir, jars
-from channels.localbroker.config import (
+from devtools.localbroker import BrokerConfig, LocalBroker, StopResult, cache_dir, jars
+from devtools.localbroker.config import (
     render_log4j2_properties,
     render_log4j_properties,
     render_server_properties,
 )
-from channels.localbroker.process import free_ports, tail_lines
+from devtools.localbroker.process import free_ports, tail_lines
 from spark_jobs.cli import main
 
 

@@ -18,9 +18,9 @@ from channels.config import (
 )
 from channels.errors import ConfigError
 from channels.ids import JobId, SubtaskId, operator_name
-from channels.localbroker import BrokerConfig, SaslListener
-from channels.localbroker.config import read_ports, render_server_properties
 from channels.naming import changelog_topic, channel_topic, checkpoint_topic
+from devtools.localbroker import BrokerConfig, SaslListener
+from devtools.localbroker.config import read_ports, render_server_properties
 
 SECRET = "pw-Unit-9f3a"
 

@@ -32,8 +32,8 @@ from tenacity import (
 )
 
 from channels.errors import BrokerUnavailableError, ConfigError
-from channels.localbroker import process
-from channels.localbroker.config import (
+from devtools.localbroker import process
+from devtools.localbroker.config import (
     HOST,
     MAX_HEAP,
     MIN_HEAP,
@@ -43,7 +43,7 @@ from channels.localbroker.config import (
     render_log4j_properties,
     render_server_properties,
 )
-from channels.localbroker.jars import java_executable, kafka_version, logging_binding, resolve_jars
+from devtools.localbroker.jars import java_executable, kafka_version, logging_binding, resolve_jars
 
 log = logging.getLogger(__name__)
 

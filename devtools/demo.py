@@ -24,7 +24,7 @@ from typing import Any
 
 from channels.config import KafkaSettings
 from channels.ids import JobId, OperatorName, TopicPartition
-from channels.localbroker import BrokerConfig, LocalBroker
+from devtools.localbroker import BrokerConfig, LocalBroker
 from offsets.store import CheckpointStore
 from recovery.events import read_events
 from recovery.phases import merge, out_of_order, steps

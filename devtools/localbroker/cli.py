@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from channels.localbroker.broker import LocalBroker, StopResult
-from channels.localbroker.config import BROKER_DIR_ENV, DEFAULT_DATA_DIR, BrokerConfig
+from devtools.localbroker.broker import LocalBroker, StopResult
+from devtools.localbroker.config import BROKER_DIR_ENV, DEFAULT_DATA_DIR, BrokerConfig
 
 EXIT_NOT_RUNNING = 3
 """``status`` exit code when the broker is stopped (as in LSB init scripts)."""

@@ -1,7 +1,7 @@
 """``spillway cluster start|stop|status|logs``: a Spark standalone cluster and a Kafka broker.
 
 :class:`LocalCluster` runs, as local processes bound to 127.0.0.1 only, a
-:class:`~channels.localbroker.LocalBroker`, a Spark standalone master and N workers from
+:class:`~devtools.localbroker.LocalBroker`, a Spark standalone master and N workers from
 the pyspark installation (``<pyspark>/bin/spark-class``; no Spark download, no Docker)::
 
     cluster = LocalCluster(".spillway/cluster")
@@ -25,8 +25,8 @@ in that session (pyspark's daemon makes its own process *group*, not a new sessi
 bounded wait, then SIGKILL. A recorded PID is only trusted while its command line still
 carries this directory's marker (``-Dspillway.cluster=<dir>``): PIDs are reused.
 
-Parts: :mod:`spark_jobs.clustertypes` (ports, results), :mod:`spark_jobs.clusterprocs`
-(sessions, signals, the master's view), :mod:`spark_jobs.clustercli` (the command).
+Parts: :mod:`devtools.clustertypes` (ports, results), :mod:`devtools.clusterprocs`
+(sessions, signals, the master's view), :mod:`devtools.clustercli` (the command).
 
 Sized for a small machine: 1 core and 1 GiB per worker, 512 MiB per daemon JVM. Killing
 one worker (:meth:`LocalCluster.worker_pids`) is a real node failure on one machine.
@@ -45,11 +45,7 @@ from pathlib import Path
 from types import TracebackType
 
 from channels.errors import ConfigError
-from channels.localbroker import BrokerConfig, LocalBroker
-from channels.localbroker import StartResult as BrokerStartResult
-from channels.localbroker import process as proc_util
-from channels.localbroker.jars import java_executable
-from spark_jobs.clusterprocs import (
+from devtools.clusterprocs import (
     master_args,
     master_json,
     pyspark_home,
@@ -58,7 +54,7 @@ from spark_jobs.clusterprocs import (
     terminate_session,
     worker_args,
 )
-from spark_jobs.clustertypes import (
+from devtools.clustertypes import (
     BROKER_STOP,
     CLUSTER_DIR_ENV,
     DEFAULT_DIR,
@@ -77,6 +73,10 @@ from spark_jobs.clustertypes import (
     load_ports,
     save_ports,
 )
+from devtools.localbroker import BrokerConfig, LocalBroker
+from devtools.localbroker import StartResult as BrokerStartResult
+from devtools.localbroker import process as proc_util
+from devtools.localbroker.jars import java_executable
 
 # What callers import from here (the rest lives in clustertypes / clusterprocs).
 __all__ = ["EXIT_NOT_RUNNING", "ClusterError", "LocalCluster", "StartResult", "StopResult"]

@@ -1,12 +1,12 @@
-"""``spillway cluster start|stop|status|logs`` (:class:`spark_jobs.cluster.LocalCluster`)."""
+"""``spillway cluster start|stop|status|logs`` (:class:`devtools.cluster.LocalCluster`)."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from spark_jobs.cluster import LocalCluster
-from spark_jobs.clustertypes import CLUSTER_DIR_ENV, DEFAULT_DIR, EXIT_NOT_RUNNING, StopResult
+from devtools.cluster import LocalCluster
+from devtools.clustertypes import CLUSTER_DIR_ENV, DEFAULT_DIR, EXIT_NOT_RUNNING, StopResult
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

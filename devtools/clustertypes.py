@@ -1,4 +1,4 @@
-"""The local cluster's names, ports and results (:mod:`spark_jobs.cluster`)."""
+"""The local cluster's names, ports and results (:mod:`devtools.cluster`)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from channels.errors import ConfigError, SpillwayError
-from channels.localbroker import StopResult as BrokerStopResult
-from channels.localbroker import free_ports
+from devtools.localbroker import StopResult as BrokerStopResult
+from devtools.localbroker import free_ports
 
 HOST = "127.0.0.1"
 CLUSTER_DIR_ENV = "SPILLWAY_CLUSTER_DIR"

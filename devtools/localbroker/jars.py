@@ -47,7 +47,7 @@ def cache_dir() -> Path:
 
 def pom_bytes() -> bytes:
     """The packaged ``pom.xml`` that names the Kafka broker and its logging binding."""
-    return resources.files("channels.localbroker").joinpath("pom.xml").read_bytes()
+    return resources.files("devtools.localbroker").joinpath("pom.xml").read_bytes()
 
 
 def kafka_version(pom: bytes | None = None) -> str:
@@ -56,7 +56,7 @@ def kafka_version(pom: bytes | None = None) -> str:
     for element in root.iter():
         if element.tag.rsplit("}", 1)[-1] == "kafka.version" and element.text:
             return element.text.strip()
-    raise ConfigError("channels/localbroker/pom.xml has no <kafka.version> property")
+    raise ConfigError("devtools/localbroker/pom.xml has no <kafka.version> property")
 
 
 def logging_binding(version: str) -> str:

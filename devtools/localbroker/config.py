@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from channels.errors import ConfigError
-from channels.localbroker.process import free_ports
+from devtools.localbroker.process import free_ports
 
 HOST = "127.0.0.1"
 """The only address the local broker binds to or advertises."""

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from channels.errors import ConfigError
-from spark_jobs.clustertypes import (
+from devtools.clustertypes import (
     HOST,
     KILL_WAIT_S,
     MASTER_CLASS,
@@ -25,7 +25,7 @@ from spark_jobs.clustertypes import (
     StopResult,
 )
 
-log = logging.getLogger("spark_jobs.cluster")
+log = logging.getLogger("devtools.cluster")
 
 
 def pyspark_home() -> Path:

@@ -2,7 +2,7 @@
 
 ::
 
-    from channels.localbroker import BrokerConfig, LocalBroker
+    from devtools.localbroker import BrokerConfig, LocalBroker
 
     broker = LocalBroker(BrokerConfig.resolve(port=9094, controller_port=9095))
     broker.start()          # resolves jars once, formats storage once, waits until ready
@@ -13,10 +13,10 @@ Needs Java 17+ and, on the first start only, Maven (see :mod:`.jars`). Linux onl
 the PID check reads ``/proc``.
 """
 
-from channels.localbroker.broker import BrokerStatus, LocalBroker, StartResult, StopResult
-from channels.localbroker.config import BrokerConfig, SaslListener
-from channels.localbroker.jars import cache_dir, resolve_jars
-from channels.localbroker.process import free_ports
+from devtools.localbroker.broker import BrokerStatus, LocalBroker, StartResult, StopResult
+from devtools.localbroker.config import BrokerConfig, SaslListener
+from devtools.localbroker.jars import cache_dir, resolve_jars
+from devtools.localbroker.process import free_ports
 
 __all__ = [
     "BrokerConfig",
