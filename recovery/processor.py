@@ -9,13 +9,17 @@ cadence's hooks (recovery.cadence) where a checkpoint may fall.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
+import pyarrow as pa
+
+from channels.batchread import ArrowRows
 from channels.envelope import Kind
 from channels.errors import RecordError
 from channels.ids import SubtaskId, TopicPartition
 from channels.reader import ChannelReader
 from channels.writer import ChannelWriter
+from recovery.batchpath import as_batch_logic, rows_of, write_batches
 from recovery.cadence import Cadence
 from recovery.crashpoints import CrashPoints
 from recovery.deadletter import DeadLetters
@@ -137,8 +141,12 @@ class Processor:
         for w in self.writers:
             w.end_of_stream()
 
-    def _deliver(self, records: list[Record], tp: TopicPartition, offset: int) -> None:
-        if self.logic is not None:
+    def _deliver(self, records: Sequence[Record], tp: TopicPartition, offset: int) -> None:
+        batch_logic = as_batch_logic(self.logic)
+        if isinstance(records, ArrowRows) and batch_logic is not None:  # recovery.batchpath
+            origins = Same(TopicOffset(tp.topic, tp.partition, offset))
+            self.emit(batch_logic.run_batch(records.batch, origins, self.dead_letters), origins)
+        elif self.logic is not None:
             origins = Same(TopicOffset(tp.topic, tp.partition, offset))
             self.emit(self._process(records, origins), origins)
         elif self.sink is not None:
@@ -146,7 +154,7 @@ class Processor:
                 self.crash.before_output()
             self.sink.write(records)
 
-    def _process(self, records: list[Record], origins: Origins) -> list[Record]:
+    def _process(self, records: Sequence[Record], origins: Origins) -> list[Record]:
         """Run the operator on one input message's records, or on what the chained source
         just read (``origins``: where each came from); isolate failures if dead-lettering."""
         assert self.logic is not None
@@ -178,6 +186,12 @@ class Processor:
             return
         if self.crash.armed:
             self.crash.before_output()
+        if isinstance(recs[0], pa.RecordBatch):  # a batch operator's output, as Arrow
+            try:
+                self.result.records_out += write_batches(self.writers, recs)
+                return
+            except RecordError:  # name or divert the rows a writer refuses, one by one
+                recs = rows_of(recs)
         try:
             for w in self.writers:
                 w.write_many(recs)  # all-or-nothing per call

@@ -41,7 +41,6 @@ def read_counts(out: Path) -> dict[str, int]:
     return rows
 
 
-
 def inject_garbage(bootstrap: str, job: str) -> None:
     """Malformed messages in the parse → count channel, as a broken writer would leave them."""
     plan = load_plan(REF, job)

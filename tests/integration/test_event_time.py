@@ -64,7 +64,6 @@ def committed_windows(out: Path) -> list[dict[str, Any]]:
     ]
 
 
-
 class Input:
     """Writes the test input and remembers it: on-time records, and late ones on demand."""
 

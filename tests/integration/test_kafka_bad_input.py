@@ -100,7 +100,6 @@ def make_input_topic(bootstrap: str, topic: str, messages: list[bytes]) -> None:
     assert producer.flush(60) == 0
 
 
-
 def read_sums(out: Path) -> dict[str, list[int]]:
     rows: dict[str, list[int]] = {}
     for f in sorted(out.glob("out/*.jsonl")):

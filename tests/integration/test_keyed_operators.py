@@ -65,7 +65,6 @@ def committed(out: Path, sink: str) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda w: (w["key"], w["start"], w["end"], w["count"], w["seqs"]))
 
 
-
 def windows_of(t: int) -> list[int]:
     """Starts of the hopping windows holding ``t``."""
     return list(range(t - t % HOP_MS, t - SIZE_MS, -HOP_MS))
