@@ -69,6 +69,13 @@ def write_batches(writers: Sequence[ChannelWriter], batches: Sequence[pa.RecordB
     return int(batch.num_rows)
 
 
+def count_rows(records: Sequence[Any]) -> int:
+    """Rows in what a source read: records, or record batches (a batch source)."""
+    if records and isinstance(records[0], pa.RecordBatch):
+        return sum(int(b.num_rows) for b in records)
+    return len(records)
+
+
 def rows_of(batches: Sequence[pa.RecordBatch]) -> list[Any]:
     """The rows of ``batches`` as dicts (to name or divert the ones a writer refuses)."""
     return [r for b in batches for r in b.to_pylist()]

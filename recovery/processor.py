@@ -19,7 +19,7 @@ from channels.errors import RecordError
 from channels.ids import SubtaskId, TopicPartition
 from channels.reader import ChannelReader
 from channels.writer import ChannelWriter
-from recovery.batchpath import as_batch_logic, rows_of, write_batches
+from recovery.batchpath import as_batch_logic, count_rows, rows_of, write_batches
 from recovery.cadence import Cadence
 from recovery.crashpoints import CrashPoints
 from recovery.deadletter import DeadLetters
@@ -109,7 +109,7 @@ class Processor:
             self.dead_letters.send(stage="source", error=bad.error, raw=bad.raw, origin=bad.origin)
         if recs is None:
             return True
-        self.result.records_in += len(recs)
+        self.result.records_in += count_rows(recs)  # a batch source returns batches
         if self.source_replay.pending and self.source_replay.caught_up():
             self._caught_up()
         # A source chained with transforms: they run here, before anything is written

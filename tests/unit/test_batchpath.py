@@ -3,6 +3,7 @@ as Arrow batches, batches routed and written as Arrow, the API's definition chec
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, cast
 
 import pyarrow as pa
@@ -258,3 +259,66 @@ def test_aggregate_batches_definitions_that_cannot_work_are_refused() -> None:
         s.key_by("nope").aggregate_batches("b", {"n": Agg("count")})
     with pytest.raises(PipelineDefinitionError):
         s.key_by("key").aggregate_batches("c", {"s": Agg("sum", "note")})  # sum of strings
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_batch_file_source_reads_what_the_record_source_reads_from_any_position(
+    tmp_path: Path, fmt: str
+) -> None:
+    import json
+
+    import pyarrow.parquet as pq
+
+    from spark_jobs.batchsources import BatchFileSource
+    from spark_jobs.sources import FileSource
+    from tests.unit.test_sinks_sources import ctx
+
+    schema = {"type": "record", "name": "R", "fields": SCHEMA["fields"][:2]}
+    for f in range(3):
+        recs = [{"key": f"k{i % 5}", "n": i} for i in range(f * 100, f * 100 + 37 + f)]
+        if fmt == "csv":
+            lines = ["key,n", *(f"{r['key']},{r['n']}" for r in recs)]
+            lines.insert(7, "bad,line,here")  # wrong column count: rejected by both
+            data = "\n".join(lines).encode() + b"\n"
+            # A line that is not UTF-8 (pyarrow alone would fail the whole file).
+            data = data.replace(b"k1,1\n", b"k\xc3\x28,1\n").replace(b"k1,101\n", b"k\xff,101\n")
+            (tmp_path / f"p{f}.csv").write_bytes(data)
+        else:
+            pq.write_table(pa.Table.from_pylist(recs), tmp_path / f"p{f}.parquet")
+    pattern = str(tmp_path / f"*.{fmt}")
+
+    def drain(src: Any, position: dict[str, Any], n: int) -> tuple[list[Any], list[Any]]:
+        src.open(ctx(0), json.loads(json.dumps(position)))
+        got: list[Any] = []
+        bad: list[Any] = []
+        while (out := src.read(n)) is not None:
+            got += (
+                [r for b in out for r in b.to_pylist()]
+                if out and isinstance(out[0], pa.RecordBatch)
+                else out
+            )
+            bad += [(r.origin.file, r.origin.line) for r in src.rejected()]
+        return got, bad
+
+    expected = drain(FileSource(pattern, fmt, 1, schema), {}, 10)
+    assert len(expected[0]) == 37 + 38 + 39 - (2 if fmt == "csv" else 0)
+    assert len(expected[1]) == (3 + 2 if fmt == "csv" else 0)  # the rejected lines
+    assert drain(BatchFileSource(pattern, fmt, 1, schema), {}, 10) == expected
+    # From every position a batch read reached, the rest is read exactly once.
+    src = BatchFileSource(pattern, fmt, 1, schema)
+    src.open(ctx(0), {})
+    seen = 0
+    while (out := src.read(8)) is not None:
+        seen += sum(b.num_rows for b in out)
+        rest, _ = drain(BatchFileSource(pattern, fmt, 1, schema), src.position(), 8)
+        assert rest == expected[0][seen:]
+
+
+def test_batch_file_source_refuses_what_it_cannot_read() -> None:
+    from spark_jobs.batchsources import BatchFileSource
+
+    with pytest.raises(PipelineDefinitionError, match="csv or parquet"):
+        BatchFileSource("*.jsonl", "jsonl", 1, SCHEMA)
+    p = Pipeline("t")
+    with pytest.raises(PipelineDefinitionError, match="no event time"):
+        p.read_files("f", "*.csv", format="csv", schema=SCHEMA, batches=True, timestamp=len)
