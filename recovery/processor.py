@@ -51,6 +51,7 @@ class Processor:
         self.operator = operator
         self.options = options
         self.source, self.logic, self.sink = parts
+        self.batch_logic = as_batch_logic(self.logic)  # takes Arrow batches (batchpath)
         self.dead_letters = dead_letters
         self.aside = aside
         self.crash = crash
@@ -142,7 +143,7 @@ class Processor:
             w.end_of_stream()
 
     def _deliver(self, records: Sequence[Record], tp: TopicPartition, offset: int) -> None:
-        batch_logic = as_batch_logic(self.logic)
+        batch_logic = self.batch_logic
         if isinstance(records, ArrowRows) and batch_logic is not None:  # recovery.batchpath
             origins = Same(TopicOffset(tp.topic, tp.partition, offset))
             self.emit(batch_logic.run_batch(records.batch, origins, self.dead_letters), origins)

@@ -28,7 +28,6 @@ from channels.naming import changelog_topic
 from channels.reader import ChannelReader, InputChannel
 from channels.writer import ChannelWriter, OutputChannel
 from offsets.store import CheckpointStore, check_retention, commit_checkpoint
-from recovery.batchpath import is_batch_logic
 from recovery.cadence import GlobalCadence
 from recovery.checkpointer import Checkpointer, Observers, Parts
 from recovery.collector import make_collector
@@ -302,7 +301,7 @@ class SubtaskRunner:
             self.inputs,
             tolerate_bad=self.dead_letters is not None,
             align=self.checkpointer.cadence.align,
-            batches=is_batch_logic(self.processor.logic),  # recovery.batchpath
+            batches=self.processor.batch_logic is not None,  # recovery.batchpath
         )
         start = restored.start(ch.tp for ch in self.inputs)
         marks = {ch.tp: self.consumer.watermarks(ch.tp) for ch in self.inputs}
