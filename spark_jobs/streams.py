@@ -6,15 +6,11 @@ from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 from typing import Any
 
-import pyarrow as pa
-
-from channels.arrowcodec import arrow_schema
 from channels.batchwrite import ColumnKey
 from channels.errors import PipelineDefinitionError
 from recovery.plan import Record
-from spark_jobs import keyedops
-from spark_jobs.batchagg import Agg, BatchAggregate, BatchAggregateLogic, Derive
-from spark_jobs.batchops import FilterBatchesLogic, MapBatchesLogic
+from spark_jobs import batchspecs, keyedops
+from spark_jobs.batchagg import Agg, Derive
 from spark_jobs.graph import Edge, Graph, Schema
 from spark_jobs.operators import (
     FilterLogic,
@@ -25,7 +21,6 @@ from spark_jobs.operators import (
 from spark_jobs.parquetsink import columnar_sink
 from spark_jobs.process import ProcessContext
 from spark_jobs.records import adapt, output_converter, output_schema, returned_type
-from spark_jobs.schemas import avro_schema
 from spark_jobs.sinks import ConsoleSink, JsonlFileSink, KafkaTopicSink
 
 # What the API takes: an Avro record schema, a dataclass, a TypedDict or a pyarrow.Schema
@@ -122,13 +117,10 @@ class Stream:
         """``fn`` over each input channel message as one Arrow batch (spark_jobs.batchops):
         it takes a ``pyarrow.RecordBatch`` (a pandas or Polars DataFrame with ``frame=``)
         and returns one with ``schema`` (flat: primitive fields only); written as Arrow."""
-        where = f"operator {name!r}"
-        batch_input(self._schema(), where)
-        avro = avro_schema(schema, where=where, name=name)
-        out = batch_input(avro, where, "output ")
-        factory = partial(MapBatchesLogic, name, fn, out, frame)
-        description = {"op": "map_batches", "batch": True, "frame": frame}
-        return self._then(name, factory, avro, parallelism, description=description)
+        spec = batchspecs.map_batches(name, fn, schema, frame, self._schema())
+        return self._then(
+            name, spec.factory, spec.schema, parallelism, description=spec.description
+        )
 
     def filter_batches(
         self,
@@ -140,11 +132,10 @@ class Stream:
     ) -> Stream:
         """The rows of each input batch for which ``fn``'s boolean mask is true (a null
         drops the row); ``fn`` takes the batch as :meth:`map_batches`' does."""
-        where = f"operator {name!r}"
-        batch_input(self._schema(), where)
-        factory = partial(FilterBatchesLogic, name, fn, frame)
-        description = {"op": "filter_batches", "batch": True, "frame": frame}
-        return self._then(name, factory, self._schema(), parallelism, description=description)
+        spec = batchspecs.filter_batches(name, fn, frame, self._schema())
+        return self._then(
+            name, spec.factory, spec.schema, parallelism, description=spec.description
+        )
 
     def key_by(self, key_fn: Callable[[Record], Any] | str) -> KeyedStream:
         """Route records by key (stable hash) to the next, keyed operator.
@@ -263,25 +254,6 @@ class Stream:
         )
 
 
-def batch_input(schema: Schema | None, where: str, what: str = "input ") -> pa.Schema:
-    """The Arrow schema of a batch operator's flat ``schema``; a definition error if none."""
-    flat = arrow_schema(schema) if schema is not None else None
-    if flat is None:
-        raise PipelineDefinitionError(
-            f"{where}: a batch operator's {what}schema must be flat (a record of boolean, int, "
-            f"long, float, double, string or bytes fields, each optionally nullable), got "
-            f"{schema!r}; use record operators (map, filter), or flatten the records first"
-        )
-    return flat
-
-
-def describe_of(of: Any) -> str | None:
-    """An aggregate's column, or its expression function's qualified name (plan text)."""
-    if of is None or isinstance(of, str):
-        return of
-    return f"{getattr(of, '__module__', '?')}.{getattr(of, '__qualname__', repr(of))}"
-
-
 class KeyedStream(Stream):
     """A stream routed by key; keyed operators keep per-key state."""
 
@@ -335,24 +307,17 @@ class KeyedStream(Stream):
         (checkpointed through the changelog, as :meth:`aggregate`'s); ``derive`` adds
         columns computed from the aggregated table. ``emit`` as :meth:`aggregate`, except
         that ``"updates"`` emits one row per key and input batch."""
-        where = f"operator {name!r}"
         if not isinstance(self.key_fn, ColumnKey):
             raise PipelineDefinitionError(
-                f"{where}: aggregate_batches needs a key column: use key_by('column'), not "
-                "a key function"
+                f"operator {name!r}: aggregate_batches needs a key column: use "
+                "key_by('column'), not a key function"
             )
-        spec = partial(BatchAggregate, name, self.key_fn.column, aggs,
-                       batch_input(self._schema(), where), derive=derive, emit=emit)  # fmt: skip
-        agg = spec()  # checks the definition against the input schema now
-        avro = avro_schema(agg.output_schema, where=where, name=name)
-        description = {
-            "op": "aggregate_batches", "batch": True, "key": agg.key, "emit": emit,
-            "aggs": {out: [a.kind, describe_of(a.of)] for out, a in agg.aggs.items()},
-            "derive": {out: describe_of(fn) for out, fn in agg.derive.items()},
-        }  # fmt: skip
+        spec = batchspecs.aggregate_batches(
+            name, self.key_fn.column, aggs, derive, emit, self._schema()
+        )
         return self._then(
-            name, lambda: BatchAggregateLogic(spec()), avro, parallelism, stateful=True,
-            description=description,
+            name, spec.factory, spec.schema, parallelism, stateful=True,
+            description=spec.description,
         )  # fmt: skip
 
     def reduce(
