@@ -55,6 +55,21 @@ def is_batch_logic(logic: object) -> bool:
     return isinstance(logic, BatchLogic)
 
 
+@runtime_checkable
+class BatchSink(Protocol):
+    """A sink whose ``write`` takes :class:`channels.batchread.ArrowRows` as well."""
+
+    takes_batches: bool
+
+
+def reads_batches(logic: object, sink: object) -> bool:
+    """True if a subtask with ``logic`` and ``sink`` reads its channels as Arrow batches:
+    its logic takes batches, or it is a sink alone that takes them."""
+    if logic is not None:
+        return is_batch_logic(logic)
+    return isinstance(sink, BatchSink) and sink.takes_batches
+
+
 def as_batch_logic(logic: object) -> BatchLogic | None:
     """``logic`` if it takes Arrow batches, else ``None``."""
     return logic if isinstance(logic, BatchLogic) else None

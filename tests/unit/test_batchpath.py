@@ -322,3 +322,30 @@ def test_batch_file_source_refuses_what_it_cannot_read() -> None:
     p = Pipeline("t")
     with pytest.raises(PipelineDefinitionError, match="no event time"):
         p.read_files("f", "*.csv", format="csv", schema=SCHEMA, batches=True, timestamp=len)
+
+
+def test_a_parquet_sink_writes_arrow_rows_as_they_arrived(tmp_path: Path) -> None:
+    from collections import Counter
+
+    import pyarrow.dataset as ds
+
+    from recovery.batchpath import reads_batches
+    from spark_jobs.parquetsink import ParquetFileSink
+    from spark_jobs.sinks import JsonlFileSink
+    from tests.unit.test_sinks_sources import ctx
+
+    arrow = pa.schema([pa.field(f.name, f.type) for f in ARROW])  # as a user's schema
+    sink = ParquetFileSink(str(tmp_path), "out", arrow, SCHEMA, partition_by="key")
+    sink.open(ctx(0), {}, None)
+    batch = pa.RecordBatch.from_pylist(rows(50), schema=ARROW)  # the channel's schema
+    sink.write(ArrowRows(batch)[10:])
+    sink.write(ArrowRows(batch)[:10])
+    sink.committed(sink.prepare(0))
+    part = ds.partitioning(pa.schema([("key", pa.string())]), flavor="hive")
+    table = ds.dataset(tmp_path / "out", format="parquet", partitioning=part).to_table()
+    assert Counter(map(str, table.to_pylist())) == Counter(
+        map(str, [{"n": r["n"], "note": r["note"], "key": r["key"]} for r in rows(50)])
+    )
+    assert reads_batches(None, sink)
+    assert not reads_batches(None, JsonlFileSink(str(tmp_path), "j"))
+    assert not reads_batches(MapLogic(lambda r: r), sink)  # chained: records
