@@ -112,6 +112,11 @@ class ArrowCodec:
         # Room for the schema message and the end-of-stream marker in every message.
         self.overhead = len(self._header) + len(_EOS)
 
+    @property
+    def schema(self) -> pa.Schema:
+        """The Arrow schema of this channel's batches."""
+        return self._schema
+
     def encode_block(self, records: Sequence[Any]) -> bytes:
         """One record-batch message of ``records``; :class:`SchemaMismatchError` naming the
         first record that does not fit the schema."""

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from channels.batchread import BatchDecoders
 from channels.envelope import H_KIND, Decoders, Kind, decode_i64, read_header, writer_of
 from channels.errors import RecordError, SchemaMismatchError
 from channels.ids import Offset, TopicPartition
@@ -45,7 +46,7 @@ class Delivery:
     offset: int
     writer: int
     kind: Kind
-    records: list[Any]
+    records: Sequence[Any]  # dicts, or ArrowRows for a reader of ``batches``
     value: int | None = None
     error: str | None = None  # set for a message that could not be decoded
     raw: bytes | None = None  # ... and then its raw value, for the dead-letter channel
@@ -61,13 +62,17 @@ class ChannelReader:
         *,
         tolerate_bad: bool = False,
         align: bool = False,
+        batches: bool = False,
     ) -> None:
         """``tolerate_bad``: return undecodable messages as deliveries with ``error`` set
         (for a dead-letter channel) instead of raising :class:`RecordError`.
 
         ``align``: aligned checkpoints. A channel (partition, writer) that delivers barrier
         n is held back — its later messages stay unprocessed — until barrier n has come
-        on every channel; then :meth:`aligned` returns n."""
+        on every channel; then :meth:`aligned` returns n.
+
+        ``batches``: data messages as :class:`channels.batchread.ArrowRows` (one Arrow
+        batch each, for batch operators), not dicts."""
         self._align = align
         self._barriers: dict[tuple[TopicPartition, int], tuple[int, int]] = {}  # -> (n, offset)
         self._consumed: set[int] = set()  # barrier ids already checkpointed, channels still held
@@ -76,7 +81,8 @@ class ChannelReader:
         self._consumer = consumer
         self._tolerate_bad = tolerate_bad
         self._inputs = {i.tp: i for i in inputs}
-        self._codecs = {i.tp: Decoders(i.schema) for i in inputs}
+        decoders = BatchDecoders if batches else Decoders
+        self._codecs = {i.tp: decoders(i.schema) for i in inputs}
         self._positions: dict[TopicPartition, Offset] = {}
         self._pending: list[Any] = []  # consumed, not yet returned (after a barrier)
         self.state = ReaderState()

@@ -15,7 +15,7 @@ processor only call its hooks, so a new mode is a new class here, not a new bool
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from channels.ids import TopicPartition
@@ -24,7 +24,8 @@ from recovery.plan import Record
 # (partition, message offset, records of it done) for a checkpoint inside a message.
 Partial = tuple[TopicPartition, int, int]
 TakeGlobal = Callable[[int, Partial | None], None]
-Deliver = Callable[[list[Record], TopicPartition, int], None]
+Rows = Sequence[Record]  # one message's records: dicts, or channels.batchread.ArrowRows
+Deliver = Callable[[Rows, TopicPartition, int], None]
 
 MODES = ("interval", "aligned", "unaligned")
 
@@ -103,7 +104,7 @@ class Cadence(Protocol):
         """After one poll of the reader; ``barrier``: a newer barrier the poll stopped at."""
 
     def deliver(
-        self, records: list[Record], tp: TopicPartition, offset: int, done: int, deliver: Deliver
+        self, records: Rows, tp: TopicPartition, offset: int, done: int, deliver: Deliver
     ) -> None:
         """Hand one message's records to ``deliver`` (the unaligned mode in chunks)."""
 
@@ -139,7 +140,7 @@ class IntervalCadence:
         """Barriers play no part in this mode."""
 
     def deliver(
-        self, records: list[Record], tp: TopicPartition, offset: int, done: int, deliver: Deliver
+        self, records: Rows, tp: TopicPartition, offset: int, done: int, deliver: Deliver
     ) -> None:
         """The whole message at once."""
         deliver(records, tp, offset)
@@ -210,7 +211,7 @@ class AlignedCadence(_GlobalCheckpoints):
             reader.release(n)
 
     def deliver(
-        self, records: list[Record], tp: TopicPartition, offset: int, done: int, deliver: Deliver
+        self, records: Rows, tp: TopicPartition, offset: int, done: int, deliver: Deliver
     ) -> None:
         """The whole message at once."""
         deliver(records, tp, offset)
@@ -240,7 +241,7 @@ class UnalignedCadence(_GlobalCheckpoints):
             self._take(barrier, None)
 
     def deliver(
-        self, records: list[Record], tp: TopicPartition, offset: int, done: int, deliver: Deliver
+        self, records: Rows, tp: TopicPartition, offset: int, done: int, deliver: Deliver
     ) -> None:
         """Take a triggered checkpoint between chunks of one message.
 

@@ -9,13 +9,17 @@ cadence's hooks (recovery.cadence) where a checkpoint may fall.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
+import pyarrow as pa
+
+from channels.batchread import ArrowRows
 from channels.envelope import Kind
 from channels.errors import RecordError
 from channels.ids import SubtaskId, TopicPartition
 from channels.reader import ChannelReader
 from channels.writer import ChannelWriter
+from recovery.batchpath import as_batch_logic, count_rows, rows_of, write_batches
 from recovery.cadence import Cadence
 from recovery.crashpoints import CrashPoints
 from recovery.deadletter import DeadLetters
@@ -48,6 +52,7 @@ class Processor:
         self.operator = operator
         self.options = options
         self.source, self.logic, self.sink = parts
+        self.batch_logic = as_batch_logic(self.logic)  # takes Arrow batches (batchpath)
         self.dead_letters = dead_letters
         self.aside = aside
         self.crash = crash
@@ -106,7 +111,7 @@ class Processor:
             self.dead_letters.send(stage="source", error=bad.error, raw=bad.raw, origin=bad.origin)
         if recs is None:
             return True
-        self.result.records_in += len(recs)
+        self.result.records_in += count_rows(recs)  # a batch source returns batches
         if self.source_replay.pending and self.source_replay.caught_up():
             self._caught_up()
         # A source chained with transforms: they run here, before anything is written
@@ -138,8 +143,12 @@ class Processor:
         for w in self.writers:
             w.end_of_stream()
 
-    def _deliver(self, records: list[Record], tp: TopicPartition, offset: int) -> None:
-        if self.logic is not None:
+    def _deliver(self, records: Sequence[Record], tp: TopicPartition, offset: int) -> None:
+        batch_logic = self.batch_logic
+        if isinstance(records, ArrowRows) and batch_logic is not None:  # recovery.batchpath
+            origins = Same(TopicOffset(tp.topic, tp.partition, offset))
+            self.emit(batch_logic.run_batch(records.batch, origins, self.dead_letters), origins)
+        elif self.logic is not None:
             origins = Same(TopicOffset(tp.topic, tp.partition, offset))
             reader = self.reader
             call = input_call(self.logic, (lambda: reader.input_of(tp)) if reader else None)
@@ -150,7 +159,7 @@ class Processor:
             self.sink.write(records)
 
     def _process(
-        self, records: list[Record], origins: Origins, call: Call | None = None
+        self, records: Sequence[Record], origins: Origins, call: Call | None = None
     ) -> list[Record]:
         """Run the operator (``call``, default its ``process``) on one input message's
         records, or on what the chained source just read (``origins``: where each came
@@ -158,7 +167,7 @@ class Processor:
         assert self.logic is not None
         run: Call = call or self.logic.process
 
-        def alone(rs: list[Record]) -> list[Record]:  # re-runs records to find the bad one
+        def alone(rs: Sequence[Record]) -> list[Record]:  # re-runs records to find the bad one
             return list(run(rs))
 
         try:
@@ -189,6 +198,12 @@ class Processor:
             return
         if self.crash.armed:
             self.crash.before_output()
+        if isinstance(recs[0], pa.RecordBatch):  # a batch operator's output, as Arrow
+            try:
+                self.result.records_out += write_batches(self.writers, recs)
+                return
+            except RecordError:  # name or divert the rows a writer refuses, one by one
+                recs = rows_of(recs)
         try:
             for w in self.writers:
                 w.write_many(recs)  # all-or-nothing per call

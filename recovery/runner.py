@@ -28,6 +28,7 @@ from channels.keygroups import Ownership
 from channels.reader import ChannelReader, InputChannel
 from channels.writer import ChannelWriter, OutputChannel
 from offsets.store import CheckpointStore, check_retention, commit_checkpoint
+from recovery.batchpath import reads_batches
 from recovery.cadence import GlobalCadence
 from recovery.checkpointer import Checkpointer, Observers, Parts
 from recovery.collector import make_collector
@@ -307,6 +308,7 @@ class SubtaskRunner:
             self.inputs,
             tolerate_bad=self.dead_letters is not None,
             align=self.checkpointer.cadence.align,
+            batches=reads_batches(self.processor.logic, self.processor.sink),
         )
         start = restored.start(ch.tp for ch in self.inputs)
         marks = {ch.tp: self.consumer.watermarks(ch.tp) for ch in self.inputs}

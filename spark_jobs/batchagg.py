@@ -35,7 +35,9 @@ import pyarrow.compute as pc
 
 from channels.batchroute import check_key_type
 from channels.errors import ConfigError, PipelineDefinitionError, RecordError
+from recovery.origins import Origins
 from recovery.plan import Context, KeyedState, SetAside
+from spark_jobs.batchops import DeadLetterSink, process_batch
 from spark_jobs.operators import _by_key
 
 KINDS = ("count", "sum", "min", "max", "mean")
@@ -309,6 +311,13 @@ class BatchAggregateLogic:
             raise ConfigError(f"operator {self.agg.name!r}: process_batch before open")
         out = self.agg.fold(batch, self._ctx.state)
         return [out] if out is not None and out.num_rows else []
+
+    def run_batch(
+        self, batch: pa.RecordBatch, origins: Origins, dead_letters: DeadLetterSink | None
+    ) -> list[pa.RecordBatch]:
+        """:meth:`process_batch` with failing rows isolated (the runtime's entry point)."""
+        where = f"operator {self.agg.name!r}"
+        return process_batch(self.process_batch, batch, origins, dead_letters, where)
 
     def on_watermark(self, watermark: int) -> Iterable[pa.RecordBatch]:
         """Global aggregates are not windowed."""

@@ -39,7 +39,7 @@ from recovery.origins import FileLine, Runs, line_runs
 from recovery.plan import Rejected
 from spark_jobs.batchjson import non_finite_rows
 from spark_jobs.batchops import isolate_rows
-from spark_jobs.lines import LineError, parse_csv_header
+from spark_jobs.lines import LineError, decode, parse_csv_header
 
 _INT_TEXT = r"^[+-]?[0-9]+$"
 
@@ -139,6 +139,27 @@ def _blank_lines(data: bytes, start: int, first_line: int) -> list[int]:
     return out
 
 
+def _not_utf8(data: bytes, body: int, first_line: int, path: str) -> tuple[bytes, list[Rejected]]:
+    """``data`` with the lines of ``data[body:]`` that are not UTF-8 emptied, and those
+    lines rejected as the record path rejects them (one decode of the whole when clean)."""
+    try:
+        data[body:].decode("utf-8")
+        return data, []
+    except UnicodeDecodeError:
+        pass
+    out: list[bytes] = []
+    bad: list[Rejected] = []
+    for n, line in enumerate(data[body:].split(b"\n"), first_line):
+        try:
+            decode(line)
+            out.append(line)
+        except LineError as e:
+            text = line.rstrip(b"\r")
+            bad.append(Rejected(FileLine(path, n), str(e), text))
+            out.append(b"")
+    return data[:body] + b"\n".join(out), bad
+
+
 def read_csv_batches(
     path: str, schema: pa.Schema, batch_size: int, start: int = 0
 ) -> Iterator[FileBatch]:
@@ -165,11 +186,13 @@ def read_csv_batches(
     for _ in range(start):  # only on a restart: skip the data lines already read
         nl = data.find(b"\n", body)
         body = len(data) if nl < 0 else nl + 1
+    raw = RawLines(data)
+    # pyarrow fails the whole file on a line that is not UTF-8: such lines are rejected
+    # here and parsed as blank (line numbers stay).
+    data, rejected = _not_utf8(data, body, start + 2, path)
     # Lines that carry no row, by file line number (header: line 1).
     blanks = _blank_lines(data, body, start + 2)
     skipped = list(blanks)
-    rejected: list[Rejected] = []
-    raw = RawLines(data)
 
     def invalid(row: pcsv.InvalidRow) -> str:
         # pyarrow counts the lines it parses (the header is 1), not the empty ones.

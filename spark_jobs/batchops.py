@@ -29,6 +29,7 @@ from typing import Any, Protocol
 import pyarrow as pa
 
 from channels.arrowcodec import short_repr
+from channels.batchwrite import conform
 from channels.errors import PipelineDefinitionError, RecordError, SchemaMismatchError
 from recovery.origins import Origin, Origins
 from recovery.plan import Context, SetAside
@@ -118,6 +119,19 @@ def to_mask(mask: Any, rows: int, where: str) -> pa.Array:
 
 
 class _Stateless:
+    where: str
+
+    def process_batch(self, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
+        """The outputs of one input batch (each operator's own)."""
+        raise NotImplementedError
+
+    def run_batch(
+        self, batch: pa.RecordBatch, origins: Origins, dead_letters: DeadLetterSink | None
+    ) -> list[pa.RecordBatch]:
+        """:meth:`process_batch` with failing rows isolated (:func:`process_batch`); the
+        runtime's entry point (recovery.batchpath.BatchLogic)."""
+        return process_batch(self.process_batch, batch, origins, dead_letters, self.where)
+
     def open(self, ctx: Context) -> None:
         """Nothing to restore."""
 
@@ -145,7 +159,8 @@ class MapBatchesLogic(_Stateless):
     """``fn`` over each input batch; its result is the output batch.
 
     ``schema``: the output channel's Arrow schema; a result with another schema is a
-    :class:`SchemaMismatchError` (caught at the first batch, naming both schemas).
+    :class:`SchemaMismatchError` (caught at the first batch, naming both schemas). Field
+    nullability may differ where the values keep the schema's non-null fields.
     """
 
     def __init__(
@@ -158,12 +173,15 @@ class MapBatchesLogic(_Stateless):
     def process_batch(self, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
         """``[fn(batch)]`` as a record batch (no output for an empty result)."""
         out = to_batch(self.fn(as_frame(batch, self.frame, self.where)), self.where)
-        if self.schema is not None and not out.schema.equals(self.schema):
+        # Built without a schema, a batch's fields are all nullable: take it where the
+        # values keep the declared schema's non-null fields.
+        fit = conform(out, self.schema) if self.schema is not None else out
+        if fit is None:
             raise SchemaMismatchError(
                 f"{self.where}: the function returned a batch with schema {out.schema}, "
                 f"the operator's output schema is {self.schema}"
             )
-        return [out] if out.num_rows else []
+        return [fit] if fit.num_rows else []
 
 
 class FilterBatchesLogic(_Stateless):

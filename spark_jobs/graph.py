@@ -13,6 +13,7 @@ from functools import partial
 from typing import Any
 
 from channels import keygroups
+from channels.batchwrite import ColumnKey, ColumnKeyHash
 from channels.errors import PipelineDefinitionError
 from channels.ids import JobId, OperatorName, job_id, operator_name
 from channels.partitioners import Broadcast, Forward, KeyHash, Partitioner, RoundRobin
@@ -266,6 +267,8 @@ class Graph:
         up, down = self._nodes[e.upstream], self._nodes[e.downstream]
         if self._routing(e) != "forward" or down.kind == "source" or up.kind == "sink":
             return False
+        if up.description.get("batch") or down.description.get("batch"):
+            return False  # a batch operator reads and writes channels (recovery.batchpath)
         if sum(1 for o in self._edges if o.upstream == up.name) != 1:
             return False
         # Keyed state only in the chain's last transform: a failed call then changes no
@@ -363,6 +366,9 @@ def _partitioner_factory(
         return RoundRobin
     if routing == "broadcast":
         return lambda _i, p: Broadcast(p)
+    if routing == "hash" and isinstance(key_fn, ColumnKey):  # key_by(column): batches too
+        column = key_fn.column
+        return lambda _i, p: ColumnKeyHash(column, p)
     if routing == "hash":
         assert key_fn is not None
         fn = key_fn

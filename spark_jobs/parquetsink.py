@@ -41,6 +41,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from channels.arrowcodec import ArrowCodec, arrow_schema, short_repr
+from channels.batchread import ArrowRows
+from channels.batchwrite import conform
 from channels.errors import PipelineDefinitionError, SchemaMismatchError
 from channels.mismatch import describe
 from recovery.plan import Record
@@ -72,6 +74,9 @@ class ParquetFileSink(StagedFileSink):
 
     extension = ".parquet"
     hidden = True
+    # Alone in its subtask, it reads its channel as Arrow batches (recovery.batchpath):
+    # a batch that has the files' schema is written as it arrived, no dict per row.
+    takes_batches = True
 
     def __init__(
         self,
@@ -122,6 +127,10 @@ class ParquetFileSink(StagedFileSink):
     # -- internals -----------------------------------------------------------------------
 
     def _batch(self, records: Sequence[Record]) -> pa.RecordBatch:
+        if isinstance(records, ArrowRows):
+            fit = conform(records.batch, self.schema)
+            if fit is not None:
+                return fit
         if self._codec is not None:
             try:
                 return self._codec.batch(records)

@@ -30,17 +30,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
+from typing import Any
 
 from channels.errors import PipelineDefinitionError
 from recovery.jobconf import conf as conf  # re-exported: pipelines read their settings
 from recovery.plan import Record
+from spark_jobs.batchsources import BatchFileSource, BatchKafkaSource
 from spark_jobs.coprocess import connect as connect  # re-exported: two-input operators
 from spark_jobs.graph import Graph
 from spark_jobs.graph import Schema as Schema
+from spark_jobs.keyedstream import KeyedStream as KeyedStream  # re-exported, with Stream
 from spark_jobs.records import adapt, output_schema
 from spark_jobs.schemas import avro_schema
 from spark_jobs.sources import FileSource, GeneratorSource, KafkaTopicSource
-from spark_jobs.streams import KeyedStream as KeyedStream  # re-exported, with Stream
 from spark_jobs.streams import SchemaLike as SchemaLike
 from spark_jobs.streams import Stream as Stream
 from spark_jobs.streams import union as union
@@ -98,6 +100,7 @@ class Pipeline(Graph):
         parallelism: int = 1,
         timestamp: Callable[[Record], int] | None = None,
         watermarks: Watermarks | None = None,
+        batches: bool = False,
     ) -> Stream:
         """Rows of files matching ``pattern`` (``jsonl``, ``csv`` or ``parquet``).
 
@@ -106,9 +109,14 @@ class Pipeline(Graph):
         naming file and line, or goes to the dead-letter channel with ``--dead-letter``.
         Event time: ``timestamp(record)`` in ms, with ``watermarks`` (default
         :meth:`Watermarks.monotonic`); a timestamp that fails is a bad line too.
+
+        ``batches=True`` (CSV or Parquet, flat schema, no event time) reads Arrow batches
+        (:mod:`spark_jobs.batchsources`) and writes them to the channel as Arrow.
         """
         ts = _event_time_args(name, timestamp, watermarks, required=True)
         schema = avro_schema(schema, where=f"source {name!r}", name=name)
+        if batches:
+            return self._batch_files(name, pattern, format, schema, parallelism, ts[1])
         node = self._add(
             name,
             parallelism,
@@ -118,6 +126,48 @@ class Pipeline(Graph):
             description={"source": "files", "format": format},
         )
         node.event_time = ts[1] is not None
+        return Stream(self, name)
+
+    def _batch_kafka(
+        self,
+        name: str,
+        topic: str,
+        spec: SchemaLike,
+        parallelism: int,
+        bounded: bool,
+        watermarks: Watermarks | None,
+    ) -> Stream:
+        if watermarks is not None:
+            raise PipelineDefinitionError(
+                f"source {name!r}: read_kafka(batches=True) has no event time; drop "
+                "timestamp/watermarks or read records (batches=False)"
+            )
+        schema = avro_schema(spec, where=f"source {name!r}", name=name)
+        BatchKafkaSource(topic, parallelism, bounded, schema)  # checks the schema now
+        factory = partial(BatchKafkaSource, topic, parallelism, bounded, schema)
+        description = {"source": "kafka", "topic": topic, "bounded": bounded, "batch": True}
+        node = self._add(name, parallelism, "source", schema, factory, description=description)
+        node.bounded = bounded
+        return Stream(self, name)
+
+    def _batch_files(
+        self,
+        name: str,
+        pattern: str,
+        fmt: str,
+        schema: dict[str, Any],
+        parallelism: int,
+        watermarks: Watermarks | None,
+    ) -> Stream:
+        if watermarks is not None:
+            raise PipelineDefinitionError(
+                f"source {name!r}: read_files(batches=True) has no event time; drop "
+                "timestamp/watermarks or read records (batches=False)"
+            )
+        BatchFileSource(pattern, fmt, parallelism, schema)  # checks format and schema now
+        factory = partial(BatchFileSource, pattern, fmt, parallelism, schema)
+        description = {"source": "files", "format": fmt, "batch": True}
+        self._add(name, parallelism, "source", schema, factory, description=description)
         return Stream(self, name)
 
     def read_kafka(
@@ -130,6 +180,7 @@ class Pipeline(Graph):
         bounded: bool = False,
         timestamp: Callable[[Record], int] | None = None,
         watermarks: Watermarks | None = None,
+        batches: bool = False,
     ) -> Stream:
         """JSON records of an existing topic (read_committed); offsets live in checkpoints.
 
@@ -141,8 +192,14 @@ class Pipeline(Graph):
         (``timestamp`` alone means ``Watermarks.monotonic()``). A subtask's watermark is
         the minimum over its partitions of (largest event time − bound), leaving out
         partitions idle longer than the idle timeout; it is checkpointed with the offsets.
+
+        ``batches=True`` (flat schema, no event time) decodes each partition's values of
+        a read with one ``pyarrow.json`` call (:mod:`spark_jobs.batchsources`) and writes
+        the batch to the channel as Arrow.
         """
         ts = _event_time_args(name, timestamp, watermarks, required=False)
+        if batches:
+            return self._batch_kafka(name, topic, schema, parallelism, bounded, ts[1])
         node = self._add(
             name,
             parallelism,

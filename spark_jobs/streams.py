@@ -4,22 +4,24 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from channels.batchwrite import ColumnKey
 from channels.errors import PipelineDefinitionError
 from recovery.plan import Record
-from spark_jobs import keyedops
+from spark_jobs import batchspecs
 from spark_jobs.graph import Edge, Graph, Schema
 from spark_jobs.operators import (
     FilterLogic,
     FlatMapLogic,
-    KeyedAggregateLogic,
     MapLogic,
 )
 from spark_jobs.parquetsink import columnar_sink
-from spark_jobs.process import ProcessContext
-from spark_jobs.records import adapt, output_converter, output_schema, returned_type
+from spark_jobs.records import adapt, output_schema
 from spark_jobs.sinks import ConsoleSink, JsonlFileSink, KafkaTopicSink
+
+if TYPE_CHECKING:  # a KeyedStream is a Stream: imported where it is made (key_by)
+    from spark_jobs.keyedstream import KeyedStream
 
 # What the API takes: an Avro record schema, a dataclass, a TypedDict or a pyarrow.Schema
 # (spark_jobs.schemas); ``None`` where it can come from a function's return annotation.
@@ -111,17 +113,55 @@ class Stream:
             description={"op": "filter"},
         )
 
+    def map_batches(
+        self,
+        name: str,
+        fn: Callable[[Any], Any],
+        *,
+        schema: SchemaLike,
+        frame: str = "arrow",
+        parallelism: int | None = None,
+    ) -> Stream:
+        """``fn`` over each input channel message as one Arrow batch (spark_jobs.batchops):
+        it takes a ``pyarrow.RecordBatch`` (a pandas or Polars DataFrame with ``frame=``)
+        and returns one with ``schema`` (flat: primitive fields only); written as Arrow."""
+        spec = batchspecs.map_batches(name, fn, schema, frame, self._schema())
+        return self._then(
+            name, spec.factory, spec.schema, parallelism, description=spec.description
+        )
+
+    def filter_batches(
+        self,
+        name: str,
+        fn: Callable[[Any], Any],
+        *,
+        frame: str = "arrow",
+        parallelism: int | None = None,
+    ) -> Stream:
+        """The rows of each input batch for which ``fn``'s boolean mask is true (a null
+        drops the row); ``fn`` takes the batch as :meth:`map_batches`' does."""
+        spec = batchspecs.filter_batches(name, fn, frame, self._schema())
+        return self._then(
+            name, spec.factory, spec.schema, parallelism, description=spec.description
+        )
+
     def key_by(
-        self, key_fn: Callable[[Record], Any], *, max_parallelism: int | None = None
+        self, key_fn: Callable[[Record], Any] | str, *, max_parallelism: int | None = None
     ) -> KeyedStream:
         """Route records by key (stable hash) to the next, keyed operator.
 
-        ``max_parallelism``: the keyed operator's number of key groups (its input channel
-        and changelog partitions), the most subtasks it can ever be scaled to; fixed when
-        the job first runs. Default ``channels.keygroups.DEFAULT_MAX_PARALLELISM`` (or the
-        operator's parallelism, if larger).
+        A column name as ``key_fn`` keys by that column (``lambda r: r[column]``): batches
+        are then routed per column, without a Python object per row, and the next
+        operator may be :meth:`KeyedStream.aggregate_batches`. ``max_parallelism``: the
+        keyed operator's number of key groups (its input channel and changelog
+        partitions), the most subtasks it can ever be scaled to; fixed when the job first
+        runs. Default ``channels.keygroups.DEFAULT_MAX_PARALLELISM`` (or the operator's
+        parallelism, if larger).
         """
-        return KeyedStream(self._p, self.name, adapt(key_fn), max_parallelism, self._also)
+        key = ColumnKey(key_fn) if isinstance(key_fn, str) else adapt(key_fn)
+        from spark_jobs.keyedstream import KeyedStream  # it builds on Stream
+
+        return KeyedStream(self._p, self.name, key, max_parallelism, self._also)
 
     def union(self, *others: Stream) -> Stream:
         """This stream and ``others`` (same schema) as one: the next operator reads all
@@ -233,231 +273,6 @@ class Stream:
         self._then(
             name, partial(ConsoleSink, limit), None, 1, "sink", description={"sink": "console"}
         )
-
-
-class KeyedStream(Stream):
-    """A stream routed by key; keyed operators keep per-key state."""
-
-    def __init__(
-        self,
-        pipeline: Graph,
-        name: str,
-        key_fn: Callable[[Record], Any],
-        max_parallelism: int | None = None,
-        also: tuple[str, ...] = (),
-    ) -> None:
-        super().__init__(pipeline, name, "hash", key_fn, also)
-        self.key_fn = key_fn
-        self.max_parallelism = max_parallelism
-
-    def _then(
-        self,
-        name: str,
-        factory: Callable[[], Any],
-        schema: Schema | None,
-        parallelism: int | None,
-        kind: str = "transform",
-        stateful: bool = False,
-        description: dict[str, Any] | None = None,
-        key_of_state: Callable[[Any], Any] | None = None,
-    ) -> Stream:
-        """As :meth:`Stream._then`; the new operator is keyed (key groups, DESIGN §10)."""
-        out = super()._then(name, factory, schema, parallelism, kind, stateful, description)
-        node = self._p._nodes[name]
-        node.keyed, node.max_parallelism, node.key_of_state = (
-            True,
-            self.max_parallelism,
-            key_of_state,
-        )
-        return out
-
-    def aggregate(
-        self,
-        name: str,
-        *,
-        init: Callable[[], Any],
-        add: Callable[[Any, Record], Any],
-        result: Callable[[Any, Any], Record],
-        schema: SchemaLike = None,
-        emit: str = "final",
-        parallelism: int | None = None,
-    ) -> Stream:
-        """Fold records per key into a JSON-able accumulator.
-
-        ``emit="final"`` emits ``result(key, acc)`` for every key when the input ends;
-        ``emit="updates"`` emits it after every record.
-        """
-        if emit not in ("final", "updates"):
-            raise PipelineDefinitionError(
-                f"operator {name!r}: emit must be 'final' or 'updates', got {emit!r}"
-            )
-        avro, out = output_schema(schema, result, f"operator {name!r}", name)
-        add, result = adapt(add, (1,)), adapt(result, (), out)
-        return self._then(
-            name,
-            partial(KeyedAggregateLogic, self.key_fn, init, add, result, emit),
-            avro,
-            parallelism,
-            stateful=True,
-            description={"op": "aggregate", "emit": emit},
-        )
-
-    def reduce(
-        self,
-        name: str,
-        fn: Callable[[Record, Record], Record],
-        *,
-        emit: str = "final",
-        parallelism: int | None = None,
-    ) -> Stream:
-        """Combine records of a key pairwise with ``fn``; the result has the input's schema."""
-        schema = self._schema()
-        assert schema is not None
-        # Dict in, dict out (the accumulator is keyed state): instances only inside fn.
-        fn = adapt(fn, (0, 1), output_converter([returned_type(fn)], f"operator {name!r}"))
-        return self.aggregate(
-            name,
-            init=lambda: None,
-            add=lambda acc, r: r if acc is None else fn(acc, r),
-            result=lambda _k, acc: acc,
-            schema=schema,
-            emit=emit,
-            parallelism=parallelism,
-        )
-
-    def tumbling_window(
-        self,
-        name: str,
-        *,
-        size: int,
-        event_time: Callable[[Record], int],
-        init: Callable[[], Any],
-        add: Callable[[Any, Record], Any],
-        result: Callable[[Any, int, int, Any], Record],
-        schema: SchemaLike = None,
-        allowed_lateness_ms: int = 0,
-        emit: str = "final",
-        parallelism: int | None = None,
-    ) -> Stream:
-        """Event-time tumbling windows ``[start, start + size)`` (spark_jobs.windows)."""
-        spec = keyedops.fixed_window(
-            "tumbling_window", name, self.key_fn, size=size, hop=size, event_time=event_time,
-            init=init, add=add, result=result, schema=schema,
-            allowed_lateness_ms=allowed_lateness_ms, emit=emit,
-        )  # fmt: skip
-        return self._keyed(name, spec, parallelism)
-
-    def hopping_window(
-        self,
-        name: str,
-        *,
-        size: int,
-        hop: int,
-        event_time: Callable[[Record], int],
-        init: Callable[[], Any],
-        add: Callable[[Any, Record], Any],
-        result: Callable[[Any, int, int, Any], Record],
-        schema: SchemaLike = None,
-        allowed_lateness_ms: int = 0,
-        emit: str = "final",
-        parallelism: int | None = None,
-    ) -> Stream:
-        """Event-time windows of ``size`` starting every ``hop`` ms (spark_jobs.windows)."""
-        spec = keyedops.fixed_window(
-            "hopping_window", name, self.key_fn, size=size, hop=hop, event_time=event_time,
-            init=init, add=add, result=result, schema=schema,
-            allowed_lateness_ms=allowed_lateness_ms, emit=emit,
-        )  # fmt: skip
-        return self._keyed(name, spec, parallelism)
-
-    def sliding_window(
-        self,
-        name: str,
-        *,
-        size: int,
-        slide: int,
-        event_time: Callable[[Record], int],
-        init: Callable[[], Any],
-        add: Callable[[Any, Record], Any],
-        result: Callable[[Any, int, int, Any], Record],
-        schema: SchemaLike = None,
-        allowed_lateness_ms: int = 0,
-        emit: str = "final",
-        parallelism: int | None = None,
-    ) -> Stream:
-        """Flink's sliding windows: hopping windows of ``size`` every ``slide`` ms."""
-        spec = keyedops.fixed_window(
-            "sliding_window", name, self.key_fn, size=size, hop=slide, event_time=event_time,
-            init=init, add=add, result=result, schema=schema,
-            allowed_lateness_ms=allowed_lateness_ms, emit=emit,
-        )  # fmt: skip
-        return self._keyed(name, spec, parallelism)
-
-    def session_window(
-        self,
-        name: str,
-        *,
-        gap: int,
-        event_time: Callable[[Record], int],
-        init: Callable[[], Any],
-        add: Callable[[Any, Record], Any],
-        merge: Callable[[Any, Any], Any],
-        result: Callable[[Any, int, int, Any], Record],
-        schema: SchemaLike = None,
-        allowed_lateness_ms: int = 0,
-        emit: str = "final",
-        parallelism: int | None = None,
-    ) -> Stream:
-        """Sessions ``[first, last + gap)`` per key, merged as records bridge them."""
-        spec = keyedops.session_window(
-            name, self.key_fn, gap=gap, event_time=event_time, init=init, add=add,
-            merge=merge, result=result, schema=schema,
-            allowed_lateness_ms=allowed_lateness_ms, emit=emit,
-        )  # fmt: skip
-        return self._keyed(name, spec, parallelism)
-
-    def count_window(
-        self,
-        name: str,
-        *,
-        size: int,
-        init: Callable[[], Any],
-        add: Callable[[Any, Record], Any],
-        result: Callable[[Any, int, int, Any], Record],
-        schema: SchemaLike = None,
-        emit: str = "final",
-        parallelism: int | None = None,
-    ) -> Stream:
-        """Windows of ``size`` records per key, in arrival order (spark_jobs.windows)."""
-        spec = keyedops.count_window(
-            name, self.key_fn, size=size, init=init, add=add, result=result, schema=schema,
-            emit=emit,
-        )  # fmt: skip
-        return self._keyed(name, spec, parallelism)
-
-    def process(
-        self,
-        name: str,
-        fn: Callable[[Record, ProcessContext], Iterable[Record] | None],
-        *,
-        on_timer: Callable[[int, ProcessContext], Iterable[Record] | None] | None = None,
-        event_time: Callable[[Record], int] | None = None,
-        ttl_ms: dict[str, int] | None = None,
-        schema: SchemaLike = None,
-        parallelism: int | None = None,
-    ) -> Stream:
-        """A keyed process function with keyed state and timers (spark_jobs.process)."""
-        spec = keyedops.process(
-            name, self.key_fn, fn, on_timer=on_timer, event_time=event_time, ttl_ms=ttl_ms,
-            schema=schema,
-        )  # fmt: skip
-        return self._keyed(name, spec, parallelism)
-
-    def _keyed(self, name: str, spec: keyedops.OperatorSpec, parallelism: int | None) -> Stream:
-        return self._then(
-            name, spec.factory, spec.schema, parallelism, stateful=True,
-            description=spec.description, key_of_state=spec.key_of_state,
-        )  # fmt: skip
 
 
 def union(*streams: Stream) -> Stream:

@@ -32,10 +32,17 @@ def taxed(order: dict[str, Any]) -> dict[str, Any]:
 
 
 def kafka_to_kafka() -> Pipeline:
-    """A bounded Kafka topic → map → Kafka topic job."""
+    """A bounded Kafka topic → map → Kafka topic job (the source reads Arrow batches with
+    ``SPILLWAY_TEST_BATCHES=1``)."""
     p = Pipeline("kafka-to-kafka")
+    batches = os.environ.get("SPILLWAY_TEST_BATCHES") == "1"
     orders = p.read_kafka(
-        "orders", os.environ["SPILLWAY_TEST_IN"], schema=ORDER, parallelism=2, bounded=True
+        "orders",
+        os.environ["SPILLWAY_TEST_IN"],
+        schema=ORDER,
+        parallelism=2,
+        bounded=True,
+        batches=batches,
     )
     orders.map("tax", taxed, schema=ORDER).write_kafka("sink", os.environ["SPILLWAY_TEST_OUT"])
     return p
@@ -150,7 +157,8 @@ def add_reading(acc: list[int], r: dict[str, Any]) -> list[int]:
 
 
 def file_sums() -> Pipeline:
-    """files (``SPILLWAY_TEST_FORMAT``) → count and sum per key → files."""
+    """files (``SPILLWAY_TEST_FORMAT``; as Arrow batches with ``SPILLWAY_TEST_BATCHES=1``)
+    → count and sum per key → files."""
     p = Pipeline("file-sums")
     rows = p.read_files(
         "rows",
@@ -158,6 +166,7 @@ def file_sums() -> Pipeline:
         format=os.environ["SPILLWAY_TEST_FORMAT"],
         schema=READING,
         parallelism=2,
+        batches=os.environ.get("SPILLWAY_TEST_BATCHES") == "1",
     )
     rows.key_by(lambda r: r["key"]).aggregate(
         "sum",

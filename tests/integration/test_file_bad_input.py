@@ -92,10 +92,13 @@ def read_sums(out: Path) -> dict[str, list[int]]:
     return rows
 
 
-@pytest.mark.parametrize("fmt", ["jsonl", "csv"])
+# "csv+batches": the same CSV files read as Arrow batches (read_files(batches=True)).
+@pytest.mark.parametrize("fmt", ["jsonl", "csv", "csv+batches"])
 def test_dead_letter_channel_takes_every_bad_line_once_across_crashes(
     kafka_bootstrap: str, unique: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fmt: str
 ) -> None:
+    fmt, batches = fmt.removesuffix("+batches"), fmt.endswith("+batches")
+    monkeypatch.setenv("SPILLWAY_TEST_BATCHES", "1" if batches else "0")
     reference, bad = write_inputs(tmp_path / "in", fmt)
     assert min(Counter(bad.values()).values()) >= 100  # >= 100 per class
     monkeypatch.setenv("SPILLWAY_TEST_IN", str(tmp_path / "in" / f"*.{fmt}"))

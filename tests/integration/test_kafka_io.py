@@ -46,9 +46,12 @@ def read_all_committed(bootstrap: str, topic: str, partitions: int) -> list[dict
     return out
 
 
+# "batches": the source decodes each partition's values as one Arrow batch.
+@pytest.mark.parametrize("source", ["records", "batches"])
 def test_kafka_source_and_sink_are_exactly_once_across_a_kill(
-    kafka_bootstrap: str, unique: str, monkeypatch: pytest.MonkeyPatch
+    kafka_bootstrap: str, unique: str, monkeypatch: pytest.MonkeyPatch, source: str
 ) -> None:
+    monkeypatch.setenv("SPILLWAY_TEST_BATCHES", "1" if source == "batches" else "0")
     topic_in, topic_out = f"{unique}-in", f"{unique}-out"
     Admin(KafkaSettings(kafka_bootstrap)).ensure_topics(
         [TopicSpec(topic_in, 3), TopicSpec(topic_out, 2)]

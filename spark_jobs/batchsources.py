@@ -1,0 +1,146 @@
+"""Sources that read Arrow batches (issue 21): ``read_files(..., batches=True)`` for CSV
+and Parquet, ``read_kafka(..., batches=True)`` for JSON values.
+
+Files:
+The source of :class:`spark_jobs.sources.FileSource` — the same file assignment, position
+(``files``, ``file``, ``row``: data rows read, blank and bad CSV lines included) and
+re-read spans, so a checkpoint means the same thing — whose :meth:`BatchFileSource.read`
+returns one ``pyarrow.RecordBatch`` per call (:mod:`spark_jobs.batchfiles`), written to
+the channel as Arrow without a Python object per row. Bad CSV lines are rejected with
+``file:line`` as the record source rejects them (see :mod:`spark_jobs.batchfiles` for the
+documented differences).
+
+Kafka: :class:`BatchKafkaSource` is :class:`spark_jobs.sources.KafkaTopicSource` (same
+partitions, offsets, bounded ends, re-read spans) whose :meth:`BatchKafkaSource.read`
+groups one consume() by partition and decodes each partition's values with one
+``pyarrow.json`` call (:func:`spark_jobs.batchjson.decode_kafka_json`); a value that is
+not a JSON object of the schema is rejected with ``topic[partition]@offset``.
+
+Neither has event time: the batch sources have no per-row timestamps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pyarrow as pa
+
+from channels.arrowcodec import arrow_schema
+from channels.batchread import one_batch
+from channels.errors import PipelineDefinitionError
+from channels.ids import TopicPartition
+from recovery.origins import Origin, Origins, Runs
+from recovery.plan import Context
+from spark_jobs.batchfiles import FileBatch, read_csv_batches, read_parquet_batches
+from spark_jobs.batchjson import decode_kafka_json
+from spark_jobs.sources import FileSource, KafkaTopicSource
+
+FORMATS = ("csv", "parquet")
+
+
+class BatchFileSource(FileSource):
+    """CSV or Parquet files as Arrow batches of the schema (flat); file i → subtask i % p."""
+
+    def __init__(self, pattern: str, fmt: str, parallelism: int, schema: Mapping[str, Any]):
+        super().__init__(pattern, fmt, parallelism, schema)
+        flat = arrow_schema(dict(schema))
+        if fmt not in FORMATS or flat is None:
+            raise PipelineDefinitionError(
+                f"read_files(batches=True) reads {' or '.join(FORMATS)} files with a flat "
+                f"schema (primitive fields); got format {fmt!r} and schema {dict(schema)!r}"
+            )
+        self._arrow = flat
+        self._batches: Iterator[FileBatch] | None = None
+
+    def open(self, ctx: Context, position: Mapping[str, Any]) -> None:
+        """Continue at the checkpointed file and row (see :class:`FileSource`)."""
+        super().open(ctx, position)
+        self._batches = None
+
+    def read(self, max_records: int) -> list[pa.RecordBatch] | None:
+        """The next batch of up to ``max_records`` rows (``[]``: only rejected lines, or
+        none); ``None`` after the last file."""
+        self._rejected = []
+        while self._file < len(self._files):
+            if self._batches is None:
+                path, start = self._files[self._file], self._row
+                self._batches = (
+                    read_csv_batches(path, self._arrow, max_records, start)
+                    if self.fmt == "csv"
+                    else read_parquet_batches(path, self._arrow, max_records, start)
+                )
+            fb = next(self._batches, None)
+            if fb is None:
+                self._file, self._row, self._batches = self._file + 1, 0, None
+                continue
+            self._row, self._rejected, self._origins = fb.next, fb.rejected, fb.origins
+            return [fb.batch] if fb.batch.num_rows else []
+        return None
+
+
+class Chained:
+    """The origins of rows made of several parts, one after another (``Origins``)."""
+
+    def __init__(self, parts: list[Runs]) -> None:
+        self._parts = parts
+
+    def at(self, k: int) -> Origin | None:
+        """The origin of row ``k`` (``None`` past the end)."""
+        for part in self._parts:
+            n = len(part)
+            if k < n:
+                return part.at(k)
+            k -= n
+        return None
+
+
+class BatchKafkaSource(KafkaTopicSource):
+    """JSON values of an existing Kafka topic as Arrow batches of the (flat) schema."""
+
+    def __init__(self, topic: str, parallelism: int, bounded: bool, schema: Mapping[str, Any]):
+        super().__init__(topic, parallelism, bounded, schema)
+        flat = arrow_schema(dict(schema))
+        if flat is None:
+            raise PipelineDefinitionError(
+                f"read_kafka(batches=True) needs a flat schema (primitive fields); got "
+                f"{dict(schema)!r}"
+            )
+        self._arrow = flat
+        self._batch_origins: Origins = Chained([])
+
+    def read(self, max_records: int) -> list[pa.RecordBatch] | None:
+        """One batch of the next committed messages' values (``[]``: none, or only
+        rejected ones); ``None`` at the bounded end."""
+        assert self._consumer is not None
+        self._rejected = []
+        if self.bounded and all(self._next[p] >= self._ends.get(p, 0) for p in self._next):
+            return None
+        runs: dict[int, tuple[list[int], list[bytes | None]]] = {}
+        for m in self._consumer.consume(min(max_records, 1000), 0.1):
+            p, off = m.partition() or 0, m.offset() or 0
+            if self.bounded and off >= self._ends.get(p, 0):
+                continue
+            self._next[p] = off + 1
+            offsets, values = runs.setdefault(p, ([], []))
+            offsets.append(off)
+            values.append(m.value())
+        batches: list[pa.RecordBatch] = []
+        parts: list[Runs] = []
+        for p, (offsets, values) in runs.items():
+            decoded = decode_kafka_json(self.topic, p, offsets, values, self._arrow)
+            self._rejected += decoded.rejected
+            if decoded.batch.num_rows:
+                batches.append(decoded.batch)
+                parts.append(decoded.origins)
+        self._batch_origins = Chained(parts)
+        if self.bounded:
+            for p, end in self._ends.items():
+                pos = self._consumer.position(TopicPartition(self.topic, p))
+                if pos is not None and pos >= end:  # only transaction markers were left
+                    self._next[p] = max(self._next[p], end)
+        return [one_batch(batches, self._arrow)] if batches else []
+
+    def origins(self) -> Origins:
+        """Partition and offset of each row of the last batch, by row index."""
+        return self._batch_origins

@@ -1,0 +1,94 @@
+"""How the stream API's batch operators are defined (issue 21): checked schemas, the
+logic factories and the plan descriptions of ``map_batches``, ``filter_batches`` and
+``aggregate_batches`` (:mod:`spark_jobs.streams` adds them to the graph)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import pyarrow as pa
+
+from channels.arrowcodec import arrow_schema
+from channels.errors import PipelineDefinitionError
+from spark_jobs.batchagg import Agg, BatchAggregate, BatchAggregateLogic, Derive
+from spark_jobs.batchops import FilterBatchesLogic, MapBatchesLogic
+from spark_jobs.schemas import avro_schema
+
+Schema = dict[str, Any]  # an Avro record schema
+
+
+@dataclass(frozen=True)
+class BatchSpec:
+    """A batch operator as the graph takes it: logic factory, output schema, description."""
+
+    factory: Callable[[], Any]
+    schema: Schema
+    description: dict[str, Any]
+
+
+def batch_input(schema: Schema | None, where: str, what: str = "input ") -> pa.Schema:
+    """The Arrow schema of a batch operator's flat ``schema``; a definition error if none."""
+    flat = arrow_schema(schema) if schema is not None else None
+    if flat is None:
+        raise PipelineDefinitionError(
+            f"{where}: a batch operator's {what}schema must be flat (a record of boolean, int, "
+            f"long, float, double, string or bytes fields, each optionally nullable), got "
+            f"{schema!r}; use record operators (map, filter), or flatten the records first"
+        )
+    return flat
+
+
+def describe_of(of: Any) -> str | None:
+    """An aggregate's column, or its expression function's qualified name (plan text)."""
+    if of is None or isinstance(of, str):
+        return of
+    return f"{getattr(of, '__module__', '?')}.{getattr(of, '__qualname__', repr(of))}"
+
+
+def map_batches(
+    name: str, fn: Callable[[Any], Any], schema: Any, frame: str, input_schema: Schema | None
+) -> BatchSpec:
+    """``map_batches``: input and output schemas flat, the output as ``schema`` says."""
+    where = f"operator {name!r}"
+    batch_input(input_schema, where)
+    avro = avro_schema(schema, where=where, name=name)
+    out = batch_input(avro, where, "output ")
+    description = {"op": "map_batches", "batch": True, "frame": frame}
+    return BatchSpec(partial(MapBatchesLogic, name, fn, out, frame), avro, description)
+
+
+def filter_batches(
+    name: str, fn: Callable[[Any], Any], frame: str, input_schema: Schema | None
+) -> BatchSpec:
+    """``filter_batches``: the input's (flat) schema is the output's."""
+    batch_input(input_schema, f"operator {name!r}")
+    assert input_schema is not None
+    description = {"op": "filter_batches", "batch": True, "frame": frame}
+    return BatchSpec(partial(FilterBatchesLogic, name, fn, frame), input_schema, description)
+
+
+def aggregate_batches(
+    name: str,
+    key: str,
+    aggs: Mapping[str, Agg],
+    derive: Mapping[str, Derive] | None,
+    emit: str,
+    input_schema: Schema | None,
+) -> BatchSpec:
+    """``aggregate_batches`` keyed by column ``key``: the definition checked against the
+    input's Arrow schema now; the aggregates in the description (restored slots are
+    positional, so a changed definition must change the plan fingerprint)."""
+    where = f"operator {name!r}"
+    spec = partial(BatchAggregate, name, key, aggs, batch_input(input_schema, where),
+                   derive=derive, emit=emit)  # fmt: skip
+    agg = spec()
+    avro = avro_schema(agg.output_schema, where=where, name=name)
+    description = {
+        "op": "aggregate_batches", "batch": True, "key": key, "emit": emit,
+        "aggs": {out: [a.kind, describe_of(a.of)] for out, a in agg.aggs.items()},
+        "derive": {out: describe_of(fn) for out, fn in agg.derive.items()},
+    }  # fmt: skip
+    return BatchSpec(lambda: BatchAggregateLogic(spec()), avro, description)
