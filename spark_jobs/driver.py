@@ -224,62 +224,14 @@ def run_on_spark(
     if rewind_to is not None:
         rewind_job(settings, plan, rewind_to)
     run_id = uuid.uuid4().hex
-    record_job_event(
-        settings,
-        plan.job,
-        "submitted",
-        run=run_id,
-        pipeline=config.pipeline,
-        checkpoint_interval_s=config.checkpoint_interval_s,
-        master=config.master,
-        subtasks=[str(s) for s in plan.subtasks()],
-        from_checkpoint=from_checkpoint,
-        rewound_to=rewind_to,
-        dead_letter=config.dead_letter,
-        checkpoint_mode=config.checkpoint_mode,
-        guarantee=config.guarantee,
-        # What status and replay need without the pipeline's code or environment.
-        plan=PlanDoc.of(plan).to_json(),
-        conf=masked(config.conf),
-        env=list(config.forward_env),
-    )
+    _record_submission(config, plan, settings, run_id, from_checkpoint, rewind_to)
     subtasks = plan.subtasks()
     n = len(subtasks)
 
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
-    builder = (
-        SparkSession.builder.appName(f"spillway-{config.job_id}")
-        .config("spark.speculation", "false")
-        .config("spark.task.maxFailures", str(config.task_attempts))
-        # Loopback unless the deployment says otherwise (containers set SPARK_LOCAL_IP to
-        # their own host name so executors elsewhere can reach the driver).
-        .config("spark.driver.host", os.environ["SPARK_LOCAL_IP"])
-        .config("spark.driver.bindAddress", os.environ["SPARK_LOCAL_IP"])
-        .config("spark.ui.enabled", "false")
-        .config("spark.python.worker.reuse", "false")
-        # Forks workers with Spillway's modules already imported (a restart's imports).
-        .config("spark.python.daemon.module", "spark_jobs.daemon")
-        .config("spark.executorEnv.PYTHONPATH", os.pathsep.join(p for p in sys.path if p))
-    )
-    if config.master:
-        builder = builder.master(config.master)
-    if config.progress:  # Spark's own stage bar would overwrite our progress line
-        builder = builder.config("spark.ui.showConsoleProgress", "false")
-    spark = builder.getOrCreate()
+    spark = _spark_session(config)
     try:
         sc = spark.sparkContext
-        slots = sc.defaultParallelism
-        if not plan.bounded and slots < n:
-            raise ConfigError(
-                f"job {config.job_id} is unbounded and needs a task slot for each of its {n} "
-                f"subtasks at once, but Spark offers {slots}; use "
-                f"--master 'local[{n},{config.task_attempts}]' or add executor cores"
-            )
-        if slots < n:
-            log.info("%d subtasks on %d slots: bounded job, upstream operators run first", n, slots)
+        _check_slots(config, plan.bounded, n, sc.defaultParallelism)
         env = {k: v for k, v in os.environ.items() if k.startswith(config.env_prefixes)}
         env.update(forwarded)
         payload = (config, from_checkpoint, env, run_id, adopted_max_parallelism(plan))
@@ -289,27 +241,19 @@ def run_on_spark(
         watch.start()
         watcher = AttemptWatcher(sc, settings, plan.job, run_id, runs.groups)
         watcher.start()
-        coordinator = None
-        if config.checkpoint_mode != "interval":
-            coordinator = Coordinator(
-                settings,
-                plan.job,
-                run_id,
-                [f"{s.operator}[{s.index}]" for s in subtasks],
-                config.global_interval_s,
-                config.global_timeout_s,
-                config.keep_global,
-            )
-            coordinator.start()
+        coordinator = _coordinator(config, settings, plan, run_id)
         try:
-            with _stop_on_sigterm(settings, plan, run_id, runs.stop_all), observed(
-                settings,
-                plan.job,
-                PlanDoc.of(plan),
-                run_id,
-                config.metrics_port,
-                config.metrics_host,
-                config.progress,
+            with (
+                _stop_on_sigterm(settings, plan, run_id, runs.stop_all),
+                observed(
+                    settings,
+                    plan.job,
+                    PlanDoc.of(plan),
+                    run_id,
+                    config.metrics_port,
+                    config.metrics_host,
+                    config.progress,
+                ),
             ):
                 runs.start_all()
                 if on_running is not None:
@@ -336,6 +280,95 @@ def run_on_spark(
         raise JobAbortedError(str(failed[0].error))
     _ = options  # validated above, before Spark started
     return results
+
+
+def _record_submission(
+    config: JobConfig,
+    plan: JobPlan,
+    settings: KafkaSettings,
+    run_id: str,
+    from_checkpoint: int | None,
+    rewind_to: int | None,
+) -> None:
+    """Append the ``submitted`` event: this run's settings and its plan, which status,
+    replay and the status page read without the pipeline's code or environment."""
+    record_job_event(
+        settings,
+        plan.job,
+        "submitted",
+        run=run_id,
+        pipeline=config.pipeline,
+        checkpoint_interval_s=config.checkpoint_interval_s,
+        master=config.master,
+        subtasks=[str(s) for s in plan.subtasks()],
+        from_checkpoint=from_checkpoint,
+        rewound_to=rewind_to,
+        dead_letter=config.dead_letter,
+        checkpoint_mode=config.checkpoint_mode,
+        guarantee=config.guarantee,
+        # What status and replay need without the pipeline's code or environment.
+        plan=PlanDoc.of(plan).to_json(),
+        conf=masked(config.conf),
+        env=list(config.forward_env),
+    )
+
+
+def _spark_session(config: JobConfig) -> Any:
+    """The Spark session of this job (driver on loopback unless SPARK_LOCAL_IP says not)."""
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    builder = (
+        SparkSession.builder.appName(f"spillway-{config.job_id}")
+        .config("spark.speculation", "false")
+        .config("spark.task.maxFailures", str(config.task_attempts))
+        # Loopback unless the deployment says otherwise (containers set SPARK_LOCAL_IP to
+        # their own host name so executors elsewhere can reach the driver).
+        .config("spark.driver.host", os.environ["SPARK_LOCAL_IP"])
+        .config("spark.driver.bindAddress", os.environ["SPARK_LOCAL_IP"])
+        .config("spark.ui.enabled", "false")
+        .config("spark.python.worker.reuse", "false")
+        # Forks workers with Spillway's modules already imported (a restart's imports).
+        .config("spark.python.daemon.module", "spark_jobs.daemon")
+        .config("spark.executorEnv.PYTHONPATH", os.pathsep.join(p for p in sys.path if p))
+    )
+    if config.master:
+        builder = builder.master(config.master)
+    if config.progress:  # Spark's own stage bar would overwrite our progress line
+        builder = builder.config("spark.ui.showConsoleProgress", "false")
+    return builder.getOrCreate()
+
+
+def _coordinator(
+    config: JobConfig, settings: KafkaSettings, plan: JobPlan, run_id: str
+) -> Coordinator | None:
+    """The started global-checkpoint coordinator (None in interval mode: none needed)."""
+    if config.checkpoint_mode == "interval":
+        return None
+    coordinator = Coordinator(
+        settings,
+        plan.job,
+        run_id,
+        [f"{s.operator}[{s.index}]" for s in plan.subtasks()],
+        config.global_interval_s,
+        config.global_timeout_s,
+        config.keep_global,
+    )
+    coordinator.start()
+    return coordinator
+
+
+def _check_slots(config: JobConfig, bounded: bool, n: int, slots: int) -> None:
+    """An unbounded job needs a task slot per subtask at once; a bounded one may queue."""
+    if not bounded and slots < n:
+        raise ConfigError(
+            f"job {config.job_id} is unbounded and needs a task slot for each of its {n} "
+            f"subtasks at once, but Spark offers {slots}; use "
+            f"--master 'local[{n},{config.task_attempts}]' or add executor cores"
+        )
+    if slots < n:
+        log.info("%d subtasks on %d slots: bounded job, upstream operators run first", n, slots)
 
 
 def _operator_runs(
