@@ -179,7 +179,11 @@ def _kill_when_ready(
             if ckpt.finished:
                 _say(f"{op}[{index}] finished before the kill; use more --records")
                 return None, None
-            pid = pid or _pid_of(settings, job, op, index)
+            if pid is None:
+                # Looking the pid up takes a while, during which a newer checkpoint may
+                # cover what was read: check the mark and checkpoint again before the kill.
+                pid = _pid_of(settings, job, op, index)
+                continue
             # Kill it once it has read past its checkpoint (its read mark says so), so the
             # restart has something to re-process.
             ahead = mark is not None and any(
