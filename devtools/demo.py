@@ -248,14 +248,7 @@ def _report(
     ]
     final = next((r for r in results if r.subtask.endswith(f"/{target}")), None)
 
-    out: dict[str, tuple[str, int]] = {}
-    duplicates = 0
-    for f in sorted(glob.glob(os.path.join(out_dir, "out", "*.jsonl"))):
-        with open(f, encoding="utf-8") as fh:
-            for line in fh:
-                r = json.loads(line)
-                duplicates += r["page"] in out
-                out[r["page"]] = (r["section"], r["views"])
+    out, duplicates = _read_output(out_dir)
     _say("computing the batch reference ...")
     ref = clicks.reference(records)
     total_in = sum(r.records_in for r in results if r.subtask.split("/")[1].startswith(op + "["))
@@ -278,31 +271,7 @@ def _report(
     if killed_at is not None:
         print(f"killed: {target} (pid {killed_pid})")
     if recovery and final is not None and killed_at is not None:
-        rec = recovery[-1]
-        restart_s = rec["time"] - killed_at
-        catchup = final.catchup_s or 0.0
-        print(
-            f"restarted as attempt {rec['attempt']} {restart_s:.2f}s after the kill "
-            f"(restore {rec['restore_s']:.2f}s, from checkpoint {rec['restored_from']})"
-        )
-        print(
-            f"caught up with its inputs {catchup:.2f}s later: "
-            f"recovery took {restart_s + catchup:.2f}s"
-        )
-        _print_phases(events, rec, killed_at)
-        replayed = 0
-        for tp, (start, end, n) in sorted(final.replay.items()):
-            print(f"  re-processed {tp}: offsets [{start}, {end}) = {n:,} records")
-            replayed += n
-        basis = {
-            "read": "up to what the killed attempt had read (its last read mark)",
-            "upper-bound": "an upper bound: up to the partition ends at the restart",
-        }.get(str(final.replay_basis), "nothing to re-process")
-        print(
-            f"re-processed {replayed:,} records of the {total_in:,} that {op} read "
-            f"({100 * replayed / max(total_in, 1):.1f}%), only from {target}'s own partitions; "
-            f"{basis}"
-        )
+        _print_recovery(events, recovery[-1], final, killed_at, op, target, total_in)
     print(f"subtasks restarted: {', '.join(restarted) or 'none'}")
     print(
         f"output: {len(out)} pages, {sum(v for _, v in out.values()):,} views; reference: "
@@ -318,3 +287,52 @@ def _report(
         "wall_s": wall,
         "replay": final.replay if final else {},
     }
+
+
+def _read_output(out_dir: str) -> tuple[dict[str, tuple[str, int]], int]:
+    """The demo's output rows by page, and how many rows repeated a page already seen."""
+    out: dict[str, tuple[str, int]] = {}
+    duplicates = 0
+    for f in sorted(glob.glob(os.path.join(out_dir, "out", "*.jsonl"))):
+        with open(f, encoding="utf-8") as fh:
+            for line in fh:
+                r = json.loads(line)
+                duplicates += r["page"] in out
+                out[r["page"]] = (r["section"], r["views"])
+    return out, duplicates
+
+
+def _print_recovery(
+    events: list[dict[str, Any]],
+    rec: dict[str, Any],
+    final: SubtaskResult,
+    killed_at: float,
+    op: str,
+    target: str,
+    total_in: int,
+) -> None:
+    """Print how the killed subtask's restart went: timing, phases and what it re-processed."""
+    restart_s = rec["time"] - killed_at
+    catchup = final.catchup_s or 0.0
+    print(
+        f"restarted as attempt {rec['attempt']} {restart_s:.2f}s after the kill "
+        f"(restore {rec['restore_s']:.2f}s, from checkpoint {rec['restored_from']})"
+    )
+    print(
+        f"caught up with its inputs {catchup:.2f}s later: "
+        f"recovery took {restart_s + catchup:.2f}s"
+    )
+    _print_phases(events, rec, killed_at)
+    replayed = 0
+    for tp, (start, end, n) in sorted(final.replay.items()):
+        print(f"  re-processed {tp}: offsets [{start}, {end}) = {n:,} records")
+        replayed += n
+    basis = {
+        "read": "up to what the killed attempt had read (its last read mark)",
+        "upper-bound": "an upper bound: up to the partition ends at the restart",
+    }.get(str(final.replay_basis), "nothing to re-process")
+    print(
+        f"re-processed {replayed:,} records of the {total_in:,} that {op} read "
+        f"({100 * replayed / max(total_in, 1):.1f}%), only from {target}'s own partitions; "
+        f"{basis}"
+    )
