@@ -175,6 +175,7 @@ class Checkpointer:
         self.last_time = time.monotonic()
         self.changelogs: dict[TopicPartition, Offset] = {}  # next offset per owned partition
         self._last_inputs: dict[TopicPartition, Offset] = {}
+        self._records_in_at_last = 0  # records read when the last checkpoint committed
         # Bytes of the last checkpoint: its own (state changes, record) and the channel data
         # its transaction had spilled since the previous one.
         self.bytes = (0, 0)
@@ -219,12 +220,15 @@ class Checkpointer:
         crash = self._obs.crash
         if crash.armed:
             crash.flush_and_reach("after-produce")
+            if self._obs.result.records_in != self._records_in_at_last:
+                crash.reached("after-produce-read")  # flushed just above
         t1 = time.monotonic()
         self._commit(
             self._producer, ckpt, p.group_metadata(), crash.commit_point if crash.armed else None
         )
         t2 = time.monotonic()
         self._last_inputs = dict(ckpt.inputs)
+        self._records_in_at_last = self._obs.result.records_in
         self._obs.live.checkpointed(cid, ckpt.wall_time, t2 - t0, t2 - t1, ckpt.inputs)
         self.bytes = (self._producer.txn_bytes - spilled, spilled)
         crash.reached("after-final-commit" if finished else "after-commit")

@@ -10,6 +10,10 @@ Points, in the order one checkpoint passes them:
   written (nothing of the transaction is on the broker yet);
 * ``after-produce`` — every output and changelog record of the checkpoint is flushed to
   the broker, the checkpoint record not yet written;
+* ``after-produce-read`` — as ``after-produce``, but counting only checkpoints that read
+  records since the previous one: a crash there always leaves records to re-process
+  (a test that asserts a replay cannot draw an interval in which upstream had committed
+  nothing new, as happens on a loaded machine);
 * ``before-commit`` — outputs and checkpoint record flushed, consumer offsets not yet sent;
 * ``after-send-offsets`` — offsets added to the transaction, commit not yet called;
 * ``during-commit`` — the commit request is in flight: a helper thread SIGKILLs the
@@ -41,6 +45,7 @@ POINTS = (
     "restore",
     "before-produce",
     "after-produce",
+    "after-produce-read",
     "before-commit",
     "after-send-offsets",
     "during-commit",
@@ -48,10 +53,10 @@ POINTS = (
     "after-final-commit",
     "after-partial-commit",
 )
-# Points only some runs pass: the last checkpoint of a finishing subtask, and checkpoints
-# taken inside a channel message (unaligned mode). Every other point is passed by every
-# running subtask, checkpoint after checkpoint.
-OCCASIONAL_POINTS = ("after-final-commit", "after-partial-commit")
+# Points only some runs pass: checkpoints that read records, the last checkpoint of a
+# finishing subtask, and checkpoints taken inside a channel message (unaligned mode).
+# Every other point is passed by every running subtask, checkpoint after checkpoint.
+OCCASIONAL_POINTS = ("after-produce-read", "after-final-commit", "after-partial-commit")
 # Long enough for the commit call to have flushed and sent EndTxn, short enough that the
 # broker's answer (a few ms on loopback) often has not arrived yet.
 DURING_COMMIT_DELAY_S = 0.002

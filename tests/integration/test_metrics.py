@@ -1,9 +1,9 @@
 """``spillway run --metrics-port``: Prometheus metrics of a run with a SIGKILLed subtask.
 
 The clicks job runs in a child process (real Spark, real broker) with count[0] SIGKILLed
-while taking its third checkpoint, after its outputs were written and its read mark
-recorded but before the commit (``after-produce``). The source is rate-limited, so
-records keep arriving between checkpoints: the dead attempt had read past its last
+while taking its third checkpoint that read records, after its outputs were written and
+its read mark recorded but before the commit (``after-produce-read``). The source is
+rate-limited, so records keep arriving between checkpoints: the dead attempt had read past its last
 committed checkpoint, and the restarted attempt must replay exactly that span (a
 replay counts what the dead attempt had read, not what arrived while it was dead). The
 test scrapes the endpoint while the job runs and checks the restart (exactly one, of
@@ -86,7 +86,7 @@ def test_metrics_show_the_restart_and_the_replay_of_a_killed_subtask(
     env = {
         **os.environ,
         "CLICKS_RATE": str(RECORDS / 2 / 12),  # about 12 s of input
-        "SPILLWAY_CRASH_AT": "count:0:after-produce:0:3",
+        "SPILLWAY_CRASH_AT": "count:0:after-produce-read:0:3",
     }
     with open(log, "wb") as out:
         driver = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)

@@ -125,7 +125,7 @@ def clicks_with_a_kill(bootstrap: str, job: str, tmp_path: Path) -> Iterator[UiJ
     env = {
         **os.environ,
         "CLICKS_RATE": str(RECORDS / 2 / 12),  # about 12 s of input
-        "SPILLWAY_CRASH_AT": "count:0:after-produce:0:3",
+        "SPILLWAY_CRASH_AT": "count:0:after-produce-read:0:3",
     }
     ui: subprocess.Popen[bytes] | None = None
     with open(driver_log, "wb") as out:

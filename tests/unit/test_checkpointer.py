@@ -12,6 +12,7 @@ from channels.errors import PositionRegressionError
 from channels.ids import CheckpointId, JobId, Offset, OperatorName, SubtaskId, TopicPartition
 from channels.progress import ReaderState
 from offsets.checkpoint import Checkpoint
+from recovery import faults
 from recovery.cadence import AlignedCadence, IntervalCadence, UnalignedCadence
 from recovery.checkpointer import Checkpointer, Observers, Parts
 from recovery.crashpoints import CrashPoints
@@ -159,7 +160,9 @@ class World:
     reader: FakeReader
 
 
-def world(mode: str = "interval", triggers: FakeTriggers | None = None) -> World:
+def world(
+    mode: str = "interval", triggers: FakeTriggers | None = None, crash: str = ""
+) -> World:
     calls = Calls()
     committed: list[Checkpoint] = []
 
@@ -176,7 +179,7 @@ def world(mode: str = "interval", triggers: FakeTriggers | None = None) -> World
         LiveStats(),
         SubtaskResult(str(SUB), 0, "running"),
         events,
-        CrashPoints(Faults(SUB, 0, "")),
+        CrashPoints(Faults(SUB, 0, crash)),
     )
     options = RunOptions(checkpoint_mode=mode, trigger_chunk=2)
     ckpt = Checkpointer(
@@ -247,6 +250,22 @@ def test_a_final_checkpoint_opens_no_transaction_and_a_stopping_one_stops() -> N
     w.ckpt.take(finished=False, stopping=True)
     assert w.calls.count("begin") == 0
     assert w.lifecycle.phase is Phase.STOPPED
+
+
+def test_after_produce_read_counts_only_checkpoints_that_read_records(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    died: list[int] = []
+    monkeypatch.setattr(faults, "_die", lambda: died.append(len(w.committed)))
+    w = world(crash=f"{SUB.operator}:{SUB.index}:after-produce-read:0:2")
+    w.ckpt._obs.result.records_in = 5
+    w.ckpt.take(finished=False)  # read 5: the 1st that read
+    w.ckpt.take(finished=False)  # read nothing: not counted
+    w.ckpt.take(finished=False)
+    assert died == []
+    w.ckpt._obs.result.records_in = 6
+    w.ckpt.take(finished=False)  # read 1: the 2nd that read, dies before its commit
+    assert died == [3]
 
 
 def test_a_position_moving_back_is_refused_before_the_commit() -> None:
