@@ -87,9 +87,9 @@ def test_sixteen_key_groups_over_three_subtasks_exactly_once_with_a_kill(
     monkeypatch.setenv("SPILLWAY_TEST_OUT", str(out))
     monkeypatch.setenv("SPILLWAY_TEST_RECORDS", str(RECORDS))
     monkeypatch.setenv("SPILLWAY_TEST_RATE", str(RECORDS / 2 / 6))  # about 6 s of input
-    # count[1] (key groups 6..10) SIGKILLs itself at its 2nd checkpoint, outputs flushed
-    # but not committed; its second attempt restores and runs on.
-    monkeypatch.setenv("SPILLWAY_CRASH_AT", "count:1:after-produce:0:2")
+    # count[1] (key groups 6..10) SIGKILLs itself at its 2nd checkpoint that read records,
+    # outputs flushed but not committed; its second attempt restores and runs on.
+    monkeypatch.setenv("SPILLWAY_CRASH_AT", "count:1:after-produce-read:0:2")
     results = run_on_spark(JobConfig(REF, unique, kafka_bootstrap, master="local[8,3]"))
 
     assert read_output(out) == reference(RECORDS)
