@@ -108,3 +108,44 @@ def joins() -> Pipeline:
         "asof", result=pair, schema=PAIR, allowed_lateness_ms=LATENESS_MS, parallelism=2, **ts
     ).write_jsonl("asof_out", out, parallelism=2)
     return p
+
+
+# -- a lookup join against a table topic (compacted), both topics written by the test ----
+
+ROW = {
+    "type": "record",
+    "name": "Row",
+    "fields": [{"name": "key", "type": "string"}, {"name": "v", "type": "long"}],
+}
+EVENT = {
+    "type": "record",
+    "name": "Event",
+    "fields": [{"name": "seq", "type": "long"}, {"name": "key", "type": "string"}],
+}
+LOOKED_UP = {
+    "type": "record",
+    "name": "LookedUp",
+    "fields": [
+        {"name": "seq", "type": "long"},
+        {"name": "key", "type": "string"},
+        {"name": "v", "type": ["null", "long"]},
+    ],
+}
+
+
+def looked_up(e: dict[str, Any], row: dict[str, Any] | None) -> dict[str, Any]:
+    """An event with its key's current table value (None: no row)."""
+    return {"seq": e["seq"], "key": e["key"], "v": None if row is None else row["v"]}
+
+
+def lookup() -> Pipeline:
+    """events (Kafka, p=2) ⋈ table (a compacted Kafka topic, p=1) → lookup join (p=2)."""
+    env = os.environ
+    p = Pipeline("lookup", chaining=True)
+    events = p.read_kafka("events", env["SPILLWAY_TEST_EVENTS"], schema=EVENT, parallelism=2)
+    table = p.read_kafka("table", env["SPILLWAY_TEST_TABLE"], schema=ROW)
+    keyed = connect(events, table).key_by(lambda r: r["key"], lambda r: r["key"])
+    keyed.lookup_join("lookup", result=looked_up, schema=LOOKED_UP, parallelism=2).write_jsonl(
+        "lookup_out", env["SPILLWAY_TEST_OUT"], parallelism=2
+    )
+    return p
