@@ -113,7 +113,9 @@ def run_quix(
         right, how="inner", on_merge=_pair, backward_ms=cfg.size_ms, forward_ms=cfg.hop_ms
     )
     joined.to_topic(app.topic(cfg.output, value_serializer="json", key_serializer="str"))
-    app.run(count=pairs, collect=False)
+    # A join that misses pairs would never reach the count: stop 60 s after the last
+    # message instead (the output check then says what is missing).
+    app.run(count=pairs, timeout=60.0, collect=False)
     _say("DONE")
     sys.stdin.read()  # the benchmark closes our stdin once it has sampled us
 

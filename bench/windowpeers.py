@@ -126,7 +126,9 @@ def expected(engine: str, kind: str, s: Settings, ents: list[winref.Entry]) -> C
 
 
 def preload(bootstrap: str, topic: str, events: Sequence[dict[str, Any]]) -> None:
-    """Write ``events`` in order to partition 0 of ``topic``.
+    """Write ``events`` in order to partition 0 of ``topic``, each with its event time
+    ``ts`` as the Kafka timestamp (Quix consumes co-partitioned topics in timestamp order,
+    which its interval join needs).
 
     Idempotent: without it librdkafka may reorder a partition's messages when it retries
     a request (seen on the loaded machine), and the references assume input order.
@@ -143,7 +145,7 @@ def preload(bootstrap: str, topic: str, events: Sequence[dict[str, Any]]) -> Non
     for e in events:
         while True:
             try:
-                producer.produce(topic, workload.encode(e), partition=0)
+                producer.produce(topic, workload.encode(e), partition=0, timestamp=e["ts"])
                 break
             except BufferError:
                 producer.poll(0.1)
