@@ -76,9 +76,12 @@ def test_interval_and_as_of_joins_survive_kills_exactly_once(
     out, n = tmp_path / "out", 3_000
     for k, v in {"N": n, "RATE": 200, "OUT": out}.items():
         monkeypatch.setenv(f"SPILLWAY_TEST_{k}", str(v))
-    # interval[0] dies with its 3rd checkpoint's outputs flushed but not committed; asof[1]
-    # before its 2nd commit. Their second attempts restore buffers and timers and run on.
-    monkeypatch.setenv("SPILLWAY_CRASH_AT", "interval:0:after-produce:0:3,asof:1:before-commit:0:2")
+    # interval[0] dies about to write the output of its 4th transaction that has any,
+    # asof[1] of its 3rd: data-driven, so the checkpoint they restore holds buffered
+    # records whatever the timing. Their second attempts restore buffers and timers.
+    monkeypatch.setenv(
+        "SPILLWAY_CRASH_AT", "interval:0:before-produce:0:4,asof:1:before-produce:0:3"
+    )
     config = JobConfig(
         "tests.integration.joinjobs:joins", unique, kafka_bootstrap, master="local[8,4]",
         dead_letter=True,
