@@ -90,8 +90,9 @@ bench-codecs: $(BENCH_STAMP)
 bench-windows: $(BENCH_STAMP)
 	$(BENCH_VENV)/bin/python -m bench.windows
 
-## bench-windows-peers: hopping and sliding windows, Spillway (spillway run, Spark local mode)
-## beside Quix Streams on the same pre-loaded topic, output checked exactly (about 15 min)
+## bench-windows-peers: hopping and sliding windows and an interval join, Spillway (spillway run,
+## Spark local mode) beside Quix Streams on the same pre-loaded topics, output checked exactly
+## (about 20 min)
 bench-windows-peers: $(BENCH_STAMP)
 	$(BENCH_VENV)/bin/python -m bench.windowpeers
 

@@ -19,7 +19,12 @@ wall time, CPU seconds of the engine's process tree (Spark's JVM and Python work
 included) plus the broker JVM's CPU over the same stretch; records per CPU-second =
 input records / (engine + broker CPU seconds). Every engine's committed output is
 checked exactly (key, start, end, sum, each once) against :mod:`bench.winref`.
-Interval joins are not in Spillway yet and are left out.
+
+Kind ``interval`` (:mod:`bench.joinengines`): an interval join of the round's input
+(left) with a second topic of ``records / right_every`` page views (right, other pages
+drawn from the same pages), ``l.ts - 1 s <= r.ts <= l.ts + 1 s`` per page: Spillway's
+``interval_join`` beside Quix Streams' ``join_interval``, like for like; every pair once,
+checked exactly against :mod:`bench.joinref`.
 
 Results: ``bench/results/windowpeers-<UTC time>.json``; a table on stdout.
 """
@@ -46,14 +51,15 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-from bench import procstat, winref, workload
+from bench import joinengines, joinref, procstat, winref, workload
 from bench.stats import ratios, spread
-from bench.winengines import KINDS, WinConfig, page_of
+from bench.winengines import ENV_PREFIX, WinConfig, page_of
 from bench.winmeasure import run_quix, run_spillway
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = ROOT / "bench" / "results"
 ENGINES = ("spillway", "quix")
+KINDS = ("hopping", "sliding", "interval")  # windows (bench.winengines), a join
 FLUSH_AFTER_MS = 120_000  # the per-key closing records lie this far past the last event
 
 
@@ -67,6 +73,9 @@ class Settings:
     size_ms: int = 60_000
     hop_ms: int = 20_000  # hopping windows (both engines)
     slide_ms: int = 10_000  # Spillway's (Flink's) sliding windows
+    join_backward_ms: int = 1_000  # interval join: l.ts - backward <= r.ts <= l.ts + forward
+    join_forward_ms: int = 1_000
+    right_every: int = 4  # one right record per this many left ones (same time span)
     timeout_s: float = 600.0
     kinds: tuple[str, ...] = KINDS
     engines: tuple[str, ...] = ENGINES
@@ -117,7 +126,9 @@ def expected(engine: str, kind: str, s: Settings, ents: list[winref.Entry]) -> C
 
 
 def preload(bootstrap: str, topic: str, events: Sequence[dict[str, Any]]) -> None:
-    """Write ``events`` in order to partition 0 of ``topic``.
+    """Write ``events`` in order to partition 0 of ``topic``, each with its event time
+    ``ts`` as the Kafka timestamp (Quix consumes co-partitioned topics in timestamp order,
+    which its interval join needs).
 
     Idempotent: without it librdkafka may reorder a partition's messages when it retries
     a request (seen on the loaded machine), and the references assume input order.
@@ -134,7 +145,7 @@ def preload(bootstrap: str, topic: str, events: Sequence[dict[str, Any]]) -> Non
     for e in events:
         while True:
             try:
-                producer.produce(topic, workload.encode(e), partition=0)
+                producer.produce(topic, workload.encode(e), partition=0, timestamp=e["ts"])
                 break
             except BufferError:
                 producer.poll(0.1)
@@ -192,6 +203,15 @@ def check_input(bootstrap: str, topic: str, events: Sequence[dict[str, Any]]) ->
         )
 
 
+def read_pairs(bootstrap: str, topic: str, group: str) -> list[joinref.Pair]:
+    """Every committed output row of the interval join as a :class:`~bench.joinref.Pair`."""
+    out = []
+    for m in _consume_all(bootstrap, topic, group):
+        row = json.loads(m.value() or b"{}")
+        out.append(joinref.Pair((m.key() or b"").decode(), int(row["l"]), int(row["r"])))
+    return out
+
+
 def read_windows(bootstrap: str, topic: str, group: str) -> list[winref.Window]:
     """Every committed output row as a :class:`~bench.winref.Window` (key from the message
     key; Spillway also writes it in the value)."""
@@ -221,27 +241,40 @@ def _delete_matching(admin: AdminClient, names: Sequence[str]) -> None:
 def engine_run(
     engine: str, kind: str, ents: list[winref.Entry], ctx: dict[str, Any], s: Settings
 ) -> dict[str, Any]:
-    """One engine, one window kind, over the round's input; figures and output check."""
+    """One engine, one kind, over the round's input; figures and output check."""
     admin: AdminClient = ctx["admin"]
     name = f"bench-win-{engine}-{kind}-{uuid.uuid4().hex[:8]}"  # job id / consumer group
     output = name + "-out"
     _create(admin, output)
     gate = Path(tempfile.mkdtemp(prefix="winbench-gate-")) / "go"
-    hop = s.hop_ms if kind == "hopping" else s.slide_ms
-    cfg = WinConfig(kind, s.size_ms, hop, ctx["input"], output, gate)
-    want = expected(engine, kind, s, ents)
+    join = kind == "interval"
+    size, hop = (
+        (s.join_backward_ms, s.join_forward_ms)
+        if join
+        else (s.size_ms, s.hop_ms if kind == "hopping" else s.slide_ms)
+    )
+    cfg = WinConfig(kind, size, hop, ctx["input"], output, gate)
+    want: Counter[Any] = ctx["pairs"] if join else expected(engine, kind, s, ents)
     try:
         args = (ctx["bootstrap"], ctx["broker_pid"], cfg, s.timeout_s, name, ctx["log"])
-        if engine == "spillway":
+        if engine == "spillway" and join:
+            more = {ENV_PREFIX + "RIGHT": ctx["right"]}
+            m, info = run_spillway(*args, module="bench.joinengines", more_env=more)
+        elif engine == "spillway":
             m, info = run_spillway(*args)
+        elif join:
+            extra = ("--right", ctx["right"])
+            m, info = run_quix(
+                *args, windows=sum(want.values()), module="bench.joinengines", more_args=extra
+            )
         else:
             m, info = run_quix(*args, windows=sum(want.values()))
-        got = read_windows(ctx["bootstrap"], output, output + "-check")
-        verdict = winref.check(got, want)
+        check = read_pairs if join else read_windows
+        verdict = winref.check(check(ctx["bootstrap"], output, output + "-check"), want)
     finally:
         shutil.rmtree(gate.parent, ignore_errors=True)
         _delete_matching(admin, [name])  # its output, channels, changelogs, repartition
-    records = len(ents)
+    records = len(ents) + (len(ctx["right_events"]) if join else 0)
     return {
         "engine": engine,
         "kind": kind,
@@ -257,6 +290,8 @@ def engine_run(
 
 
 def _window_text(engine: str, kind: str, s: Settings) -> str:
+    if kind == "interval":
+        return f"interval join -{s.join_backward_ms} ms..+{s.join_forward_ms} ms"
     if kind == "hopping":
         return f"hopping {s.size_ms // 1000} s every {s.hop_ms // 1000} s"
     if engine == "spillway":
@@ -271,12 +306,27 @@ def one_round(i: int, ctx: dict[str, Any], s: Settings) -> dict[str, Any]:
     events = make_input(s.records, base, s.step_ms)
     ents = entries(events)
     topic = f"bench-win-in-{uuid.uuid4().hex[:8]}"
+    right = topic + "-right"
     _create(ctx["admin"], topic)
     out: dict[str, Any] = {"base_ms": base, "runs": []}
     try:
         t0 = time.monotonic()
         preload(ctx["bootstrap"], topic, events)
         check_input(ctx["bootstrap"], topic, events)
+        if "interval" in s.kinds:  # the join's right input, over the same time span
+            rights = joinengines.right_events(
+                s.records // s.right_every, base, s.step_ms * s.right_every
+            )
+            _create(ctx["admin"], right)
+            preload(ctx["bootstrap"], right, rights)
+            check_input(ctx["bootstrap"], right, rights)
+            ctx.update(right=right, right_events=rights)
+            ctx["pairs"] = joinref.interval(
+                [(page_of(e), int(e["ts"]), int(e["seq"])) for e in events],
+                [(page_of(e), int(e["ts"]), int(e["seq"])) for e in rights],
+                s.join_backward_ms,
+                s.join_forward_ms,
+            )
         _say(f"round {i + 1}: {len(events):,} records pre-loaded in {time.monotonic() - t0:.1f} s")
         ctx["input"] = topic
         pairs = [(k, e) for k in s.kinds for e in s.engines]
@@ -286,12 +336,12 @@ def one_round(i: int, ctx: dict[str, Any], s: Settings) -> dict[str, Any]:
             _say(
                 f"round {i + 1}: {engine} {kind}: {r['records_per_s']:,.0f} rec/s, "
                 f"{r['per_cpu_s']:,.0f} rec/CPU-s, output exact={r['output']['ok']} "
-                f"({r['output']['rows']:,} windows), load {r['load_before'][0]:.1f}"
+                f"({r['output']['rows']:,} rows), load {r['load_before'][0]:.1f}"
             )
             out["runs"].append(r)
         return out
     finally:
-        _delete_matching(ctx["admin"], [topic])
+        _delete_matching(ctx["admin"], [topic])  # the right topic too (a prefix match)
 
 
 def summarise(rounds: list[dict[str, Any]]) -> dict[str, Any]:
@@ -320,7 +370,7 @@ def summarise(rounds: list[dict[str, Any]]) -> dict[str, Any]:
                 )
                 for f in ("records_per_s", "per_cpu_s")
             }
-            entry["like_for_like"] = kind == "hopping"
+            entry["like_for_like"] = kind in ("hopping", "interval")
         out[kind] = entry
     return out
 

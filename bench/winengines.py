@@ -196,11 +196,11 @@ def _say(word: str) -> None:
     print(f"{word} {time.time():.6f}", flush=True)
 
 
-def run_quix(cfg: WinConfig, bootstrap: str, name: str, workdir: str, windows: int) -> None:
-    """Quix Streams over the input; returns once ``windows`` results are out and committed."""
+def quix_app(bootstrap: str, name: str, workdir: str) -> Any:
+    """A Quix Streams application as every Quix run of the benchmarks sets it up."""
     from quixstreams import Application
 
-    app = Application(
+    return Application(
         broker_address=bootstrap,
         consumer_group=name,
         auto_offset_reset="earliest",
@@ -210,21 +210,37 @@ def run_quix(cfg: WinConfig, bootstrap: str, name: str, workdir: str, windows: i
         loglevel="WARNING",
     )
 
+
+def quix_input(app: Any, topic: str, gate: Any) -> Any:
+    """A dataframe of JSON ``topic`` (event time: ``ts``), each record through ``gate``."""
+
     def event_time(value: Any, _headers: Any, _ts_kafka: int, _kind: Any) -> int:
         return int(value["ts"])
 
-    source = app.topic(cfg.input, value_deserializer="json", timestamp_extractor=event_time)
-    sink = app.topic(cfg.output, value_serializer="json", key_serializer="str")
+    t = app.topic(topic, value_deserializer="json", timestamp_extractor=event_time)
+    return app.dataframe(t).apply(gate)
+
+
+def quix_gate(gate_file: Path) -> Any:
+    """A function passing records through that, at the first record of any input, says
+    READY and waits for ``gate_file`` (set-up is over)."""
     first = [True]
 
     def gate(event: dict[str, Any]) -> dict[str, Any]:
-        if first[0]:  # the first record: set-up is over
+        if first[0]:
             first[0] = False
             _say("READY")
-            wait_for(cfg.gate)
+            wait_for(gate_file)
         return event
 
-    sdf = app.dataframe(source).apply(gate)
+    return gate
+
+
+def run_quix(cfg: WinConfig, bootstrap: str, name: str, workdir: str, windows: int) -> None:
+    """Quix Streams over the input; returns once ``windows`` results are out and committed."""
+    app = quix_app(bootstrap, name, workdir)
+    sink = app.topic(cfg.output, value_serializer="json", key_serializer="str")
+    sdf = quix_input(app, cfg.input, quix_gate(cfg.gate))
     sdf = sdf.group_by(page_of, name="page").apply(lambda e: int(e["user"]))
     if cfg.kind == "hopping":
         win: Any = sdf.hopping_window(duration_ms=cfg.size_ms, step_ms=cfg.hop_ms, grace_ms=0)

@@ -9,6 +9,7 @@ gate to the last window committed: wall time, CPU of the engine's process tree
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import os
 import shutil
@@ -18,6 +19,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -170,18 +172,26 @@ def _await(
 
 
 def run_spillway(
-    bootstrap: str, broker_pid: int, cfg: WinConfig, timeout_s: float, job: str, log: IO[str]
+    bootstrap: str,
+    broker_pid: int,
+    cfg: WinConfig,
+    timeout_s: float,
+    job: str,
+    log: IO[str],
+    *,
+    module: str = "bench.winengines",
+    more_env: Mapping[str, str] | None = None,
 ) -> tuple[Measured, dict[str, Any]]:
-    """``spillway run bench.winengines:pipeline`` on Spark local mode, gated; measured from
-    the gate to the last subtask's ``finished`` event (its final checkpoint committed)."""
-    from bench import winengines
-
-    env = {**os.environ, **cfg.env()}
+    """``spillway run <module>:pipeline`` on Spark local mode, gated; measured from the
+    gate to the last subtask's ``finished`` event (its final checkpoint committed).
+    ``more_env``: settings besides ``cfg``'s (the join's right topic)."""
+    settings = {**cfg.env(), **(more_env or {})}
+    env = {**os.environ, **settings}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    os.environ.update(cfg.env())  # for plan() here
-    n = len(winengines.pipeline().plan(job).subtasks())
+    os.environ.update(settings)  # for plan() here
+    n = len(importlib.import_module(module).pipeline().plan(job).subtasks())
     spillway = str(Path(sys.executable).parent / "spillway")
-    args = [spillway, "run", "bench.winengines:pipeline", "--job-id", job]
+    args = [spillway, "run", f"{module}:pipeline", "--job-id", job]
     args += ["--bootstrap", bootstrap, "--checkpoint-interval", "1", "--progress", "off"]
     deadline = time.monotonic() + timeout_s
     proc = subprocess.Popen(args, env=env, stdout=log, stderr=log, start_new_session=True, cwd=ROOT)
@@ -221,11 +231,14 @@ def run_quix(
     name: str,
     log: IO[str],
     windows: int,
+    *,
+    module: str = "bench.winengines",
+    more_args: Sequence[str] = (),
 ) -> tuple[Measured, dict[str, Any]]:
-    """``python -m bench.winengines quix``, gated; measured from the gate to ``DONE``
-    (``windows`` results out and committed); ``name`` is its consumer group."""
+    """``python -m <module> quix``, gated; measured from the gate to ``DONE`` (``windows``
+    results out and committed); ``name`` is its consumer group."""
     workdir = tempfile.mkdtemp(prefix=name + "-")
-    args = [sys.executable, "-m", "bench.winengines", "quix", "--kind", cfg.kind]
+    args = [sys.executable, "-m", module, "quix", "--kind", cfg.kind, *more_args]
     args += ["--size-ms", str(cfg.size_ms), "--hop-ms", str(cfg.hop_ms)]
     args += ["--bootstrap", bootstrap, "--input", cfg.input, "--output", cfg.output]
     args += ["--gate", str(cfg.gate), "--name", name, "--workdir", workdir]

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 
 class Window(NamedTuple):
@@ -37,6 +37,7 @@ class Window(NamedTuple):
 
 
 Entry = tuple[str, int, int]  # (key, event time ms, value)
+Row = TypeVar("Row", bound=tuple[Any, ...])  # a Window, or a joinref.Pair
 
 
 def hopping(entries: Iterable[Entry], size: int, hop: int) -> Counter[Window]:
@@ -115,8 +116,9 @@ class WindowCheck:
     problem: str = ""
 
 
-def check(rows: Iterable[Window], expected: Counter[Window]) -> WindowCheck:
-    """Compare output rows with the reference, as multisets; ``ok`` iff equal."""
+def check(rows: Iterable[Row], expected: Counter[Row]) -> WindowCheck:
+    """Compare output rows with the reference, as multisets; ``ok`` iff equal (windows,
+    or the pairs of the interval join, bench.joinref)."""
     got = Counter(rows)
     missing = expected - got
     surplus = got - expected

@@ -12,6 +12,9 @@ registered from either. The operator's watermark is the minimum over both inputs
 Within an input, records of one upstream subtask arrive in order; between the inputs
 the interleaving is whatever the channels deliver, so a result must not depend on it to
 be reproducible (buffer in state until both sides are there, or use event time).
+
+The joins run on the same wiring: ``connect(left, right).key_by(...)`` then
+``.interval_join(...)``, ``.asof_join(...)`` or ``.lookup_join(...)`` (spark_jobs.joins).
 """
 
 from __future__ import annotations
@@ -22,8 +25,9 @@ from typing import Any
 
 from channels.errors import PipelineDefinitionError
 from recovery.plan import Record
+from spark_jobs import joinops
 from spark_jobs.graph import Edge
-from spark_jobs.keyedops import _check, _or_empty, _second
+from spark_jobs.keyedops import OperatorSpec, _check, _or_empty, _second
 from spark_jobs.process import ProcessContext, ProcessLogic, wall_ms
 from spark_jobs.records import adapt, output_schema
 from spark_jobs.streams import SchemaLike, Stream
@@ -131,17 +135,101 @@ class ConnectedKeyedStreams:
             inputs.update((up, (key, fns[side], times[side])) for up in stream.upstreams)
         timer = adapt(_or_empty(on_timer), (), out, many=True) if on_timer else None
         factory = partial(CoProcessLogic, inputs, timer, dict(ttl_ms or {}))
-        graph = self.a._p
-        up = graph._nodes.get(self.a.name)
-        p = parallelism if parallelism is not None else (up.parallelism if up else 1)
         description = {
             "op": "co_process",
             "inputs": {"a": list(self.a.upstreams), "b": list(self.b.upstreams)},
             "ttl_ms": dict(ttl_ms or {}),
         }
-        graph._add(name, p, "transform", avro, factory, stateful=True, description=description)
+        return self._operator(name, factory, avro, description, parallelism)
+
+    def _inputs(self) -> joinops.Inputs:
+        return (self.a.upstreams, self.key_a, self.b.upstreams, self.key_b)
+
+    def _join(self, name: str, spec: OperatorSpec, parallelism: int | None) -> Stream:
+        return self._operator(name, spec.factory, spec.schema, spec.description, parallelism)
+
+    def interval_join(
+        self,
+        name: str,
+        *,
+        lower: int,
+        upper: int,
+        left_time: TimeFn,
+        right_time: TimeFn,
+        result: Callable[[Any, Any], Record],
+        allowed_lateness_ms: int = 0,
+        schema: SchemaLike = None,
+        parallelism: int | None = None,
+    ) -> Stream:
+        """Join ``a`` (left) and ``b`` (right) records of one key whose event times (ms,
+        from ``left_time``/``right_time``) satisfy ``l + lower <= r <= l + upper``:
+        ``result(left, right)`` once per pair, when the second arrives. Buffers expire by
+        the watermark; records more than ``allowed_lateness_ms`` behind it are set aside
+        (spark_jobs.joinbook)."""
+        spec = joinops.interval_join(
+            name, self._inputs(), lower=lower, upper=upper, left_time=left_time,
+            right_time=right_time, result=result, allowed_lateness_ms=allowed_lateness_ms,
+            schema=schema,
+        )  # fmt: skip
+        return self._join(name, spec, parallelism)
+
+    def asof_join(
+        self,
+        name: str,
+        *,
+        left_time: TimeFn,
+        right_time: TimeFn,
+        result: Callable[[Any, Any], Record],
+        how: str = "left",
+        allowed_lateness_ms: int = 0,
+        retention_ms: int | None = None,
+        schema: SchemaLike = None,
+        parallelism: int | None = None,
+    ) -> Stream:
+        """Join each ``a`` (left) record with the latest ``b`` (right) record of its key at
+        or before its event time (within ``retention_ms`` of it, if given): ``result(left,
+        right or None)``, once the watermark passes the left record's time +
+        ``allowed_lateness_ms``. ``how="inner"`` leaves out left records without a match.
+        Right history is pruned by the watermark (spark_jobs.joinbook)."""
+        spec = joinops.asof_join(
+            name, self._inputs(), left_time=left_time, right_time=right_time, result=result,
+            allowed_lateness_ms=allowed_lateness_ms, retention_ms=retention_ms, how=how,
+            schema=schema,
+        )  # fmt: skip
+        return self._join(name, spec, parallelism)
+
+    def lookup_join(
+        self,
+        name: str,
+        *,
+        result: Callable[[Any, Any], Record],
+        how: str = "left",
+        schema: SchemaLike = None,
+        parallelism: int | None = None,
+    ) -> Stream:
+        """Join each ``a`` record, as it arrives, with the current row of its key in the
+        table ``b`` (e.g. ``read_kafka`` of a compacted topic; each of its records replaces
+        its key's row): ``result(record, row or None)``; ``how="inner"`` leaves out records
+        whose key has no row. The table is the operator's changelog-backed state."""
+        spec = joinops.lookup_join(name, self._inputs(), result=result, how=how, schema=schema)
+        return self._join(name, spec, parallelism)
+
+    def _operator(
+        self,
+        name: str,
+        factory: Callable[[], Any],
+        schema: Any,
+        description: dict[str, Any],
+        parallelism: int | None,
+    ) -> Stream:
+        """Add a keyed two-input operator reading ``a`` by ``key_a`` and ``b`` by ``key_b``
+        (a co-process function or a join, spark_jobs.joinops)."""
+        graph = self.a._p
+        up = graph._nodes.get(self.a.name)
+        p = parallelism if parallelism is not None else (up.parallelism if up else 1)
+        graph._add(name, p, "transform", schema, factory, stateful=True, description=description)
         # Keyed: its inputs and changelog are partitioned by key group (DESIGN §10); state
-        # keys are process-function keys, ``(kind, key, ...)``.
+        # keys are ``(kind, key, ...)``.
         node = graph._nodes[name]
         node.keyed, node.key_of_state = True, _second
         for stream, key in ((self.a, self.key_a), (self.b, self.key_b)):

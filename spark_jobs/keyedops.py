@@ -21,7 +21,7 @@ from spark_jobs.windows import CountWindowLogic, FixedWindowLogic, SessionWindow
 
 # Operators that fire on watermarks (Pipeline checks a watermark can reach them).
 EVENT_TIME_OPS = frozenset(
-    {"tumbling_window", "hopping_window", "sliding_window", "session_window"}
+    {"tumbling_window", "hopping_window", "sliding_window", "session_window", "asof_join"}
 )
 
 

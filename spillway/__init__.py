@@ -25,6 +25,7 @@ from channels.errors import (
     SchemaMismatchError,
     SpillwayError,
 )
+from spark_jobs.coprocess import ConnectedKeyedStreams, ConnectedStreams
 from spark_jobs.deltasink import DeltaTableSink
 from spark_jobs.parquetsink import ParquetFileSink
 from spark_jobs.pipeline import KeyedStream, Pipeline, Stream, conf, connect, union
@@ -35,6 +36,8 @@ from spark_jobs.watermarks import Watermarks
 
 __all__ = [
     "ConfigError",
+    "ConnectedKeyedStreams",
+    "ConnectedStreams",
     "ConsoleSink",
     "DeltaTableSink",
     "FileSource",

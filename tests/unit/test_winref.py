@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from bench import windowpeers, winref
+from bench import joinref, windowpeers, winref
 from bench.winref import Window
 
 
@@ -148,3 +148,18 @@ def test_benchmark_input_closes_every_measured_window_for_quix() -> None:
         else:  # record-aligned: one window per measured event
             assert sum(quix.values()) == s.records
             assert all(w.end <= last for w in quix)
+
+
+def test_interval_join_reference_pairs_every_record_within_the_bounds() -> None:
+    left = [("a", 100, 0), ("a", 200, 1), ("b", 100, 2)]
+    right = [("a", 99, 10), ("a", 150, 11), ("a", 301, 12), ("b", 40, 13), ("a", 50, 14)]
+    got = joinref.interval(left, right, backward=50, forward=100)
+    assert got == Counter(
+        {
+            joinref.Pair("a", 0, 10): 1,
+            joinref.Pair("a", 0, 11): 1,
+            joinref.Pair("a", 0, 14): 1,
+            joinref.Pair("a", 1, 11): 1,
+        }
+    )
+    assert winref.check(list(got), got).ok
