@@ -290,6 +290,10 @@ class ChannelReader:
             pos[tp] = Offset(min(pos[tp], low))
         return pos
 
+    def open_records(self) -> int:
+        """Records that span messages with some parts read, not complete yet."""
+        return self._parts.open_records()
+
     def skip_state(self) -> dict[TopicPartition, dict[int, int]]:
         """Per partition and writer, the offset below which messages at or past the
         checkpointed position were already processed (to be skipped after a restore)."""

@@ -46,6 +46,7 @@ class ReaderPart(Protocol):
     def positions(self) -> dict[TopicPartition, Offset]: ...
     def discard_state(self) -> dict[TopicPartition, dict[int, Spans]]: ...
     def skip_state(self) -> dict[TopicPartition, dict[int, int]]: ...
+    def open_records(self) -> int: ...
 
 
 class WriterPart(Protocol):
@@ -228,6 +229,8 @@ class Checkpointer:
         self._obs.live.checkpointed(cid, ckpt.wall_time, t2 - t0, t2 - t1, ckpt.inputs)
         self.bytes = (self._producer.txn_bytes - spilled, spilled)
         crash.reached("after-final-commit" if finished else "after-commit")
+        if crash.armed and p.reader is not None and p.reader.open_records():
+            crash.reached("after-commit-inside-record")
         if p.sink is not None and sink_position is not None:
             p.sink.committed(sink_position)
         self._obs.result.checkpoints += 1

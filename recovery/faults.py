@@ -20,7 +20,9 @@ Points, in the order one checkpoint passes them:
 * ``after-final-commit`` — the finished checkpoint committed, its sink files not yet
   published;
 * ``after-partial-commit`` — an unaligned checkpoint taken inside a channel message
-  committed.
+  committed;
+* ``after-commit-inside-record`` — a checkpoint committed while the reader held some
+  parts of a record that spans messages (its position is at the record's first part).
 
 Unset: no cost beyond one dictionary lookup per checkpoint.
 """
@@ -47,11 +49,12 @@ POINTS = (
     "after-commit",
     "after-final-commit",
     "after-partial-commit",
+    "after-commit-inside-record",
 )
-# Points only some runs pass: the last checkpoint of a finishing subtask, and checkpoints
-# taken inside a channel message (unaligned mode). Every other point is passed by every
-# running subtask, checkpoint after checkpoint.
-OCCASIONAL_POINTS = ("after-final-commit", "after-partial-commit")
+# Points only some runs pass: the last checkpoint of a finishing subtask, checkpoints
+# taken inside a channel message (unaligned mode) or inside a record's parts. Every
+# other point is passed by every running subtask, checkpoint after checkpoint.
+OCCASIONAL_POINTS = ("after-final-commit", "after-partial-commit", "after-commit-inside-record")
 # Long enough for the commit call to have flushed and sent EndTxn, short enough that the
 # broker's answer (a few ms on loopback) often has not arrived yet.
 DURING_COMMIT_DELAY_S = 0.002

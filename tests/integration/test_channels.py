@@ -57,7 +57,7 @@ def writer_for(
     producer = TransactionalProducer(settings, sub.transactional_id, transaction_timeout_ms=20_000)
     producer.start()
     out = OutputChannel(topic, SCHEMA, KeyHash(lambda r: r["key"], DOWN), DOWN)
-    channel_settings = ChannelSettings(max_batch_bytes=4096, codec=codec)
+    channel_settings = ChannelSettings(max_batch_bytes=4096, max_record_bytes=8192, codec=codec)
     return producer, ChannelWriter(producer, out, index, channel_settings)
 
 
@@ -279,10 +279,11 @@ def test_schema_mismatch_and_oversized_records_are_clear_errors(
     producer.begin()
     with pytest.raises(SchemaMismatchError, match="Event"):
         writer.write_many([{"key": "a", "writer": "two", "seq": 1}])
-    # The limit is max_batch_bytes less the codec's framing (Avro 20 bytes, Arrow's schema).
+    # A record larger than a message spans several, up to max_record_bytes (framing
+    # included); past it the error names the size and the limit.
     too_big = (
-        r"record of 102\d\d bytes .* exceeds the channel limit of \d{4} bytes "
-        r"\(max_batch_bytes=4096\)"
+        r"record of 10\d\d\d bytes for .*\[\d\] \(writer 2\) exceeds the largest record a "
+        r"channel carries, 8192 bytes \(max_record_bytes"
     )
     with pytest.raises(RecordTooLargeError, match=too_big):
         writer.write_many([{"key": "x" * 10_000, "writer": 2, "seq": 1}])

@@ -45,6 +45,9 @@ class FakeReader:
     def skip_state(self) -> dict[TopicPartition, dict[int, int]]:
         return {IN: {0: 12}}
 
+    def open_records(self) -> int:
+        return 0
+
 
 @dataclass
 class FakeWriter:

@@ -177,7 +177,7 @@ def test_a_restore_from_any_position_neither_loses_nor_repeats_a_record(codec: s
         # A position never lands on a part other than a first one.
         if at is not None and read_header(at.h)[1] == PART_VERSION:
             assert read_mark(at.h).index == 0
-        inside += bool(r._parts.open_records())
+        inside += bool(r.open_records())
         again = reader_on(log)
         again.start(pos, ReaderState(skip=skip))
         rest = again.poll(10_000)
