@@ -73,6 +73,7 @@ class ChannelWriter:
         )
         self._clock = clock
         self._max_record = settings.max_record_bytes
+        self.spanned = 0  # records written as parts, one per oversized record (_send_parts)
         # Arrow over several partitions: convert each call's records once, split later.
         self._spread = (
             Spread(SPREAD_BATCHES * settings.max_batch_bytes, settings.linger_s)
@@ -322,6 +323,7 @@ class ChannelWriter:
         # All parts in this one call: no checkpoint (transaction commit) can fall between
         # them, and no other message of this writer either, so they are consecutive among
         # this writer's messages of the partition.
+        self.spanned += 1
         for mark, chunk in split(value, self._batcher.max_bytes, self._codec.version):
             self._producer.produce(
                 self.channel.topic, partition, self._key, chunk, part_headers(mark)

@@ -56,6 +56,8 @@ class WriterPart(Protocol):
     def counts(self) -> list[int]: ...
     @property
     def topic(self) -> str: ...
+    @property
+    def spanned(self) -> int: ...
     def flush_batches(self) -> None: ...
     def marks(self) -> tuple[int, ...]: ...
     def barrier(self, n: int) -> None: ...
@@ -176,6 +178,7 @@ class Checkpointer:
         self.last_time = time.monotonic()
         self.changelogs: dict[TopicPartition, Offset] = {}  # next offset per owned partition
         self._last_inputs: dict[TopicPartition, Offset] = {}
+        self._spanned = 0  # records written as parts (channels.spanning) until the last commit
         # Bytes of the last checkpoint: its own (state changes, record) and the channel data
         # its transaction had spilled since the previous one.
         self.bytes = (0, 0)
@@ -220,6 +223,10 @@ class Checkpointer:
         crash = self._obs.crash
         if crash.armed:
             crash.flush_and_reach("after-produce")
+            spanned = sum(w.spanned for w in p.writers)
+            if spanned > self._spanned:
+                crash.reached("after-produce-spanning")
+            self._spanned = spanned
         t1 = time.monotonic()
         self._commit(
             self._producer, ckpt, p.group_metadata(), crash.commit_point if crash.armed else None

@@ -10,6 +10,8 @@ Points, in the order one checkpoint passes them:
   written (nothing of the transaction is on the broker yet);
 * ``after-produce`` — every output and changelog record of the checkpoint is flushed to
   the broker, the checkpoint record not yet written;
+* ``after-produce-spanning`` — the same, in a checkpoint whose transaction holds the
+  parts of a record that spans messages (channels.spanning);
 * ``before-commit`` — outputs and checkpoint record flushed, consumer offsets not yet sent;
 * ``after-send-offsets`` — offsets added to the transaction, commit not yet called;
 * ``during-commit`` — the commit request is in flight: a helper thread SIGKILLs the
@@ -43,6 +45,7 @@ POINTS = (
     "restore",
     "before-produce",
     "after-produce",
+    "after-produce-spanning",
     "before-commit",
     "after-send-offsets",
     "during-commit",
@@ -52,9 +55,14 @@ POINTS = (
     "after-commit-inside-record",
 )
 # Points only some runs pass: the last checkpoint of a finishing subtask, checkpoints
-# taken inside a channel message (unaligned mode) or inside a record's parts. Every
+# taken inside a channel message (unaligned mode), with or inside a record's parts. Every
 # other point is passed by every running subtask, checkpoint after checkpoint.
-OCCASIONAL_POINTS = ("after-final-commit", "after-partial-commit", "after-commit-inside-record")
+OCCASIONAL_POINTS = (
+    "after-final-commit",
+    "after-partial-commit",
+    "after-produce-spanning",
+    "after-commit-inside-record",
+)
 # Long enough for the commit call to have flushed and sent EndTxn, short enough that the
 # broker's answer (a few ms on loopback) often has not arrived yet.
 DURING_COMMIT_DELAY_S = 0.002

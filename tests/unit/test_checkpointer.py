@@ -55,6 +55,7 @@ class FakeWriter:
     topic: str = "spillway.j.ch.count.sink"
     counts: list[int] = field(default_factory=lambda: [3, 4])
     barriers: list[int] = field(default_factory=list)
+    spanned: int = 0
 
     def flush_batches(self) -> None:
         self.calls.append("writer")
