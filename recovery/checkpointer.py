@@ -274,10 +274,11 @@ class Checkpointer:
         reader = p.reader
         rstate = reader.state if reader is not None else None
         inputs = reader.positions() if reader is not None else {}
+        skip = reader.skip_state() if reader is not None else {}
         partials: dict[TopicPartition, tuple[int, int]] = {}
         if partial is not None:
-            tp, off, done = partial
-            inputs[tp] = Offset(off)  # the message is re-read; its first `done` records skipped
+            tp, off, done = partial  # the message is re-read; its first `done` records skipped
+            inputs, skip = cut_inside_message(inputs, skip, partial)
             partials[tp] = (off, done)
         return Checkpoint(
             subtask=self.subtask,
@@ -301,7 +302,7 @@ class Checkpointer:
             wall_time=time.time(),
             attempt=self._attempt,
             global_id=global_id,
-            skip=reader.skip_state() if reader is not None else {},
+            skip=skip,
             set_aside=p.set_aside(),
         )
 
@@ -364,3 +365,25 @@ class Checkpointer:
         """Wait for a prune in flight (before the store it uses is closed)."""
         if self._pruning is not None:
             self._pruning.join(timeout_s)
+
+
+def cut_inside_message(
+    inputs: Mapping[TopicPartition, Offset],
+    skip: Mapping[TopicPartition, Mapping[int, int]],
+    partial: Partial,
+) -> tuple[dict[TopicPartition, Offset], dict[TopicPartition, dict[int, int]]]:
+    """Positions and skip state of a checkpoint taken inside the message ``partial``
+    names, whose first ``done`` records are processed (recovery.cadence).
+
+    The message is read again: the position goes back to it, or stays lower where a
+    record that spans messages is incomplete (channels.spanning), and its writer's skip
+    entry, which counts it as processed (its offset + 1, an entry no other message can
+    have), stops at it; the restore skips its first ``done`` records instead.
+    """
+    tp, off, _done = partial
+    positions = dict(inputs)
+    positions[tp] = Offset(min(positions.get(tp, Offset(off)), off))
+    cut = {t: dict(per) for t, per in skip.items()}
+    if tp in cut:
+        cut[tp] = {w: (off if s == off + 1 else s) for w, s in cut[tp].items()}
+    return positions, cut

@@ -290,6 +290,7 @@ def test_unaligned_trigger_inside_a_message_records_what_was_done() -> None:
     w = world("unaligned", triggers)
     cadence = w.ckpt.cadence
     assert isinstance(cadence, UnalignedCadence)
+    w.reader.pos = {IN: Offset(21)}  # the reader has returned the message at 20
     delivered: list[list[Any]] = []
     triggers.n = 3
     cadence.deliver([1, 2, 3, 4, 5], IN, 20, 1, lambda r, tp, off: delivered.append(r))

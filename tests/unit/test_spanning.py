@@ -17,6 +17,7 @@ from channels.progress import ReaderState
 from channels.reader import ChannelReader, InputChannel
 from channels.spanning import Assembler, PartMark, part_headers, read_mark, split
 from channels.writer import ChannelWriter, OutputChannel
+from recovery.checkpointer import cut_inside_message
 
 SCHEMA = {
     "type": "record",
@@ -108,9 +109,13 @@ def write(codec: str, writer_index: int, records: list[dict[str, Any]]) -> FakeP
     return producer
 
 
+# Per writer: big and small records; writer 1 also writes runs of small ones, so some
+# of its messages hold several records while a record of writer 0 is incomplete.
+SIZES = {0: [10, 5000, 20, 30, 2500, 2500, 40, 1100, 15], 1: [10, 5000, 20, 30, 2500] + [60] * 60}
+
+
 def records_of(writer: int) -> list[dict[str, Any]]:
-    sizes = [10, 5000, 20, 30, 2500, 2500, 40, 1100, 15]
-    return [blob(f"w{writer}", i, s) for i, s in enumerate(sizes)]
+    return [blob(f"w{writer}", i, s) for i, s in enumerate(SIZES[writer])]
 
 
 def reference(writer: int) -> list[dict[str, Any]]:
@@ -183,6 +188,40 @@ def test_a_restore_from_any_position_neither_loses_nor_repeats_a_record(codec: s
         rest = again.poll(10_000)
         assert by_writer(done + rest) == {w: reference(w) for w in (0, 1)}
     assert inside > 10  # positions were taken with records incomplete, many times
+
+
+@dataclass
+class Done:
+    writer: int
+    records: Any
+
+
+@pytest.mark.parametrize("codec", ["arrow", "avro"])
+def test_a_checkpoint_inside_a_message_while_a_record_is_incomplete(codec: str) -> None:
+    """Unaligned mode: a checkpoint after the first record of a message, with another
+    writer's record open in the partition (recovery.checkpointer.cut_inside_message)."""
+    log = interleaved_log(codec)
+    r = reader_on(log)
+    r.start()
+    done: list[Any] = []
+    cuts = 0
+    for _ in log:
+        for d in r.poll(1):
+            if len(d.records) >= 2 and r.open_records():
+                partial = (TP0, d.offset, 1)
+                pos, skip = cut_inside_message(r.positions(), r.skip_state(), partial)
+                assert pos[TP0] < d.offset  # the open record's first part
+                again = reader_on(log)
+                again.start(pos, ReaderState(skip=skip))
+                rest = [
+                    Done(e.writer, e.records[1:] if e.offset == d.offset else e.records)
+                    for e in again.poll(10_000)
+                ]
+                head = [*done, Done(d.writer, d.records[:1])]
+                assert by_writer(head + rest) == {w: reference(w) for w in (0, 1)}
+                cuts += 1
+            done.append(d)
+    assert cuts >= 2
 
 
 def test_arrow_batches_reader_gets_a_big_record_as_one_row() -> None:
