@@ -165,7 +165,8 @@ class ChannelReader:
                 if not self._tolerate_bad or not _is_data(m.headers()):
                     # Control records (end-of-stream, watermarks) cannot be skipped: a
                     # bounded job would wait forever for a lost end-of-stream.
-                    raise type(e)(f"{tp} offset {off}: {e}", origin=f"{tp}@{off}") from e
+                    where = "" if str(e).startswith(f"{tp}@") else f"{tp} offset {off}: "
+                    raise type(e)(f"{where}{e}", origin=f"{tp}@{off}") from e
                 d = Delivery(tp, off, -1, Kind.DATA, [], error=str(e), raw=m.value())
             self._positions[tp] = Offset(off + 1)
             if d is None:  # a part of a record not complete yet: positions() stay before it
