@@ -151,9 +151,9 @@ class KafkaSettings:
 
 # The largest record a channel carries (its encoded size, framing included), split over
 # messages (channels.spanning). What bounds it: the reader holds a record's parts, their
-# join and the decoded record at once (about 3x the record); librdkafka's consumer queues
-# up to queued.max.messages.kbytes (64 MiB by default); all parts go into one transaction,
-# which must commit within transaction.timeout.ms. Each part is one message of at most
+# join and the decoded record at once (about 3x the record), per writer with a record
+# under way in each partition; all parts go into one transaction, which must commit
+# within transaction.timeout.ms. Each part is one message of at most
 # max_batch_bytes, so the broker's message.max.bytes, a topic's max.message.bytes, the
 # producer's message.max.bytes and the consumer's fetch sizes need only admit one batch.
 MAX_RECORD_BYTES = 64 * 1024 * 1024
