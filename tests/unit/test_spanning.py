@@ -336,3 +336,52 @@ def test_a_part_alone_cannot_be_decoded_by_tools() -> None:
 def test_unknown_version_still_rejected() -> None:
     with pytest.raises(SchemaMismatchError, match="upgrade Spillway"):
         read_header([("spw.v", b"4"), ("spw.k", b"d")])
+
+
+def read_partitions(sent: list[Any], partitions: int, *, batches: bool = False) -> list[Any]:
+    """Per partition, the records a reader gets from what a writer sent."""
+    out = []
+    for p in range(partitions):
+        log = [Msg(p, n, k, v, h) for n, (q, k, v, h) in enumerate(x for x in sent if x[0] == p)]
+        r = ChannelReader(
+            cast(Any, ScriptedConsumer(log)),
+            [InputChannel(TOPIC, p, SCHEMA, 1)],
+            batches=batches,
+        )
+        r.start()
+        out.append([rec for d in r.poll(10_000) for rec in d.records])
+    return out
+
+
+@pytest.mark.parametrize("codec", ["arrow", "avro"])
+def test_big_records_in_one_call_over_many_partitions_keep_each_partitions_order(
+    codec: str,
+) -> None:
+    route = KeyHash(lambda r: r["key"], 4)
+    producer = FakeProducer()
+    channel = OutputChannel(TOPIC, SCHEMA, route, 4)
+    settings = ChannelSettings(max_batch_bytes=PART, codec=codec, linger_s=60)
+    writer = ChannelWriter(cast(Any, producer), channel, 0, settings, lambda: 0.0)
+    records = [blob(f"k{i % 9}", i, 4000 if i % 7 == 3 else 12) for i in range(120)]
+    writer.write_many(records[:60])  # Arrow: a call with a big row is split per partition
+    writer.write_many(records[60:])
+    writer.flush_batches()
+    assert any(read_header(h)[1] == PART_VERSION for *_, h in producer.sent)
+    got = read_partitions(producer.sent, 4)
+    assert got == [[r for r in records if route.targets(r)[0] == p] for p in range(4)]
+
+
+def test_an_arrow_batch_with_a_big_row_is_written_as_parts() -> None:
+    import pyarrow as pa
+
+    producer = FakeProducer()
+    channel = OutputChannel(TOPIC, SCHEMA, Forward(0, 1), 1)
+    settings = ChannelSettings(max_batch_bytes=PART, codec="arrow", linger_s=60)
+    writer = ChannelWriter(cast(Any, producer), channel, 0, settings, lambda: 0.0)
+    records = [blob("k", i, 5000 if i == 4 else 10) for i in range(9)]
+    schema = pa.schema([("key", pa.string()), ("seq", pa.int64()), ("data", pa.binary())])
+    writer.write_batch(pa.RecordBatch.from_pylist(records, schema=schema))
+    writer.flush_batches()
+    assert [read_header(h)[1] for *_, h in producer.sent].count(PART_VERSION) == 6
+    [rows] = read_partitions(producer.sent, 1, batches=True)
+    assert rows == records
