@@ -385,3 +385,32 @@ def test_an_arrow_batch_with_a_big_row_is_written_as_parts() -> None:
     assert [read_header(h)[1] for *_, h in producer.sent].count(PART_VERSION) == 6
     [rows] = read_partitions(producer.sent, 1, batches=True)
     assert rows == records
+
+
+def test_a_rewind_discards_a_writers_records_whole_and_restores_from_any_position() -> None:
+    """recovery.rewind: writer 1's messages from a transaction boundary on (here: the
+    first part of its second big record) belong to an abandoned run; the reader drops
+    them, parts included, and a restore from any position with that state agrees."""
+    log = interleaved_log("avro")
+    firsts = [
+        m.off
+        for m in log
+        if m.k == b"1" and read_header(m.h)[1] == PART_VERSION and read_mark(m.h).index == 0
+    ]
+    second = firsts[1]  # writer 1's second big record starts a transaction
+    discard = {TP0: {1: ((second, len(log)),)}}
+    whole = reader_on(log)
+    whole.start(None, ReaderState(discard=discard))
+    expected = by_writer(whole.poll(10_000))
+    assert expected[0] == reference(0)
+    assert expected[1] == reference(1)[: len(expected[1])]
+    assert len(expected[1]) < len(reference(1))
+    r = reader_on(log)
+    r.start(None, ReaderState(discard=discard))
+    done: list[Any] = []
+    for _ in log:
+        done.extend(r.poll(1))
+        again = reader_on(log)
+        state = ReaderState(skip=r.skip_state(), discard=r.discard_state())
+        again.start(r.positions(), state)
+        assert by_writer(done + again.poll(10_000)) == expected
