@@ -414,3 +414,27 @@ def test_a_rewind_discards_a_writers_records_whole_and_restores_from_any_positio
         state = ReaderState(skip=r.skip_state(), discard=r.discard_state())
         again.start(r.positions(), state)
         assert by_writer(done + again.poll(10_000)) == expected
+
+
+def test_an_at_least_once_reader_takes_a_resent_record_once() -> None:
+    """A writer without transactions died after two parts; its restart sends the record
+    again whole: the reader (resends=True) delivers it once, exactly-once refuses."""
+    sent = write("avro", 0, [blob("k", 0, 3000)]).sent
+    assert read_header(sent[0][3])[1] == PART_VERSION
+    cut = sent[:2]
+    log = [Msg(p, n, k, v, h) for n, (p, k, v, h) in enumerate(cut + sent)]
+    r = ChannelReader(
+        cast(Any, ScriptedConsumer(log)), [InputChannel(TOPIC, 0, SCHEMA, 1)], resends=True
+    )
+    r.start()
+    got = [rec for d in r.poll(10_000) for rec in d.records]
+    assert got == [
+        blob("k", 0, 3000),
+        blob("tail", 0, 10),
+        blob("tail", 1, 3000),
+        blob("tail", 2, 10),
+    ]
+    strict = ChannelReader(cast(Any, ScriptedConsumer(log)), [InputChannel(TOPIC, 0, SCHEMA, 1)])
+    strict.start()
+    with pytest.raises(SchemaMismatchError, match=r"ch\[0\]@2: a new record's first part"):
+        strict.poll(10_000)
