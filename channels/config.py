@@ -149,6 +149,15 @@ class KafkaSettings:
         return {k: (_MASK if is_secret(k) else v) for k, v in self.client.items()}
 
 
+# The largest record a channel carries (its encoded size, framing included), split over
+# messages (channels.spanning). What bounds it: the reader holds a record's parts, their
+# join and the decoded record at once (about 3x the record), per writer with a record
+# under way in each partition; all parts go into one transaction, which must commit
+# within transaction.timeout.ms. Each part is one message of at most
+# max_batch_bytes, so the broker's message.max.bytes, a topic's max.message.bytes, the
+# producer's message.max.bytes and the consumer's fetch sizes need only admit one batch.
+MAX_RECORD_BYTES = 64 * 1024 * 1024
+
 CODECS = ("arrow", "avro")  # channel data encodings (channels.envelope.writer_codec)
 
 
@@ -156,8 +165,10 @@ CODECS = ("arrow", "avro")  # channel data encodings (channels.envelope.writer_c
 class ChannelSettings:
     """How records are batched into Kafka messages.
 
-    ``max_batch_bytes`` bounds one Kafka message (and so the largest record); it must stay
-    below the broker's ``message.max.bytes`` (1 MiB by default). ``linger_s`` bounds how
+    ``max_batch_bytes`` bounds one Kafka message; it must stay below the broker's
+    ``message.max.bytes`` (1 MiB by default). A record larger than a message is split over
+    consecutive messages (channels.spanning) up to ``max_record_bytes`` (at most 64 MiB),
+    its encoded size; a larger one is refused. ``linger_s`` bounds how
     long a record may wait in a batch before it is written — independent of the
     checkpoint interval, so spilling is continuous.
     """
@@ -167,11 +178,17 @@ class ChannelSettings:
     # "arrow": Arrow IPC batches where the channel's schema is flat, Avro elsewhere;
     # "avro": Avro everywhere. Readers decode both (channels.envelope).
     codec: str = "arrow"
+    max_record_bytes: int = MAX_RECORD_BYTES
 
     def __post_init__(self) -> None:
         if not 1024 <= self.max_batch_bytes <= 16 * 1024 * 1024:
             raise ConfigError(
                 f"max_batch_bytes must be between 1 KiB and 16 MiB, got {self.max_batch_bytes}"
+            )
+        if not self.max_batch_bytes <= self.max_record_bytes <= MAX_RECORD_BYTES:
+            raise ConfigError(
+                f"max_record_bytes must be between max_batch_bytes ({self.max_batch_bytes}) "
+                f"and 64 MiB, got {self.max_record_bytes}"
             )
         if not 0 <= self.linger_s <= 60:
             raise ConfigError(f"linger_s must be between 0 and 60 seconds, got {self.linger_s}")

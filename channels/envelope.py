@@ -1,4 +1,4 @@
-"""The on-the-wire format of a channel message (version 1).
+"""The on-the-wire format of a channel message (versions 1, 2 and 3).
 
 A Kafka message in a channel is one of:
 
@@ -8,13 +8,17 @@ A Kafka message in a channel is one of:
 * **data, Arrow** (format version 2): for flat record schemas the value is an Arrow IPC
   stream of the same records (:mod:`channels.arrowcodec`), readable with
   ``pyarrow.ipc.open_stream(value)`` alone.
+* **part** (format version 3): one part of a record too large for one message, split
+  over consecutive messages of its partition (:mod:`channels.spanning`); its headers say
+  which part and the format version (1 or 2) of the whole value the parts make.
 * **control**: end-of-stream, watermark, idle or checkpoint barrier, with an 8-byte value.
 
-Headers: ``spw.v`` (format version: ``b"1"``, or ``b"2"`` for Arrow data) and ``spw.k``
-(kind: ``d``, ``e``, ``w``, ``i``, ``b``). The message key is the writer's subtask index in
-ASCII, so channel ``i → j`` is "partition j, key i". A reader rejects versions it does not
-know instead of guessing; every reader decodes both data encodings, whatever its own
-writers use, so changing the codec needs no migration.
+Headers: ``spw.v`` (format version: ``b"1"``, ``b"2"`` for Arrow data, ``b"3"`` for a
+part) and ``spw.k`` (kind: ``d``, ``e``, ``w``, ``i``, ``b``); a part has three more
+(channels.spanning). The message key is the writer's subtask index in ASCII, so channel
+``i → j`` is "partition j, key i". A reader rejects versions it does not know instead of
+guessing; every reader decodes both data encodings, whatever its own writers use, so
+changing the codec needs no migration.
 """
 
 from __future__ import annotations
@@ -35,7 +39,8 @@ from channels.mismatch import describe
 
 VERSION = b"1"
 ARROW_VERSION = b"2"
-VERSIONS = (VERSION, ARROW_VERSION)
+PART_VERSION = b"3"  # a part of a record that spans messages (channels.spanning)
+VERSIONS = (VERSION, ARROW_VERSION, PART_VERSION)
 H_VERSION = "spw.v"
 H_KIND = "spw.k"
 ARRAY_OVERHEAD = 20  # count varint (<= 10 bytes) + terminating 0, with room to spare
@@ -217,7 +222,10 @@ class Decoders:
         self._arrow = ArrowBlockCodec(schema, flat) if flat is not None else None
 
     def decode(self, version: bytes, value: bytes) -> list[Any]:
-        """The records of a data message of format ``version``."""
+        """The records of a data message of format ``version`` (1 or 2: a part, version 3,
+        is decoded once its record is reassembled)."""
+        if version == PART_VERSION:
+            raise SchemaMismatchError(_PART_ALONE)
         if version == VERSION:
             return self._avro.decode_batch(value)
         if self._arrow is None:
@@ -240,6 +248,13 @@ def decode_data(
     if kind is not Kind.DATA:
         raise SchemaMismatchError(f"not a data message: {kind.name}")
     return Decoders(schema).decode(version, value)
+
+
+_PART_ALONE = (
+    "a part of a record that spans messages (format version 3) cannot be decoded alone: "
+    "read the channel with channels.reader.ChannelReader, which reassembles the parts "
+    "(channels.spanning.Assembler)"
+)
 
 
 def frame_batch(encoded: Sequence[bytes]) -> bytes:

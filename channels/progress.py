@@ -21,8 +21,9 @@ class ReaderState:
 
     ended: dict[TopicPartition, set[int]] = field(default_factory=dict)
     watermarks: dict[TopicPartition, dict[int, int]] = field(default_factory=dict)
-    # Aligned checkpoints: messages of writer w in tp below skip[tp][w] were processed
-    # although the checkpointed position of tp is lower (other channels were held back).
+    # Messages of writer w in tp below skip[tp][w] were processed although the checkpointed
+    # position of tp is lower (aligned: other channels were held back; any mode: the
+    # position stays at the first part of an incomplete record, channels.spanning).
     skip: dict[TopicPartition, dict[int, int]] = field(default_factory=dict)
     # Whole-job rewinds: messages of writer w in tp with start <= offset < end, for each
     # (start, end) span, were written by a run the job rewound away from; dropped unread.

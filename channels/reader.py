@@ -3,6 +3,11 @@
 A reader's *position* on a partition is the next offset after everything :meth:`ChannelReader.poll`
 has returned; the subtask checkpoints positions only between polls, after it has
 processed what was returned, so a restored reader neither skips nor repeats a message.
+
+A record split over several messages (channels.spanning) is returned once its last part
+is read. Until then the position stays at its first part, so no checkpoint lands inside
+a record; messages of other writers read meanwhile (they interleave in the partition) are
+recorded in the skip state, so a restore from that position does not repeat them.
 """
 
 from __future__ import annotations
@@ -12,13 +17,22 @@ from dataclasses import dataclass
 from typing import Any
 
 from channels.batchread import BatchDecoders
-from channels.envelope import H_KIND, Decoders, Kind, decode_i64, read_header, writer_of
+from channels.envelope import (
+    H_KIND,
+    PART_VERSION,
+    Decoders,
+    Kind,
+    decode_i64,
+    read_header,
+    writer_of,
+)
 from channels.errors import RecordError, SchemaMismatchError
 from channels.ids import Offset, TopicPartition
 from channels.inputmarks import InputMark, WriterMark, combine, input_mark
 from channels.kafka.consumer import AssignedConsumer
 from channels.progress import ReaderState as ReaderState  # re-exported
 from channels.progress import Spans as Spans
+from channels.spanning import Assembler, read_mark
 
 
 @dataclass(frozen=True)
@@ -63,6 +77,7 @@ class ChannelReader:
         tolerate_bad: bool = False,
         align: bool = False,
         batches: bool = False,
+        resends: bool = False,
     ) -> None:
         """``tolerate_bad``: return undecodable messages as deliveries with ``error`` set
         (for a dead-letter channel) instead of raising :class:`RecordError`.
@@ -72,7 +87,11 @@ class ChannelReader:
         on every channel; then :meth:`aligned` returns n.
 
         ``batches``: data messages as :class:`channels.batchread.ArrowRows` (one Arrow
-        batch each, for batch operators), not dicts."""
+        batch each, for batch operators), not dicts.
+
+        ``resends``: the upstream writers write without transactions (at-least-once), so
+        a restarted writer may leave a record's parts incomplete and send it again
+        (channels.spanning.Assembler); under exactly-once that is an error."""
         self._align = align
         self._barriers: dict[tuple[TopicPartition, int], tuple[int, int]] = {}  # -> (n, offset)
         self._consumed: set[int] = set()  # barrier ids already checkpointed, channels still held
@@ -85,6 +104,7 @@ class ChannelReader:
         self._codecs = {i.tp: decoders(i.schema) for i in inputs}
         self._positions: dict[TopicPartition, Offset] = {}
         self._pending: list[Any] = []  # consumed, not yet returned (after a barrier)
+        self._parts = Assembler(resends=resends)  # records that span messages
         self.state = ReaderState()
 
     @property
@@ -109,6 +129,7 @@ class ChannelReader:
         self.state = state or ReaderState()
         self._pending = []
         self._barriers, self._held, self._consumed, self._last = {}, {}, set(), {}
+        self._parts.clear()
         self._consumer.assign(self._positions)
 
     def poll(
@@ -144,14 +165,18 @@ class ChannelReader:
                 if not self._tolerate_bad or not _is_data(m.headers()):
                     # Control records (end-of-stream, watermarks) cannot be skipped: a
                     # bounded job would wait forever for a lost end-of-stream.
-                    raise type(e)(f"{tp} offset {off}: {e}", origin=f"{tp}@{off}") from e
+                    where = "" if str(e).startswith(f"{tp}@") else f"{tp} offset {off}: "
+                    raise type(e)(f"{where}{e}", origin=f"{tp}@{off}") from e
                 d = Delivery(tp, off, -1, Kind.DATA, [], error=str(e), raw=m.value())
             self._positions[tp] = Offset(off + 1)
-            if self._align:
-                if d.kind is Kind.BARRIER and d.value is not None:
-                    self._barriers[(tp, d.writer)] = (d.value, off)
-                    continue  # the runner learns of it through aligned()
-                self._last.setdefault(tp, {})[d.writer] = off
+            if d is None:  # a part of a record not complete yet: positions() stay before it
+                continue
+            if self._align and d.kind is Kind.BARRIER and d.value is not None:
+                self._barriers[(tp, d.writer)] = (d.value, off)
+                continue  # the runner learns of it through aligned()
+            # Processed up to here (a record's last part); skip_state() needs it where a
+            # position stays behind (a held barrier, an incomplete record of another writer).
+            self._last.setdefault(tp, {})[d.writer] = off
             out.append(d)
             if stop_after_barrier and d.kind is Kind.BARRIER:
                 self._pending = msgs[i + 1 :]
@@ -216,13 +241,20 @@ class ChannelReader:
         key: bytes | None,
         value: bytes | None,
         raw_headers: Any,
-    ) -> Delivery:
+    ) -> Delivery | None:
         kind, version = read_header(raw_headers)
         writer = writer_of(key)
         if kind is Kind.IDLE:
             self.state.idle.setdefault(tp, set()).add(writer)
         elif self.state.idle:
             self.state.idle.get(tp, set()).discard(writer)  # it speaks again
+        if version == PART_VERSION and value is not None:
+            whole = self._parts.add(tp, writer, off, read_mark(raw_headers), value)
+            if whole is None:
+                return None
+            records = self._codecs[tp].decode(whole.version, whole.value)
+            return Delivery(tp, whole.first, writer, Kind.DATA, records)
+        self._parts.other(tp, writer, off)
         if kind is Kind.DATA:
             if value is None:
                 raise SchemaMismatchError("data message without a value")
@@ -239,12 +271,15 @@ class ChannelReader:
 
         While channels are held back (aligned mode) that is the lowest offset not yet
         processed: a held barrier not yet checkpointed, the first held message, or a
-        released one not yet returned.
+        released one not yet returned. While a record that spans messages is incomplete,
+        it is at most the offset of the record's first part.
         """
         pos = dict(self._positions)
         for m in self._pending:  # consumed, not yet returned: released held messages sit
             tp = TopicPartition(m.topic() or "", m.partition() or 0)  # below the position
             pos[tp] = Offset(min(pos[tp], m.offset() or 0))
+        for tp, first in self._parts.lowest().items():  # never inside a record
+            pos[tp] = Offset(min(pos[tp], first))
         for (tp, w), (n, off) in self._barriers.items():
             if n in self._consumed:
                 held = self._held.get((tp, w))
@@ -255,6 +290,10 @@ class ChannelReader:
                 low = off
             pos[tp] = Offset(min(pos[tp], low))
         return pos
+
+    def open_records(self) -> int:
+        """Records that span messages with some parts read, not complete yet."""
+        return self._parts.open_records()
 
     def skip_state(self) -> dict[TopicPartition, dict[int, int]]:
         """Per partition and writer, the offset below which messages at or past the

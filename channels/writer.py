@@ -24,6 +24,7 @@ from channels.errors import RecordError
 from channels.ids import TopicPartition
 from channels.output import MessageOutput
 from channels.partitioners import KeyHash, Partitioner
+from channels.spanning import check_record_size, part_headers, split
 from channels.spread import Spread
 
 # Records an Arrow writer of many partitions holds across partitions before splitting
@@ -71,6 +72,8 @@ class ChannelWriter:
             overhead=self._codec.overhead,
         )
         self._clock = clock
+        self._max_record = settings.max_record_bytes
+        self.spanned = 0  # records written as parts, one per oversized record (_send_parts)
         # Arrow over several partitions: convert each call's records once, split later.
         self._spread = (
             Spread(SPREAD_BATCHES * settings.max_batch_bytes, settings.linger_s)
@@ -230,8 +233,9 @@ class ChannelWriter:
         block = part.serialize().to_pybytes()
         if self._batcher.fits(len(block)):
             return [(block, part.num_rows)]
-        if part.num_rows == 1:
-            self._batcher.check_record(partition, len(block))  # raises RecordTooLargeError
+        if part.num_rows == 1:  # one record larger than a message: sent as parts (_send)
+            self._check_spanning(partition, len(block))
+            return [(block, 1)]
         half = part.num_rows // 2  # too big for one message: split, order kept
         return self._batch_blocks(partition, part.slice(0, half)) + self._batch_blocks(
             partition, part.slice(half)
@@ -250,8 +254,9 @@ class ChannelWriter:
         block = self._codec.encode_block(group)
         if self._batcher.fits(len(block)):
             return [(block, len(group))]
-        if len(group) == 1:
-            self._batcher.check_record(partition, len(block))  # raises RecordTooLargeError
+        if len(group) == 1:  # one record larger than a message: sent as parts (_send)
+            self._check_spanning(partition, len(block))
+            return [(block, 1)]
         half = len(group) // 2  # too big for one message: split, order kept
         return self._blocks(partition, group[:half]) + self._blocks(partition, group[half:])
 
@@ -295,7 +300,34 @@ class ChannelWriter:
             self._producer.produce(self.channel.topic, p, self._key, value, hdrs)
 
     def _send(self, partition: int, batch: bytes) -> None:
+        if len(batch) > self._batcher.max_bytes:  # one record (see _check_spanning)
+            self._send_parts(partition, batch)
+            return
         self._producer.produce(self.channel.topic, partition, self._key, batch, self._data_headers)
+
+    def _check_spanning(self, partition: int, block_size: int) -> None:
+        """A record whose block alone exceeds a message goes out as parts of one partition
+        (channels.spanning); :class:`RecordTooLargeError` past ``max_record_bytes``.
+
+        The batcher holds such a block in a batch of its own (it never fits beside
+        another), so :meth:`_send` gets it as one oversized value, after what this writer
+        wrote to the partition before it.
+        """
+        check_record_size(
+            block_size + self._codec.overhead,
+            self._max_record,
+            f"{self.channel.topic}[{partition}] (writer {self.writer_index})",
+        )
+
+    def _send_parts(self, partition: int, value: bytes) -> None:
+        # All parts in this one call: no checkpoint (transaction commit) can fall between
+        # them, and no other message of this writer either, so they are consecutive among
+        # this writer's messages of the partition.
+        self.spanned += 1
+        for mark, chunk in split(value, self._batcher.max_bytes, self._codec.version):
+            self._producer.produce(
+                self.channel.topic, partition, self._key, chunk, part_headers(mark)
+            )
 
 
 # What an Arrow record batch adds to a row's own bytes in a batch of its own (flatbuffer

@@ -22,9 +22,10 @@ Contract:
 * ``topology``: fingerprint of the job graph; restoring into another graph is an error.
 * ``global_id``: the numbered global checkpoint this record belongs to; ``None`` for
   checkpoints a subtask takes on its own clock.
-* ``skip``: aligned mode only — per input partition and writer, messages below this
-  offset were processed although they lie at or past ``inputs[tp]`` (other channels of
-  the partition were held back at the checkpoint); a restored reader skips them.
+* ``skip``: per input partition and writer, messages below this offset were processed
+  although they lie at or past ``inputs[tp]`` (aligned mode: other channels of the
+  partition were held back at the checkpoint; any mode: ``inputs[tp]`` stays at the first
+  part of a record that spans messages, not yet complete); a restored reader skips them.
 * ``partial[tp] = (offset, done)``: unaligned mode, a checkpoint taken inside a channel
   message — ``inputs[tp]`` is that message's offset and its first ``done`` records were
   already processed; a restore skips them.

@@ -46,6 +46,7 @@ class ReaderPart(Protocol):
     def positions(self) -> dict[TopicPartition, Offset]: ...
     def discard_state(self) -> dict[TopicPartition, dict[int, Spans]]: ...
     def skip_state(self) -> dict[TopicPartition, dict[int, int]]: ...
+    def open_records(self) -> int: ...
 
 
 class WriterPart(Protocol):
@@ -55,6 +56,8 @@ class WriterPart(Protocol):
     def counts(self) -> list[int]: ...
     @property
     def topic(self) -> str: ...
+    @property
+    def spanned(self) -> int: ...
     def flush_batches(self) -> None: ...
     def marks(self) -> tuple[int, ...]: ...
     def barrier(self, n: int) -> None: ...
@@ -176,6 +179,7 @@ class Checkpointer:
         self.changelogs: dict[TopicPartition, Offset] = {}  # next offset per owned partition
         self._last_inputs: dict[TopicPartition, Offset] = {}
         self._records_in_at_last = 0  # records read when the last checkpoint committed
+        self._spanned = 0  # records written as parts (channels.spanning) until the last commit
         # Bytes of the last checkpoint: its own (state changes, record) and the channel data
         # its transaction had spilled since the previous one.
         self.bytes = (0, 0)
@@ -222,6 +226,10 @@ class Checkpointer:
             crash.flush_and_reach("after-produce")
             if self._obs.result.records_in != self._records_in_at_last:
                 crash.reached("after-produce-read")  # flushed just above
+            spanned = sum(w.spanned for w in p.writers)
+            if spanned > self._spanned:
+                crash.reached("after-produce-spanning")
+            self._spanned = spanned
         t1 = time.monotonic()
         self._commit(
             self._producer, ckpt, p.group_metadata(), crash.commit_point if crash.armed else None
@@ -232,6 +240,8 @@ class Checkpointer:
         self._obs.live.checkpointed(cid, ckpt.wall_time, t2 - t0, t2 - t1, ckpt.inputs)
         self.bytes = (self._producer.txn_bytes - spilled, spilled)
         crash.reached("after-final-commit" if finished else "after-commit")
+        if crash.armed and p.reader is not None and p.reader.open_records():
+            crash.reached("after-commit-inside-record")
         if p.sink is not None and sink_position is not None:
             p.sink.committed(sink_position)
         self._obs.result.checkpoints += 1
@@ -268,10 +278,11 @@ class Checkpointer:
         reader = p.reader
         rstate = reader.state if reader is not None else None
         inputs = reader.positions() if reader is not None else {}
+        skip = reader.skip_state() if reader is not None else {}
         partials: dict[TopicPartition, tuple[int, int]] = {}
         if partial is not None:
-            tp, off, done = partial
-            inputs[tp] = Offset(off)  # the message is re-read; its first `done` records skipped
+            tp, off, done = partial  # the message is re-read; its first `done` records skipped
+            inputs, skip = cut_inside_message(inputs, skip, partial)
             partials[tp] = (off, done)
         return Checkpoint(
             subtask=self.subtask,
@@ -295,7 +306,7 @@ class Checkpointer:
             wall_time=time.time(),
             attempt=self._attempt,
             global_id=global_id,
-            skip=reader.skip_state() if reader is not None else {},
+            skip=skip,
             set_aside=p.set_aside(),
         )
 
@@ -358,3 +369,25 @@ class Checkpointer:
         """Wait for a prune in flight (before the store it uses is closed)."""
         if self._pruning is not None:
             self._pruning.join(timeout_s)
+
+
+def cut_inside_message(
+    inputs: Mapping[TopicPartition, Offset],
+    skip: Mapping[TopicPartition, Mapping[int, int]],
+    partial: Partial,
+) -> tuple[dict[TopicPartition, Offset], dict[TopicPartition, dict[int, int]]]:
+    """Positions and skip state of a checkpoint taken inside the message ``partial``
+    names, whose first ``done`` records are processed (recovery.cadence).
+
+    The message is read again: the position goes back to it, or stays lower where a
+    record that spans messages is incomplete (channels.spanning), and its writer's skip
+    entry, which counts it as processed (its offset + 1, an entry no other message can
+    have), stops at it; the restore skips its first ``done`` records instead.
+    """
+    tp, off, _done = partial
+    positions = dict(inputs)
+    positions[tp] = Offset(min(positions.get(tp, Offset(off)), off))
+    cut = {t: dict(per) for t, per in skip.items()}
+    if tp in cut:
+        cut[tp] = {w: (off if s == off + 1 else s) for w, s in cut[tp].items()}
+    return positions, cut

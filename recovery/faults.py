@@ -14,6 +14,8 @@ Points, in the order one checkpoint passes them:
   records since the previous one: a crash there always leaves records to re-process
   (a test that asserts a replay cannot draw an interval in which upstream had committed
   nothing new, as happens on a loaded machine);
+* ``after-produce-spanning`` — the same, in a checkpoint whose transaction holds the
+  parts of a record that spans messages (channels.spanning);
 * ``before-commit`` — outputs and checkpoint record flushed, consumer offsets not yet sent;
 * ``after-send-offsets`` — offsets added to the transaction, commit not yet called;
 * ``during-commit`` — the commit request is in flight: a helper thread SIGKILLs the
@@ -24,7 +26,9 @@ Points, in the order one checkpoint passes them:
 * ``after-final-commit`` — the finished checkpoint committed, its sink files not yet
   published;
 * ``after-partial-commit`` — an unaligned checkpoint taken inside a channel message
-  committed.
+  committed;
+* ``after-commit-inside-record`` — a checkpoint committed while the reader held some
+  parts of a record that spans messages (its position is at the record's first part).
 
 Unset: no cost beyond one dictionary lookup per checkpoint.
 """
@@ -46,17 +50,26 @@ POINTS = (
     "before-produce",
     "after-produce",
     "after-produce-read",
+    "after-produce-spanning",
     "before-commit",
     "after-send-offsets",
     "during-commit",
     "after-commit",
     "after-final-commit",
     "after-partial-commit",
+    "after-commit-inside-record",
 )
 # Points only some runs pass: checkpoints that read records, the last checkpoint of a
-# finishing subtask, and checkpoints taken inside a channel message (unaligned mode).
-# Every other point is passed by every running subtask, checkpoint after checkpoint.
-OCCASIONAL_POINTS = ("after-produce-read", "after-final-commit", "after-partial-commit")
+# finishing subtask, checkpoints taken inside a channel message (unaligned mode), with or
+# inside a record's parts. Every other point is passed by every running subtask,
+# checkpoint after checkpoint.
+OCCASIONAL_POINTS = (
+    "after-produce-read",
+    "after-final-commit",
+    "after-partial-commit",
+    "after-produce-spanning",
+    "after-commit-inside-record",
+)
 # Long enough for the commit call to have flushed and sent EndTxn, short enough that the
 # broker's answer (a few ms on loopback) often has not arrived yet.
 DURING_COMMIT_DELAY_S = 0.002

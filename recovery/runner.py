@@ -309,6 +309,7 @@ class SubtaskRunner:
             tolerate_bad=self.dead_letters is not None,
             align=self.checkpointer.cadence.align,
             batches=reads_batches(self.processor.logic, self.processor.sink),
+            resends=self.options.guarantee == "at-least-once",
         )
         start = restored.start(ch.tp for ch in self.inputs)
         marks = {ch.tp: self.consumer.watermarks(ch.tp) for ch in self.inputs}

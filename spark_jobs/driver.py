@@ -24,7 +24,7 @@ from typing import Any
 
 from confluent_kafka import KafkaException
 
-from channels.config import ChannelSettings, KafkaSettings
+from channels.config import MAX_RECORD_BYTES, ChannelSettings, KafkaSettings
 from channels.errors import ConfigError, JobAbortedError, ProducerFencedError, SpillwayError
 from channels.kafka.admin import Admin
 from recovery.deadletter import MAX_MESSAGE_BYTES, dead_letter_spec
@@ -95,6 +95,7 @@ class JobConfig:
     # cheaper, but a restarted subtask repeats downstream what it sent after its checkpoint.
     guarantee: str = "exactly-once"
     channel_codec: str = "arrow"  # see ChannelSettings.codec
+    max_record_bytes: int = MAX_RECORD_BYTES  # see ChannelSettings.max_record_bytes
     # Pipeline settings (--conf; recovery.jobconf), seen by the pipeline on the driver and
     # in every task; may hold secrets. And variables of the submitter's environment that
     # every task gets (--env), besides those with env_prefixes.
@@ -135,7 +136,9 @@ class JobConfig:
         return RunOptions(
             checkpoint_interval_s=self.checkpoint_interval_s,
             transaction_timeout_ms=self.transaction_timeout_ms,
-            channel=ChannelSettings(codec=self.channel_codec),
+            channel=ChannelSettings(
+                codec=self.channel_codec, max_record_bytes=self.max_record_bytes
+            ),
             from_checkpoint=from_checkpoint,
             run_id=run_id,
             dead_letter=self.dead_letter,

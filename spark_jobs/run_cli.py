@@ -8,7 +8,7 @@ import os
 import sys
 from typing import Any
 
-from channels.config import CODECS
+from channels.config import CODECS, MAX_RECORD_BYTES
 from channels.errors import ConfigError
 from recovery.cli import add_bootstrap, add_pipeline_conf, client_settings
 from recovery.jobconf import forwarded_env, parse_conf, parse_env_names
@@ -58,6 +58,13 @@ def add_parser(subparsers: Any) -> None:
         default="arrow",
         help="encoding of channel batches: arrow = Arrow IPC where a channel's schema is flat "
         "(primitive fields), Avro elsewhere; avro = Avro everywhere. Readers take both",
+    )
+    p.add_argument(
+        "--max-record-bytes",
+        type=int,
+        default=MAX_RECORD_BYTES,
+        help="largest record a channel carries, encoded (a record larger than one message "
+        "is split over several; at most and by default 64 MiB); a larger one stops the job",
     )
     p.add_argument(
         "--transaction-timeout-ms",
@@ -131,6 +138,7 @@ def _run(args: argparse.Namespace) -> int:
         guarantee=args.guarantee,
         transaction_timeout_ms=args.transaction_timeout_ms,
         channel_codec=args.channel_codec,
+        max_record_bytes=args.max_record_bytes,
         conf=conf,
         forward_env=forward_env,
         metrics_port=args.metrics_port,

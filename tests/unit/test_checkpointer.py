@@ -46,6 +46,9 @@ class FakeReader:
     def skip_state(self) -> dict[TopicPartition, dict[int, int]]:
         return {IN: {0: 12}}
 
+    def open_records(self) -> int:
+        return 0
+
 
 @dataclass
 class FakeWriter:
@@ -53,6 +56,7 @@ class FakeWriter:
     topic: str = "spillway.j.ch.count.sink"
     counts: list[int] = field(default_factory=lambda: [3, 4])
     barriers: list[int] = field(default_factory=list)
+    spanned: int = 0
 
     def flush_batches(self) -> None:
         self.calls.append("writer")
@@ -305,6 +309,7 @@ def test_unaligned_trigger_inside_a_message_records_what_was_done() -> None:
     w = world("unaligned", triggers)
     cadence = w.ckpt.cadence
     assert isinstance(cadence, UnalignedCadence)
+    w.reader.pos = {IN: Offset(21)}  # the reader has returned the message at 20
     delivered: list[list[Any]] = []
     triggers.n = 3
     cadence.deliver([1, 2, 3, 4, 5], IN, 20, 1, lambda r, tp, off: delivered.append(r))
