@@ -274,9 +274,10 @@ class ChannelReader:
         return frozenset(self.state.ended.get(tp, ()))
 
     def finished(self) -> bool:
-        """True when every upstream subtask has ended on every input partition."""
+        """True when every upstream subtask has ended on every input partition (by index:
+        after a rescale, writers an earlier width retired may have ended too)."""
         return all(
-            len(self.state.ended.get(tp, ())) >= ch.upstream_parallelism
+            self.state.ended.get(tp, set()).issuperset(range(ch.upstream_parallelism))
             for tp, ch in self._inputs.items()
         )
 

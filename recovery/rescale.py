@@ -42,7 +42,7 @@ from channels.ids import CheckpointId, Offset, OperatorName, SubtaskId, TopicPar
 from channels.keygroups import MAX_PARALLELISM_LIMIT
 from channels.progress import Spans
 from offsets.checkpoint import Checkpoint
-from recovery.ownership import owned_partitions
+from recovery.ownership import adopted_max_parallelism, owned_partitions, with_max_parallelism
 from recovery.plan import EdgePlan, JobPlan, OperatorPlan
 from recovery.plandoc import PlanDoc
 
@@ -60,18 +60,19 @@ class OperatorHandover:
 
 @dataclass(frozen=True)
 class Rescale:
-    """The job's latest rescale: its number, the fingerprint of the plan before it, and
-    the handover of each operator whose parallelism changed."""
+    """The job's latest rescale: its number, the topology fingerprints of the plans before
+    it (newest first: checkpoints an unchanged or finished subtask took under one of them
+    stay valid), and the handover of each operator whose parallelism changed."""
 
     number: int
-    previous_fingerprint: str
+    fingerprints: tuple[str, ...]
     operators: Mapping[str, OperatorHandover]
 
     def to_json(self) -> dict[str, Any]:
         """JSON form (recorded in the ``submitted`` event)."""
         return {
             "number": self.number,
-            "previous_fingerprint": self.previous_fingerprint,
+            "fingerprints": list(self.fingerprints),
             "operators": {
                 name: {
                     "previous": h.previous,
@@ -88,7 +89,7 @@ class Rescale:
         try:
             return Rescale(
                 int(doc["number"]),
-                str(doc["previous_fingerprint"]),
+                tuple(str(f) for f in doc["fingerprints"]),
                 {
                     str(name): OperatorHandover(
                         int(h["previous"]),
@@ -103,6 +104,28 @@ class Rescale:
             )
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise RescaleError(f"{origin}: malformed rescale record ({e!r})") from None
+
+
+@dataclass(frozen=True)
+class PlanShape:
+    """What a task applies to the plan it rebuilds from the pipeline, so it runs the plan
+    the driver decided: key-group counts, parallelism per operator, the latest rescale."""
+
+    key_groups: Mapping[str, int]
+    parallelism: Mapping[str, int]
+    rescale: Rescale | None = None
+
+    @staticmethod
+    def of(plan: JobPlan, rescale: Rescale | None) -> PlanShape:
+        """The shape of the driver's ``plan``."""
+        return PlanShape(
+            adopted_max_parallelism(plan), {op.name: op.parallelism for op in plan.operators},
+            rescale,
+        )  # fmt: skip
+
+    def apply(self, plan: JobPlan) -> JobPlan:
+        """``plan`` in this shape."""
+        return with_parallelism(with_max_parallelism(plan, self.key_groups), self.parallelism)
 
 
 def with_parallelism(plan: JobPlan, parallelism: Mapping[str, int]) -> JobPlan:
@@ -306,7 +329,56 @@ def _lowest(checkpoints: list[Checkpoint | None]) -> int | None:
 
 def accepts_fingerprint(rescale: Rescale | None, fingerprint: str) -> tuple[str, ...]:
     """The topology fingerprints a subtask's own checkpoint may carry: the plan's, and
-    the one before the job's latest rescale (taken before it, by an unchanged operator)."""
-    if rescale is None:
-        return (fingerprint,)
-    return (fingerprint, rescale.previous_fingerprint)
+    those of the plans before the job's rescales (taken by a subtask that has not
+    checkpointed since: unchanged, or finished)."""
+    return (fingerprint, *(rescale.fingerprints if rescale else ()))
+
+
+def plan_rescale(
+    plan: JobPlan,
+    before: Mapping[str, int],
+    recorded: Rescale | None,
+    latest: Mapping[str, Mapping[int, Checkpoint | None]],
+    floors: Mapping[str, int],
+) -> Rescale:
+    """The record of rescaling ``plan``'s operators from ``before`` (name → previous
+    parallelism), given each previous subtask's latest checkpoint (``latest[name][j]``) and
+    the newest checkpoint id of each operator (``floors``). ``recorded``: the job's
+    previous rescale, if any. :class:`RescaleError` if an operator cannot be rescaled.
+    """
+    old = with_parallelism(plan, before)
+    accepted = accepts_fingerprint(recorded, old.fingerprint)
+    number = (recorded.number if recorded else 0) + 1
+    for name, p in sorted(before.items()):
+        check_rescalable(plan, name, p)
+        prior = recorded.operators.get(name) if recorded else None
+        for j, c in sorted(latest[name].items()):
+            if prior is not None and (c is None or c.checkpoint_id <= prior.floor):
+                raise RescaleError(
+                    f"operator {name!r} of job {plan.job}: subtask {j} has not checkpointed "
+                    f"since rescale {number - 1}; run the job "
+                    "once without changing parallelism until it has, then rescale"
+                )
+            if c is not None and c.topology not in accepted:
+                raise RescaleError(
+                    f"{c.subtask}: its latest checkpoint {c.checkpoint_id} was taken by another "
+                    f"topology ({c.topology[:12]}) than the job's last run ({accepted[0][:12]}); "
+                    "it has not checkpointed since an earlier change. Run the job once "
+                    "without changing parallelism, then rescale"
+                )
+        _check_previous(plan.operator(name), plan.operator(name).parallelism, latest[name])
+    return Rescale(
+        number,
+        accepted,
+        {
+            name: OperatorHandover(
+                p,
+                {
+                    j: None if c is None else int(c.checkpoint_id)
+                    for j, c in sorted(latest[name].items())
+                },
+                floors[name],
+            )
+            for name, p in sorted(before.items())
+        },
+    )

@@ -185,9 +185,9 @@ def test_forward_edges_need_equal_widths() -> None:
 def test_previous_parallelism_and_the_record_round_trip() -> None:
     assert previous_parallelism(plan(count=4), PlanDoc.of(plan(count=2))) == {"count": 2}
     assert previous_parallelism(plan(), None) == {}
-    r = Rescale(2, "abc", {"count": OperatorHandover(2, {0: 7, 1: None}, 9)})
+    r = Rescale(2, ("abc", "old"), {"count": OperatorHandover(2, {0: 7, 1: None}, 9)})
     assert Rescale.from_json(r.to_json(), "here") == r
     with pytest.raises(RescaleError, match="here: malformed"):
         Rescale.from_json({"number": 1}, "here")
-    assert accepts_fingerprint(r, "new") == ("new", "abc")
+    assert accepts_fingerprint(r, "new") == ("new", "abc", "old")
     assert accepts_fingerprint(None, "new") == ("new",)
