@@ -4,11 +4,15 @@ non-keyed edges, stateful and stateless operators, and the cases refused."""
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
+from dataclasses import dataclass
+from typing import Any, cast
 
 import pytest
 
-from channels.errors import RescaleError
+from channels.config import KafkaSettings
+from channels.errors import ConfigError, RescaleError, TopologyMismatchError
 from channels.ids import CheckpointId, JobId, Offset, OperatorName, SubtaskId, TopicPartition
 from channels.keygroups import key_group_range
 from offsets.checkpoint import Checkpoint
@@ -24,7 +28,9 @@ from recovery.rescale import (
     previous_parallelism,
     with_parallelism,
 )
+from recovery.restorer import Restorer
 from spark_jobs.pipeline import Pipeline
+from spark_jobs.run_cli import _rewind_to, parse_parallelism
 
 M = 8
 EVENT = {
@@ -191,3 +197,72 @@ def test_previous_parallelism_and_the_record_round_trip() -> None:
         Rescale.from_json({"number": 1}, "here")
     assert accepts_fingerprint(r, "new") == ("new", "abc", "old")
     assert accepts_fingerprint(None, "new") == ("new",)
+
+
+def test_cli_parallelism_and_savepoint_options() -> None:
+    assert parse_parallelism(["count=4", "tag=1"]) == {"count": 4, "tag": 1}
+    for bad in (["count"], ["count=0"], ["=3"], ["count=x"]):
+        with pytest.raises(ConfigError, match="expected OP=N"):
+            parse_parallelism(bad)
+    with pytest.raises(ConfigError, match="twice"):
+        parse_parallelism(["a=1", "a=2"])
+
+    def ns(savepoint: str | None, checkpoint: int | None = None) -> argparse.Namespace:
+        return argparse.Namespace(from_savepoint=savepoint, from_checkpoint=checkpoint)
+
+    assert _rewind_to(ns("7")) == 7
+    assert _rewind_to(ns("latest")) is None
+    assert _rewind_to(ns(None, 3)) == 3
+    with pytest.raises(ConfigError, match="not both"):
+        _rewind_to(ns("7", 3))
+    with pytest.raises(ConfigError, match="or 'latest'"):
+        _rewind_to(ns("newest"))
+
+
+@dataclass
+class IndexedStore:
+    """A checkpoint store fake: retained checkpoints per subtask index, oldest first."""
+
+    kept: dict[int, list[Checkpoint]]
+
+    def history(self, index: int, n: int) -> list[Checkpoint]:
+        return self.kept.get(index, [])[-n:]
+
+    def get(self, index: int, n: int) -> Checkpoint | None:
+        return next((c for c in self.kept.get(index, []) if c.checkpoint_id == n), None)
+
+    def tail(self, tp: TopicPartition, n: int) -> list[Any]:
+        return []  # no read mark
+
+
+def restorer_of(s: SubtaskId, kept: dict[int, list[Checkpoint]]) -> Restorer:
+    progress = TopicPartition("spillway.j.progress", s.index)
+    store = cast(Any, IndexedStore(kept))
+    return Restorer(s, store, KafkaSettings("127.0.0.1:1"), progress, True)
+
+
+def test_the_restorer_uses_the_handover_until_the_subtask_checkpointed_itself() -> None:
+    old, new = plan(count=2), plan(count=4)
+    c0, c1 = ckpt(old, "count", 0, 7), ckpt(old, "count", 1, 9)
+    rescale = Rescale(1, (old.fingerprint,), {"count": OperatorHandover(2, {0: 7, 1: 9}, 9)})
+    kept = {0: [c0], 1: [c1]}
+    got = restorer_of(sub("count", 1), kept).load(new.fingerprint, rescaled=(new, rescale))
+    assert got.checkpoint == handover_checkpoint(new, sub("count", 1), 2, {0: c0, 1: c1}, 9)
+    assert got.mark is None
+    # Once it checkpointed above the floor, its own checkpoint is the one.
+    own = dataclasses.replace(c1, checkpoint_id=CheckpointId(10), topology=new.fingerprint)
+    kept[1] = [c1, own]
+    assert (
+        restorer_of(sub("count", 1), kept).load(new.fingerprint, rescaled=(new, rescale)).checkpoint
+        == own
+    )
+    # An operator the rescale left alone keeps its checkpoint of the plan before it.
+    tag = ckpt(old, "tag", 0, 4)
+    got = restorer_of(sub("tag", 0), {0: [tag]}).load(new.fingerprint, rescaled=(new, rescale))
+    assert got.checkpoint == tag
+    other = dataclasses.replace(tag, topology="another")
+    with pytest.raises(TopologyMismatchError):
+        restorer_of(sub("tag", 0), {0: [other]}).load(new.fingerprint, rescaled=(new, rescale))
+    # A handed-over checkpoint no longer retained: a clear error, not a fresh start.
+    with pytest.raises(RescaleError, match="checkpoint 9 of subtask 1, handed over by rescale 1"):
+        restorer_of(sub("count", 3), {0: [c0]}).load(new.fingerprint, rescaled=(new, rescale))
