@@ -37,7 +37,17 @@ def add(acc: list[int], r: dict[str, Any]) -> list[int]:
 
 def key_totals() -> Pipeline:
     """generate (p=2, paced) → key_by(max_parallelism=16) → count (p=3) → files."""
-    p = Pipeline("key-groups")
+    return _counted("key-groups", MAX_PARALLELISM, 3, None)
+
+
+def keyed_count() -> Pipeline:
+    """test_rescale.py's: as :func:`key_totals`, 8 key groups, count p=2 (each run
+    overrides it), one sink subtask (a rebalance edge, so count's width may change)."""
+    return _counted("rescale", 8, 2, 1)
+
+
+def _counted(name: str, groups: int, count_p: int, out_p: int | None) -> Pipeline:
+    p = Pipeline(name)
     events = p.generate(
         "events",
         make=make_event,
@@ -46,14 +56,14 @@ def key_totals() -> Pipeline:
         parallelism=2,
         rate=float(os.environ["SPILLWAY_TEST_RATE"]),
     )
-    events.key_by(lambda r: r["key"], max_parallelism=MAX_PARALLELISM).aggregate(
+    events.key_by(lambda r: r["key"], max_parallelism=groups).aggregate(
         "count",
         init=lambda: [0, 0],
         add=add,
         result=lambda k, acc: {"key": k, "n": acc[0], "seqs": acc[1]},
         schema=COUNT,
-        parallelism=3,
-    ).write_jsonl("out", os.environ["SPILLWAY_TEST_OUT"])
+        parallelism=count_p,
+    ).write_jsonl("out", os.environ["SPILLWAY_TEST_OUT"], parallelism=out_p)
     return p
 
 

@@ -28,10 +28,9 @@ from recovery.options import SubtaskResult
 from spark_jobs.driver import JobConfig, run_on_spark
 from spark_jobs.opruns import OperatorRuns
 from tests.integration.keygroupjobs import reference
-from tests.integration.rescalejobs import MAX_PARALLELISM
 from tests.integration.test_key_groups import read_output
 
-REF = "tests.integration.rescalejobs:keyed_count"
+REF = "tests.integration.keygroupjobs:keyed_count"
 RECORDS = 24_000
 
 
@@ -177,9 +176,7 @@ def test_a_keyed_count_rescaled_two_four_one_from_savepoints_with_kills(
     (last,) = count_checkpoints(settings, job, 1)
     assert last is not None
     assert last.finished
-    assert last.owned.of_topic(f"spillway.{unique}.ch.events.count") == tuple(
-        range(MAX_PARALLELISM)
-    )
+    assert last.owned.of_topic(f"spillway.{unique}.ch.events.count") == tuple(range(8))
 
     # A source cannot be rescaled: refused before anything starts, with the reason.
     with pytest.raises(RescaleError, match="a source cannot be rescaled"):
