@@ -20,6 +20,7 @@ from recovery.jobconf import parse_conf, recorded_conf
 from recovery.loader import load_plan
 from recovery.plandoc import PlanDoc
 from recovery.replay import replay_subtask
+from recovery.rescale import Rescale, describe
 from recovery.status import as_json, job_status, plan_of, render, submission
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
@@ -211,6 +212,9 @@ def _status(args: argparse.Namespace) -> int:
         plan = PlanDoc.of(load_plan(args.pipeline, args.job, conf=recorded_conf(submitted)))
     rows = job_status(settings, job, plan, events, lost_after=args.lost_after)
     print(json.dumps(as_json(rows), indent=2) if args.json else render(rows))
+    if not args.json and submitted.get("rescale"):
+        rescale = Rescale.from_json(submitted["rescale"], f"the submitted event of job {job}")
+        print(describe(rescale, {op.name: op.parallelism for op in plan.operators}))
     return 0
 
 

@@ -382,3 +382,14 @@ def plan_rescale(
             for name, p in sorted(before.items())
         },
     )
+
+
+def describe(rescale: Rescale, widths: Mapping[str, int]) -> str:
+    """One line for ``spillway status``: the job's latest rescale, with each operator's
+    width before it and now (``widths``: operator → parallelism of the plan now)."""
+    parts = [
+        f"{name} {h.previous} -> {widths.get(name, '?')} subtasks "
+        f"(from checkpoints {', '.join(f'{j}:{c}' for j, c in sorted(h.checkpoints.items()))})"
+        for name, h in sorted(rescale.operators.items())
+    ]
+    return f"rescale {rescale.number}: " + "; ".join(parts)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import glob
+import json
 import os
+from pathlib import Path
 from typing import Any
 
 from spark_jobs.pipeline import Pipeline
@@ -74,3 +77,14 @@ def reference(records: int) -> dict[str, tuple[int, int]]:
         acc = out.setdefault(make_event(i)["key"], [0, 0])
         acc[0], acc[1] = acc[0] + 1, acc[1] + i
     return {k: (n, s) for k, (n, s) in out.items()}
+
+
+def read_output(out: Path) -> dict[str, tuple[int, int]]:
+    """The job's output files under ``out``: per key, (count, sum of seq); a key twice fails."""
+    rows: dict[str, tuple[int, int]] = {}
+    for f in sorted(glob.glob(str(out / "out" / "*.jsonl"))):
+        for line in Path(f).read_text().splitlines():
+            r = json.loads(line)
+            assert r["key"] not in rows, f"two output rows for key {r['key']}"
+            rows[r["key"]] = (r["n"], r["seqs"])
+    return rows

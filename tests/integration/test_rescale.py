@@ -23,12 +23,14 @@ from channels.kafka.admin import Admin
 from channels.naming import checkpoint_topic
 from offsets.checkpoint import Checkpoint
 from offsets.store import CheckpointStore
+from recovery.cli import main as recovery_main
 from recovery.events import last_submission, read_events, record_job_event
+from recovery.globalckpt import read_completed
 from recovery.options import SubtaskResult
+from spark_jobs.cli import main as cli_main
 from spark_jobs.driver import JobConfig, run_on_spark
 from spark_jobs.opruns import OperatorRuns
-from tests.integration.keygroupjobs import reference
-from tests.integration.test_key_groups import read_output
+from tests.integration.keygroupjobs import read_output, reference
 
 REF = "tests.integration.keygroupjobs:keyed_count"
 RECORDS = 24_000
@@ -59,7 +61,11 @@ def starts(settings: KafkaSettings, job: JobId, run: str) -> list[tuple[str, int
 
 
 def run(
-    bootstrap: str, job: str, p: int, stop_when: Callable[[KafkaSettings], bool] | None
+    bootstrap: str,
+    job: str,
+    p: int,
+    stop_when: Callable[[KafkaSettings], bool] | None,
+    **config: Any,
 ) -> tuple[list[SubtaskResult], dict[str, Any]]:
     """Run the job with count at ``p``; stop it once ``stop_when`` holds (None: to the end).
     Returns the results and the run's submitted event."""
@@ -81,8 +87,10 @@ def run(
         if stop_when is not None:
             threading.Thread(target=operate, args=(runs,), daemon=True).start()
 
-    config = JobConfig(REF, job, bootstrap, master=f"local[{p + 3},3]", parallelism={"count": p})
-    results = run_on_spark(config, on_running=on_running)
+    job_config = JobConfig(
+        REF, job, bootstrap, master=f"local[{p + 3},3]", parallelism={"count": p}, **config
+    )
+    results = run_on_spark(job_config, on_running=on_running)
     assert errors == []
     submitted = last_submission(KafkaSettings(bootstrap), JobId(job))
     assert submitted is not None
@@ -90,7 +98,11 @@ def run(
 
 
 def test_a_keyed_count_rescaled_two_four_one_from_savepoints_with_kills(
-    kafka_bootstrap: str, unique: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    kafka_bootstrap: str,
+    unique: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     out = tmp_path / "out"
     monkeypatch.setenv("SPILLWAY_TEST_OUT", str(out))
@@ -160,6 +172,9 @@ def test_a_keyed_count_rescaled_two_four_one_from_savepoints_with_kills(
     assert {r.status for r in third} == {"finished"}
     assert sub3["rescale"]["number"] == 2
     assert sub3["rescale"]["operators"]["count"]["previous"] == 4
+    assert sub3["rescale"]["operators"]["count"]["checkpoints"] == {
+        str(i): int(c.checkpoint_id) for i, c in enumerate(four) if c is not None
+    }
     assert read_output(out) == reference(RECORDS)
     assert starts(settings, job, sub3["run"]) == [
         ("count[0]", 0),
@@ -177,6 +192,12 @@ def test_a_keyed_count_rescaled_two_four_one_from_savepoints_with_kills(
     assert last is not None
     assert last.finished
     assert last.owned.of_topic(f"spillway.{unique}.ch.events.count") == tuple(range(8))
+
+    # spillway status names the rescale.
+    assert recovery_main(["status", "--job", unique, "--bootstrap", kafka_bootstrap]) == 0
+    shown = capsys.readouterr().out
+    handed4 = ", ".join(f"{i}:{c.checkpoint_id}" for i, c in enumerate(four) if c is not None)
+    assert f"rescale 2: count 4 -> 1 subtasks (from checkpoints {handed4})\n" in shown
 
     # A source cannot be rescaled: refused before anything starts, with the reason.
     with pytest.raises(RescaleError, match="a source cannot be rescaled"):
@@ -196,3 +217,45 @@ def restored_from(settings: KafkaSettings, job: JobId, run: str) -> dict[tuple[s
         for e in read_events(settings, job)
         if e.get("event") == "started" and e.get("run") == run and e["operator"] == "count"
     }
+
+
+def test_from_a_global_savepoint_with_another_parallelism(
+    kafka_bootstrap: str, unique: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`spillway run --from-savepoint N --parallelism count=3`: the job is rewound to global
+    checkpoint N (what the first run did after N is discarded) and count resumes with 3
+    subtasks, one of them SIGKILLed at its first checkpoint."""
+    out = tmp_path / "out"
+    monkeypatch.setenv("SPILLWAY_TEST_OUT", str(out))
+    monkeypatch.setenv("SPILLWAY_TEST_RECORDS", str(RECORDS))
+    monkeypatch.setenv("SPILLWAY_TEST_RATE", str(RECORDS / 2 / 30))  # about 30 s of input
+    settings = KafkaSettings(kafka_bootstrap)
+    job = JobId(unique)
+    mode = {"checkpoint_mode": "unaligned", "global_interval_s": 1.0}
+
+    def two_savepoints(s: KafkaSettings) -> bool:
+        return len(read_completed(s, job)) >= 2
+
+    first, _ = run(kafka_bootstrap, unique, 2, two_savepoints, **mode)
+    assert {r.status for r in first} == {"stopped"}
+    n = int(read_completed(settings, job)[0]["id"])
+
+    monkeypatch.setenv("SPILLWAY_CRASH_AT", "count:2:after-produce:0:1")
+    common = ["--job-id", unique, "--bootstrap", kafka_bootstrap, "--master", "local[6,3]"]
+    args = ["run", REF, *common, "--checkpoint-mode", "unaligned"]
+    assert cli_main([*args, "--from-savepoint", str(n), "--parallelism", "count=3"]) == 0
+    assert read_output(out) == reference(RECORDS)
+    submitted = last_submission(settings, job)
+    assert submitted is not None
+    assert submitted["rewound_to"] == n
+    assert submitted["rescale"]["operators"]["count"]["previous"] == 2
+    rewound = [e for e in read_events(settings, job) if e.get("event") == "rewound"]
+    assert [e["to"] for e in rewound] == [n]
+    # The handover is the rewind's checkpoints (copies of N's parts), not the stop's.
+    handed = submitted["rescale"]["operators"]["count"]["checkpoints"]
+    assert handed == {str(i): rewound[0]["checkpoints"][f"{unique}/count[{i}]"] for i in range(2)}
+    assert starts(settings, job, submitted["run"]) == sorted(
+        [("events[0]", 0), ("events[1]", 0), ("out[0]", 0)]
+        + [(f"count[{i}]", 0) for i in range(3)]
+        + [("count[2]", 1)]
+    )

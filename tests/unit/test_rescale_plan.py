@@ -24,6 +24,7 @@ from recovery.rescale import (
     Rescale,
     accepts_fingerprint,
     check_rescalable,
+    describe,
     handover_checkpoint,
     previous_parallelism,
     with_parallelism,
@@ -266,3 +267,10 @@ def test_the_restorer_uses_the_handover_until_the_subtask_checkpointed_itself() 
     # A handed-over checkpoint no longer retained: a clear error, not a fresh start.
     with pytest.raises(RescaleError, match="checkpoint 9 of subtask 1, handed over by rescale 1"):
         restorer_of(sub("count", 3), {0: [c0]}).load(new.fingerprint, rescaled=(new, rescale))
+
+
+def test_status_describes_the_latest_rescale() -> None:
+    r = Rescale(2, ("a",), {"count": OperatorHandover(4, {0: 7, 1: 9, 2: None, 3: 8}, 9)})
+    assert describe(r, {"count": 1}) == (
+        "rescale 2: count 4 -> 1 subtasks (from checkpoints 0:7, 1:9, 2:None, 3:8)"
+    )
