@@ -292,6 +292,7 @@ class Checkpointer:
             attempt=self._attempt,
             global_id=global_id,
             skip=reader.skip_state() if reader is not None else {},
+            widths=dict(rstate.widths) if rstate else {},
             set_aside=p.set_aside(),
         )
 

@@ -13,8 +13,9 @@ from collections.abc import Mapping
 from channels.config import KafkaSettings
 from channels.errors import ConfigError
 from channels.ids import SubtaskId, job_id, operator_name
-from recovery.events import last_submission
+from recovery.events import last_submission, read_events
 from recovery.jobconf import replay_conf
+from recovery.liverescale import latest_shape
 from recovery.loader import load_plan
 from recovery.ownership import keep_recorded_max_parallelism
 from recovery.plandoc import PlanDoc
@@ -57,6 +58,9 @@ def replay_subtask(
         ref = str(submitted["pipeline"])
         checkpoint_interval_s = float(submitted.get("checkpoint_interval_s", checkpoint_interval_s))
     plan = load_plan(ref, job, replay_conf(job, submitted, conf or {}))
+    if submitted is not None:  # with the plan as a live rescale may have left it
+        shape = latest_shape(read_events(settings, jid)) or submitted
+        submitted = {**submitted, "plan": shape.get("plan"), "rescale": shape.get("rescale")}
     recorded = submitted.get("plan") if submitted else None
     origin = f"submitted event of job {job}"
     rescale = None

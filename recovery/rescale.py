@@ -278,6 +278,7 @@ def handover_checkpoint(
         skip={tp: c.skip[tp] for tp, c in sources.items() if c and tp in c.skip},
         discard=_discard(sources),
         partial={tp: c.partial[tp] for tp, c in sources.items() if c and tp in c.partial},
+        widths={tp: c.widths[tp] for tp, c in sources.items() if c and tp in c.widths},
         rewrite_state=any(c.rewrite_state for c in sources.values() if c),
         set_aside=dict(same.set_aside) if same else {},
         owned=owned,

@@ -25,7 +25,8 @@ from channels.kafka.admin import Admin, TopicSpec
 from channels.naming import checkpoint_topic
 from offsets.checkpoint import Checkpoint
 from offsets.store import CheckpointStore
-from recovery.events import events_topic, last_submission
+from recovery.events import events_topic, read_events
+from recovery.liverescale import latest_shape
 from recovery.plan import JobPlan
 from recovery.plandoc import PlanDoc
 from recovery.progress import progress_topic
@@ -136,13 +137,13 @@ def shape_for_run(
 
 
 def last_run_shape(settings: KafkaSettings, job: JobId) -> tuple[PlanDoc | None, Rescale | None]:
-    """The plan and the rescale record the job's last submission recorded (None: never
-    submitted, or before they were recorded)."""
+    """The plan and the rescale record of the job's last run (its ``submitted`` event, or
+    a later live rescale's ``rescaled`` event; None: never submitted, or not recorded)."""
     admin = Admin(settings)
     admin.check_reachable()  # no broker: the clear error, not a metadata time-out
     if events_topic(job) not in admin.partition_counts():
         return None, None  # a new job: nothing to read (and no topic to create by reading)
-    last = last_submission(settings, job) or {}
+    last = latest_shape(read_events(settings, job)) or {}
     origin = f"submitted event of job {job}"
     doc, rescale = last.get("plan"), last.get("rescale")
     return (

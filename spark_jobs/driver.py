@@ -49,6 +49,7 @@ from recovery.savepoint import keep_retired_slots, last_run_shape, shape_for_run
 from recovery.state import CHANGELOG_TOPIC_CONFIG
 from spark_jobs.attempts import AttemptWatcher
 from spark_jobs.failfast import FailureWatch
+from spark_jobs.liverescale import LiveRescaler
 from spark_jobs.observe import observed
 from spark_jobs.opjobs import OperatorJobs, operator_groups
 from spark_jobs.opruns import OperatorRuns
@@ -230,11 +231,14 @@ def run_on_spark(
         _check_slots(config, plan.bounded, n, sc.defaultParallelism)
         env = {k: v for k, v in os.environ.items() if k.startswith(config.env_prefixes)}
         env.update(forwarded)
-        payload = (config, from_checkpoint, env, run_id, PlanShape.of(plan, rescale))
-        runs = _operator_runs(sc, plan, payload)
+        shape = [PlanShape.of(plan, rescale)]  # a live rescale replaces it (spark_jobs.liverescale)
+        runs = _operator_runs(sc, plan, (config, from_checkpoint, env, run_id, shape))
+        mode = config.checkpoint_mode
+        rescaler = LiveRescaler(settings, mode, plan, rescale, run_id, runs, shape)
         # Started first: a deterministic failure cancels the Spark jobs (spark_jobs.failfast).
-        watch = FailureWatch(settings, plan.job, run_id, on_failure=runs.cancel_all)
+        watch = FailureWatch(settings, plan.job, run_id, runs.cancel_all, rescaler.offer)
         watch.start()
+        rescaler.start()
         watcher = AttemptWatcher(sc, settings, plan.job, run_id, runs.groups)
         watcher.start()
         coordinator = _coordinator(config, settings, plan, run_id)
@@ -265,6 +269,7 @@ def run_on_spark(
             raise JobAbortedError(watch.message()) from None
         finally:
             watch.stop()
+            rescaler.stop()
             watcher.stop()
             if coordinator is not None:
                 coordinator.stop()
@@ -373,7 +378,7 @@ def _check_slots(config: JobConfig, bounded: bool, n: int, slots: int) -> None:
 def _operator_runs(
     sc: Any,
     plan: JobPlan,
-    payload: tuple[JobConfig, int | None, dict[str, str], str, PlanShape],
+    payload: tuple[JobConfig, int | None, dict[str, str], str, list[PlanShape]],
 ) -> OperatorRuns:
     """One Spark job per plan operator (a chain is one), each task running one subtask."""
     config, from_checkpoint, env, run_id, shape = payload
@@ -381,7 +386,7 @@ def _operator_runs(
     def run_job(indices: Sequence[int], generation: int) -> list[dict[str, Any]]:
         # A restarted operator resumes from its latest checkpoint, not from --from-checkpoint.
         start = from_checkpoint if generation == 0 else None
-        args = (config, start, env, run_id, generation, shape)
+        args = (config, start, env, run_id, generation, shape[0])
         idx = tuple(indices)
         rdd = sc.parallelize(range(len(idx)), len(idx))
         rows: list[dict[str, Any]] = rdd.mapPartitionsWithIndex(

@@ -5,9 +5,15 @@ from __future__ import annotations
 import glob
 import json
 import os
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from channels.config import KafkaSettings
+from channels.ids import JobId, OperatorName
+from offsets.checkpoint import Checkpoint
+from offsets.store import CheckpointStore
 from spark_jobs.pipeline import Pipeline
 
 KEYS = 101  # keys k0..k100: every one of the 16 key groups holds some
@@ -88,3 +94,20 @@ def read_output(out: Path) -> dict[str, tuple[int, int]]:
             assert r["key"] not in rows, f"two output rows for key {r['key']}"
             rows[r["key"]] = (r["n"], r["seqs"])
     return rows
+
+
+def wait_until(what: str, ready: Callable[[], bool], timeout_s: float = 180) -> None:
+    """Poll ``ready`` until it holds; fail naming ``what`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not ready():
+        assert time.monotonic() < deadline, f"not before the deadline: {what}"
+        time.sleep(0.3)
+
+
+def count_checkpoints(settings: KafkaSettings, job: JobId, p: int) -> list[Checkpoint | None]:
+    """The latest checkpoint of each of ``count``'s subtasks 0..p-1 (None: none yet)."""
+    store = CheckpointStore(settings, job, OperatorName("count"), p)
+    try:
+        return [store.latest(i) for i in range(p)]
+    finally:
+        store.close()

@@ -9,7 +9,6 @@ sum of sequence numbers, and a key whose records reached two subtasks gives two 
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,8 +20,6 @@ from channels.errors import RescaleError
 from channels.ids import JobId, OperatorName
 from channels.kafka.admin import Admin
 from channels.naming import checkpoint_topic
-from offsets.checkpoint import Checkpoint
-from offsets.store import CheckpointStore
 from recovery.cli import main as recovery_main
 from recovery.events import last_submission, read_events, record_job_event
 from recovery.globalckpt import read_completed
@@ -30,25 +27,15 @@ from recovery.options import SubtaskResult
 from spark_jobs.cli import main as cli_main
 from spark_jobs.driver import JobConfig, run_on_spark
 from spark_jobs.opruns import OperatorRuns
-from tests.integration.keygroupjobs import read_output, reference
+from tests.integration.keygroupjobs import (
+    count_checkpoints,
+    read_output,
+    reference,
+    wait_until,
+)
 
 REF = "tests.integration.keygroupjobs:keyed_count"
 RECORDS = 24_000
-
-
-def wait_until(what: str, ready: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + 180
-    while not ready():
-        assert time.monotonic() < deadline, f"not before the deadline: {what}"
-        time.sleep(0.3)
-
-
-def count_checkpoints(settings: KafkaSettings, job: JobId, p: int) -> list[Checkpoint | None]:
-    store = CheckpointStore(settings, job, OperatorName("count"), p)
-    try:
-        return [store.latest(i) for i in range(p)]
-    finally:
-        store.close()
 
 
 def starts(settings: KafkaSettings, job: JobId, run: str) -> list[tuple[str, int]]:

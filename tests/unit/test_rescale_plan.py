@@ -30,6 +30,7 @@ from recovery.rescale import (
     with_parallelism,
 )
 from recovery.restorer import Restorer
+from spark_jobs.liverescale import check_live
 from spark_jobs.pipeline import Pipeline
 from spark_jobs.run_cli import _rewind_to, parse_parallelism
 
@@ -274,3 +275,11 @@ def test_status_describes_the_latest_rescale() -> None:
     assert describe(r, {"count": 1}) == (
         "rescale 2: count 4 -> 1 subtasks (from checkpoints 0:7, 1:9, 2:None, 3:8)"
     )
+
+
+def test_live_rescale_needs_keyed_inputs_and_interval_checkpoints() -> None:
+    check_live(plan(count=4), "count", 2, "interval")
+    with pytest.raises(RescaleError, match=r"not keyed \(rebalance\); its writers would"):
+        check_live(plan(tag=3), "tag", 2, "interval")
+    with pytest.raises(RescaleError, match="--checkpoint-mode unaligned cannot be rescaled live"):
+        check_live(plan(count=4), "count", 2, "unaligned")
