@@ -101,12 +101,19 @@ def test_a_keyed_count_rescaled_live_two_four_one_with_a_kill(
             ("count[0]", 0): 3,
             ("count[1]", 0): 2,
             ("count[2]", 0): 1,
-            ("count[3]", 0): 1,
-            ("count[3]", 1): 1,
+            ("count[3]", 1): 1,  # attempt 0 died restoring, before it announced its start
         }
     )
     done = rescaled(settings, job)
     assert [(e["previous"], e["parallelism"]) for e in done] == [(2, 4), (4, 1)]
+    # After the SIGKILL, count[3] restored from the handover again (it had no checkpoint).
+    floor = done[0]["rescale"]["operators"]["count"]["floor"]
+    (again,) = [
+        e
+        for e in read_events(settings, job)
+        if e.get("event") == "started" and e.get("operator") == "count" and e.get("index") == 3
+    ]
+    assert (again["attempt"], again["restored_from"]) == (1, floor)
     capsys.readouterr()
     assert recovery_main(["status", "--job", unique, "--bootstrap", kafka_bootstrap]) == 0
     assert "rescale 2: count 4 -> 1 subtasks" in capsys.readouterr().out
