@@ -56,6 +56,10 @@ class Kind(enum.Enum):
     WATERMARK = b"w"
     IDLE = b"i"  # the writer has no input for now: leave it out of watermarks until it speaks
     BARRIER = b"b"
+    # The upstream operator now has this many writers (a live rescale, recovery.liverescale):
+    # written after every earlier writer stopped and before any new one starts, so every
+    # message of a retired writer lies before it and every message of a new one after it.
+    WIDTH = b"n"
 
 
 def headers(kind: Kind, version: bytes = VERSION) -> list[tuple[str, bytes]]:

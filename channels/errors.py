@@ -4,6 +4,7 @@
 
     SpillwayError                  root; ``scope`` says what must restart
     ├── ConfigError                bad configuration or option          JOB: fix, resubmit
+    │   ├── RescaleError           a parallelism change refused         JOB
     │   ├── AuthenticationError    the broker rejected our credentials  JOB
     │   └── AuthorizationError     an ACL is missing                    JOB
     ├── PipelineDefinitionError    bad pipeline graph                   JOB
@@ -60,6 +61,11 @@ class ConfigError(SpillwayError):
     """A configuration value or command-line option is wrong; the message names it and the fix."""
 
     deterministic = True
+
+
+class RescaleError(ConfigError):
+    """A change of parallelism that cannot be done soundly (recovery.rescale says which
+    and why); the message names the operator and what to do instead."""
 
 
 class AuthenticationError(ConfigError):

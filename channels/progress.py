@@ -31,3 +31,6 @@ class ReaderState:
     # Writers that announced they are idle, until they send data or a watermark again.
     # Not checkpointed: idle writers repeat the announcement while they stay idle.
     idle: dict[TopicPartition, set[int]] = field(default_factory=dict)
+    # Writers per partition announced in-band by a live rescale of the upstream operator
+    # (envelope.Kind.WIDTH); absent: the upstream parallelism of the plan.
+    widths: dict[TopicPartition, int] = field(default_factory=dict)

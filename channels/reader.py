@@ -211,7 +211,7 @@ class ChannelReader:
         n = min(v for v, _ in self._barriers.values())
         for tp, ch in self._inputs.items():
             ended = self.state.ended.get(tp, set())
-            for w in range(ch.upstream_parallelism):
+            for w in range(self._width(tp, ch)):
                 if w not in ended and self._barriers.get((tp, w), (None, 0))[0] != n:
                     return None
         return n
@@ -264,6 +264,8 @@ class ChannelReader:
             self.state.ended.setdefault(tp, set()).add(writer)
         elif kind is Kind.WATERMARK:
             self.state.watermarks.setdefault(tp, {})[writer] = v
+        elif kind is Kind.WIDTH:
+            self.state.widths[tp] = v
         return Delivery(tp, off, writer, kind, [], v)
 
     def positions(self) -> dict[TopicPartition, Offset]:
@@ -313,9 +315,10 @@ class ChannelReader:
         return frozenset(self.state.ended.get(tp, ()))
 
     def finished(self) -> bool:
-        """True when every upstream subtask has ended on every input partition."""
+        """True when every upstream subtask has ended on every input partition (by index:
+        after a rescale, writers an earlier width retired may have ended too)."""
         return all(
-            len(self.state.ended.get(tp, ())) >= ch.upstream_parallelism
+            self.state.ended.get(tp, set()).issuperset(range(self._width(tp, ch)))
             for tp, ch in self._inputs.items()
         )
 
@@ -333,9 +336,13 @@ class ChannelReader:
             idle = self.state.idle.get(tp, set())
             writers.setdefault(ch.input, []).extend(
                 WriterMark(w in ended, w in idle, per_writer.get(w))
-                for w in range(ch.upstream_parallelism)
+                for w in range(self._width(tp, ch))
             )
         return {name: input_mark(ws) for name, ws in writers.items()}
+
+    def _width(self, tp: TopicPartition, ch: InputChannel) -> int:
+        """Upstream writers of ``tp``: as a live rescale announced, else the plan's."""
+        return self.state.widths.get(tp, ch.upstream_parallelism)
 
     def watermark(self) -> int | None:
         """The operator's input watermark: the minimum over its inputs, and within an
@@ -348,7 +355,7 @@ class ChannelReader:
         live = [
             (tp, w)
             for tp, ch in self._inputs.items()
-            for w in range(ch.upstream_parallelism)
+            for w in range(self._width(tp, ch))
             if w not in self.state.ended.get(tp, set())
         ]
         return bool(live) and all(w in self.state.idle.get(tp, set()) for tp, w in live)

@@ -47,6 +47,8 @@ Contract:
   lies in one partition per key group). ``changelog`` is the single-partition form that
   records written before key groups carry; they are read as ``changelogs`` of partition
   ``index``. New records leave ``changelog`` at ``None``.
+* ``widths[tp]``: the number of upstream writers of input partition ``tp`` that a live
+  rescale of the upstream operator announced in-band (absent: the plan's parallelism).
 * ``set_aside[kind]``: input records the operator did not use (``"late"`` records of a
   window) since the job began; dead-lettered, with ``--dead-letter``, in the same
   transactions.
@@ -101,6 +103,7 @@ class Checkpoint:
     set_aside: Mapping[str, int] = field(default_factory=dict)
     owned: Ownership = field(default_factory=Ownership)
     changelogs: Mapping[TopicPartition, Offset] = field(default_factory=dict)
+    widths: Mapping[TopicPartition, int] = field(default_factory=dict)
 
     def changelog_positions(self) -> dict[TopicPartition, Offset]:
         """Next offset per changelog partition (``changelogs``, or the older ``changelog``)."""
@@ -161,6 +164,7 @@ class Checkpoint:
             "changelogs": [
                 [tp.topic, tp.partition, int(o)] for tp, o in sorted(self.changelogs.items())
             ],
+            "widths": [[tp.topic, tp.partition, n] for tp, n in sorted(self.widths.items())],
         }
         return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
 
@@ -224,6 +228,8 @@ class Checkpoint:
                 changelogs={
                     TopicPartition(t, p): Offset(o) for t, p, o in doc.get("changelogs", [])
                 },
+                # Absent in records written before live rescaling.
+                widths={TopicPartition(t, p): int(n) for t, p, n in doc.get("widths", [])},
             )
         except (KeyError, TypeError, ValueError) as e:
             raise CheckpointFormatError(f"corrupt checkpoint record {where}: {e!r}") from e
@@ -235,6 +241,7 @@ class Checkpoint:
             watermarks={tp: dict(m) for tp, m in self.channel_watermarks.items()},
             skip={tp: dict(m) for tp, m in self.skip.items()},
             discard={tp: dict(m) for tp, m in self.discard.items()},
+            widths=dict(self.widths),
         )
 
     def check_topology(self, fingerprint: str) -> None:

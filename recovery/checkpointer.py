@@ -307,6 +307,7 @@ class Checkpointer:
             attempt=self._attempt,
             global_id=global_id,
             skip=skip,
+            widths=dict(rstate.widths) if rstate else {},
             set_aside=p.set_aside(),
         )
 

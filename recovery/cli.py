@@ -17,9 +17,11 @@ from recovery.events import last_submission
 from recovery.globalckpt import read_completed, savepoint
 from recovery.heartbeat import LOST_AFTER_S
 from recovery.jobconf import parse_conf, recorded_conf
+from recovery.liverescale import await_answer, latest_shape, request_rescale
 from recovery.loader import load_plan
 from recovery.plandoc import PlanDoc
 from recovery.replay import replay_subtask
+from recovery.rescale import Rescale, describe
 from recovery.status import as_json, job_status, plan_of, render, submission
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
@@ -113,6 +115,16 @@ def add_parser(subparsers: Any) -> None:
     add_bootstrap(sp)
     sp.set_defaults(run=_savepoint)
 
+    rs = subparsers.add_parser(
+        "rescale", help="change one operator's parallelism while the job runs (keyed inputs)"
+    )
+    rs.add_argument("--job", required=True)
+    rs.add_argument("--operator", required=True)
+    rs.add_argument("--parallelism", type=int, required=True)
+    rs.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for the answer")
+    add_bootstrap(rs)
+    rs.set_defaults(run=_rescale)
+
     ac = subparsers.add_parser("acls", help="the Kafka ACLs a job needs, as kafka-acls commands")
     ac.add_argument("--job", required=True)
     ac.add_argument("--principal", required=True, help="e.g. User:spillway")
@@ -195,6 +207,25 @@ def _savepoint(args: argparse.Namespace) -> int:
     return 0
 
 
+def _rescale(args: argparse.Namespace) -> int:
+    settings = kafka_settings(args)
+    job = job_id(args.job)
+    request = request_rescale(settings, job, args.operator, args.parallelism)
+    answer = await_answer(settings, job, request, args.timeout)
+    if answer is None:
+        raise ConfigError(
+            f"rescale request {request} of job {job}: no answer from the driver in "
+            f"{args.timeout:.0f} s; is the job running? (spillway status --job {job})"
+        )
+    if answer["event"] == "rescale-failed":
+        raise ConfigError(f"rescale of {args.operator} refused: {answer.get('error')}")
+    print(
+        f"{args.operator}: {answer.get('previous')} -> {answer.get('parallelism')} subtasks "
+        f"(rescale {answer['rescale']['number']}; stopped after {answer.get('stopped_s')} s)"
+    )
+    return 0
+
+
 def _acls(args: argparse.Namespace) -> int:
     for line in kafka_acls_commands(job_acls(job_id(args.job), args.principal), args.bootstrap):
         print(line)
@@ -205,12 +236,17 @@ def _status(args: argparse.Namespace) -> int:
     settings = kafka_settings(args)
     job = job_id(args.job)
     events, submitted = submission(settings, job)
+    shape = latest_shape(events) or submitted  # the plan as a live rescale left it
+    submitted = {**submitted, "plan": shape.get("plan"), "rescale": shape.get("rescale")}
     if args.pipeline is None:
         plan = plan_of(job, submitted)
     else:  # explicit: imports the pipeline here, in this process's environment
         plan = PlanDoc.of(load_plan(args.pipeline, args.job, conf=recorded_conf(submitted)))
     rows = job_status(settings, job, plan, events, lost_after=args.lost_after)
     print(json.dumps(as_json(rows), indent=2) if args.json else render(rows))
+    if not args.json and submitted.get("rescale"):
+        rescale = Rescale.from_json(submitted["rescale"], f"the submitted event of job {job}")
+        print(describe(rescale, {op.name: op.parallelism for op in plan.operators}))
     return 0
 
 

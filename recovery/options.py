@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from channels.config import ChannelSettings
+
+if TYPE_CHECKING:
+    from recovery.rescale import Rescale
 
 GUARANTEES = ("exactly-once", "at-least-once")
 
@@ -37,6 +40,9 @@ class RunOptions:
     # The generation of the operator's Spark job (spark_jobs.opjobs): stop requests for
     # this operator name one generation, so a restarted job ignores the one that ended it.
     generation: int = 0
+    # The job's latest rescale (recovery.rescale): a subtask of an operator it changed
+    # continues from the handed-over checkpoints until it has checkpointed itself.
+    rescale: Rescale | None = None
 
 
 @dataclass

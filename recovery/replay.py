@@ -13,11 +13,13 @@ from collections.abc import Mapping
 from channels.config import KafkaSettings
 from channels.errors import ConfigError
 from channels.ids import SubtaskId, job_id, operator_name
-from recovery.events import last_submission
+from recovery.events import last_submission, read_events
 from recovery.jobconf import replay_conf
+from recovery.liverescale import latest_shape
 from recovery.loader import load_plan
 from recovery.ownership import keep_recorded_max_parallelism
 from recovery.plandoc import PlanDoc
+from recovery.rescale import Rescale, with_parallelism
 from recovery.runner import RunOptions, SubtaskResult, SubtaskRunner
 
 log = logging.getLogger("recovery.replay")
@@ -56,10 +58,19 @@ def replay_subtask(
         ref = str(submitted["pipeline"])
         checkpoint_interval_s = float(submitted.get("checkpoint_interval_s", checkpoint_interval_s))
     plan = load_plan(ref, job, replay_conf(job, submitted, conf or {}))
+    if submitted is not None:  # with the plan as a live rescale may have left it
+        shape = latest_shape(read_events(settings, jid)) or submitted
+        submitted = {**submitted, "plan": shape.get("plan"), "rescale": shape.get("rescale")}
     recorded = submitted.get("plan") if submitted else None
-    if recorded:  # the key-group counts the job runs with (recovery/ownership.py)
-        origin = f"submitted event of job {job}"
-        plan = keep_recorded_max_parallelism(plan, PlanDoc.from_json(recorded, origin))
+    origin = f"submitted event of job {job}"
+    rescale = None
+    if recorded and submitted:  # the key-group counts and widths the job runs with
+        doc = PlanDoc.from_json(recorded, origin)
+        known = {str(o.name) for o in plan.operators}
+        widths = {o.name: o.parallelism for o in doc.operators if o.name in known}
+        plan = with_parallelism(keep_recorded_max_parallelism(plan, doc), widths)
+        if submitted.get("rescale"):  # recovery/rescale.py: a rescaled subtask's handover
+            rescale = Rescale.from_json(submitted["rescale"], origin)
     try:
         op = plan.operator(operator)
     except KeyError:
@@ -77,6 +88,7 @@ def replay_subtask(
         allow_rewind=allow_duplicates,
         dead_letter=dead_letter,
         guarantee=guarantee,
+        rescale=rescale,
     )
     start = "its latest checkpoint" if checkpoint is None else f"checkpoint {checkpoint}"
     log.info("replaying %s from %s", subtask, start)

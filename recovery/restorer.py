@@ -12,13 +12,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from channels.config import KafkaSettings
-from channels.errors import ConfigError
+from channels.errors import ConfigError, RescaleError
 from channels.ids import Offset, SubtaskId, TopicPartition
 from channels.kafka.consumer import AssignedConsumer
 from channels.progress import ReaderState
 from offsets.checkpoint import Checkpoint
 from offsets.store import CheckpointStore
+from recovery.plan import JobPlan
 from recovery.progress import ReadMark, read_last_mark
+from recovery.rescale import OperatorHandover, Rescale, accepts_fingerprint, handover_checkpoint
 from recovery.state import ChangelogState
 
 log = logging.getLogger("spillway.subtask")
@@ -99,19 +101,61 @@ class Restorer:
         self._stateful = stateful
 
     def load(
-        self, fingerprint: str, from_checkpoint: int | None = None, allow_rewind: bool = False
+        self,
+        fingerprint: str,
+        from_checkpoint: int | None = None,
+        allow_rewind: bool = False,
+        rescaled: tuple[JobPlan, Rescale] | None = None,
     ) -> Restored:
         """The checkpoint to continue from (the latest, or ``from_checkpoint``), checked
-        against the job's topology ``fingerprint``."""
+        against the job's topology ``fingerprint``.
+
+        ``rescaled``: the plan and the job's latest rescale. If it changed this operator's
+        parallelism and this subtask has not checkpointed since, the subtask continues
+        from the checkpoints handed over (:func:`recovery.rescale.handover_checkpoint`).
+        """
         # One read of the checkpoint tail serves both the latest checkpoint and the last
         # global checkpoint this subtask took.
         recent = self._store.history(self.subtask.index, 5)
         ckpt = self._choose(recent, from_checkpoint, allow_rewind)
+        rescale = rescaled[1] if rescaled else None
+        handover = rescale.operators.get(self.subtask.operator) if rescale else None
+        # Not checkpointed since the rescale (at or below its floor): from the handover.
+        pending = handover is not None and (ckpt is None or ckpt.checkpoint_id <= handover.floor)
+        if rescaled is not None and handover is not None and pending and from_checkpoint is None:
+            return Restored(self._handover(rescaled[0], rescaled[1], handover), None)
         mark = read_last_mark(self._store, self._progress_tp)  # how far the last attempt read
         if ckpt is None:
             return Restored(None, mark)
-        ckpt.check_topology(fingerprint)
+        if ckpt.topology not in accepts_fingerprint(rescale, fingerprint):
+            ckpt.check_topology(fingerprint)
         return Restored(ckpt, mark, _last_global(recent))
+
+    def _handover(self, plan: JobPlan, rescale: Rescale, handover: OperatorHandover) -> Checkpoint:
+        """The checkpoint this subtask continues from after the rescale: built from the
+        previous subtasks' checkpoints that the rescale recorded as handed over."""
+        handed: dict[int, Checkpoint | None] = {}
+        for j, cid in sorted(handover.checkpoints.items()):
+            found = None if cid is None else self._store.get(j, cid)
+            if cid is not None and found is None:
+                raise RescaleError(
+                    f"{self.subtask}: checkpoint {cid} of subtask {j}, handed over by rescale "
+                    f"{rescale.number}, is no longer retained; rescale again from a savepoint",
+                    subtasks=[self.subtask],
+                )
+            if found is not None and found.topology not in rescale.fingerprints:
+                found.check_topology(rescale.fingerprints[0])
+            handed[j] = found
+        ckpt = handover_checkpoint(plan, self.subtask, handover.previous, handed, handover.floor)
+        log.info(
+            "%s continues from rescale %d: %d -> %d subtasks, checkpoints %s handed over",
+            self.subtask,
+            rescale.number,
+            handover.previous,
+            plan.operator(self.subtask.operator).parallelism,
+            dict(handover.checkpoints),
+        )
+        return ckpt
 
     def state(self, state: ChangelogState, restored: Restored) -> int:
         """Rebuild ``state`` from the changelog up to the checkpoint; return records read."""

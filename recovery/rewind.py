@@ -28,14 +28,14 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from confluent_kafka import Producer
 
 from channels.config import KafkaSettings
 from channels.errors import CheckpointFormatError, ConfigError, RetentionGapError
-from channels.ids import CheckpointId, OperatorName, SubtaskId, TopicPartition
+from channels.ids import CheckpointId, JobId, OperatorName, SubtaskId, TopicPartition
 from channels.kafka.admin import Admin
 from channels.kafka.producer import TransactionalProducer
 from channels.naming import changelog_topic
@@ -249,14 +249,21 @@ def _parts_of(
 
 
 def _fence(settings: KafkaSettings, plan: JobPlan) -> None:
-    """Fence every subtask's producer: open transactions abort, zombies cannot commit.
+    """Fence every subtask's producer (:func:`fence_subtasks`)."""
+    fence_subtasks(settings, plan.job, plan.subtasks(), "rewind")
+
+
+def fence_subtasks(
+    settings: KafkaSettings, job: JobId, subtasks: Iterable[SubtaskId], by: str
+) -> None:
+    """Fence the producers of ``subtasks``: open transactions abort, zombies cannot commit.
 
     Each fencing is announced as a newer incarnation would announce itself, so a copy
     still running (the job should be stopped, but may not be) ends instead of having
     Spark retry it from the rewound checkpoint.
     """
     announcer = Producer({**settings.base(), "enable.idempotence": True})
-    for s in plan.subtasks():
+    for s in subtasks:
         p = TransactionalProducer(settings, s.transactional_id)
         try:
             p.start()
@@ -264,10 +271,10 @@ def _fence(settings: KafkaSettings, plan: JobPlan) -> None:
             p.close()
         record_job_event(
             settings,
-            plan.job,
+            job,
             "fencing",
             producer=announcer,
             operator=s.operator,
             index=s.index,
-            by="rewind",
+            by=by,
         )

@@ -104,6 +104,11 @@ def input_channels(
     ]
 
 
+def _padded(values: tuple[int, ...], n: int) -> tuple[int, ...]:
+    """``values`` per partition, with 0 for partitions added since they were recorded."""
+    return values + (0,) * (n - len(values))
+
+
 class SubtaskRunner:
     """One incarnation of one subtask. Call :meth:`run` once."""
 
@@ -251,8 +256,12 @@ class SubtaskRunner:
         restorer = Restorer(
             self.subtask, self.store, self.settings, self.progress.tp, self.op.stateful
         )
+        rescale = self.options.rescale
         restored = restorer.load(
-            self.plan.fingerprint, self.options.from_checkpoint, self.options.allow_rewind
+            self.plan.fingerprint,
+            self.options.from_checkpoint,
+            self.options.allow_rewind,
+            (self.plan, rescale) if rescale is not None else None,
         )
         self.phases.lap("history")
         ckpt = restored.checkpoint
@@ -337,10 +346,11 @@ class SubtaskRunner:
                 self.options.channel,
             )
             counts, marks = restored.output(topic)
+            # A topic grown by a rescale (recovery.rescale): its new partitions start at 0.
             if counts is not None:
-                w.restore_counts(counts)
+                w.restore_counts(_padded(counts, p))
             if marks is not None:
-                w.restore_marks(marks)
+                w.restore_marks(_padded(marks, p))
             self.processor.writers.append(w)
 
     def _open_operator(self, restored: Restored) -> None:

@@ -29,9 +29,7 @@ from channels.errors import ConfigError, JobAbortedError, ProducerFencedError, S
 from channels.kafka.admin import Admin
 from recovery.deadletter import MAX_MESSAGE_BYTES, dead_letter_spec
 from recovery.events import (
-    events_topic,
     events_topic_spec,
-    last_submission,
     newer_incarnation,
     record_job_event,
 )
@@ -40,20 +38,18 @@ from recovery.globalckpt import Coordinator, checkpoints_topic_spec
 from recovery.heartbeat import heartbeats_topic_spec
 from recovery.jobconf import forwarded_env, masked
 from recovery.loader import load_plan
-from recovery.ownership import (
-    adopted_max_parallelism,
-    keep_recorded_max_parallelism,
-    with_max_parallelism,
-)
+from recovery.ownership import keep_recorded_max_parallelism
 from recovery.phases import PhaseClock, process_start_time
 from recovery.plan import JobPlan
 from recovery.plandoc import PlanDoc
 from recovery.progress import progress_topic_spec
-from recovery.rewind import rewind_job
+from recovery.rescale import PlanShape, Rescale, with_parallelism
 from recovery.runner import GUARANTEES, RunOptions, SubtaskResult, SubtaskRunner
+from recovery.savepoint import keep_retired_slots, last_run_shape, shape_for_run
 from recovery.state import CHANGELOG_TOPIC_CONFIG
 from spark_jobs.attempts import AttemptWatcher
 from spark_jobs.failfast import FailureWatch
+from spark_jobs.liverescale import LiveRescaler
 from spark_jobs.observe import observed
 from spark_jobs.opjobs import OperatorJobs, operator_groups
 from spark_jobs.opruns import OperatorRuns
@@ -106,6 +102,8 @@ class JobConfig:
     metrics_port: int | None = None
     metrics_host: str = "127.0.0.1"
     progress: bool = False
+    # Operator name -> parallelism instead of the pipeline's (a rescale, recovery.savepoint).
+    parallelism: Mapping[str, int] = field(default_factory=dict)
 
     def settings(self) -> KafkaSettings:
         """Kafka settings of this run."""
@@ -117,7 +115,11 @@ class JobConfig:
         )
 
     def options(
-        self, from_checkpoint: int | None = None, run_id: str | None = None, generation: int = 0
+        self,
+        from_checkpoint: int | None = None,
+        run_id: str | None = None,
+        generation: int = 0,
+        rescale: Rescale | None = None,
     ) -> RunOptions:
         """Per-subtask runtime options of this run (``generation``: of the operator's job)."""
         if self.checkpoint_mode not in ("interval", "unaligned", "aligned"):
@@ -146,12 +148,19 @@ class JobConfig:
             keep_global=self.keep_global,
             guarantee=self.guarantee,
             generation=generation,
+            rescale=rescale,
         )
 
 
-def subtask_count(pipeline_ref: str, job_id: str, conf: Mapping[str, str] | None = None) -> int:
-    """How many subtasks (Spark tasks) the job has."""
-    return len(load_plan(pipeline_ref, job_id, conf).subtasks())
+def subtask_count(
+    pipeline_ref: str,
+    job_id: str,
+    conf: Mapping[str, str] | None = None,
+    parallelism: Mapping[str, int] | None = None,
+) -> int:
+    """How many subtasks (Spark tasks) the job has (with operator widths ``parallelism``)."""
+    plan = load_plan(pipeline_ref, job_id, conf)
+    return len(with_parallelism(plan, parallelism or {}).subtasks())
 
 
 def prepare_topics(plan: JobPlan, settings: KafkaSettings, dead_letter: bool = False) -> None:
@@ -167,16 +176,14 @@ def prepare_topics(plan: JobPlan, settings: KafkaSettings, dead_letter: bool = F
         if spec.name in existing:  # made by an older version: maybe the broker's 1 MB limit
             _raise_dead_letter_limit(admin, spec.name)
     admin.ensure_topics([checkpoints_topic_spec(plan.job)])
-    admin.ensure_topics(
-        [
-            *plan.topics(CHANGELOG_TOPIC_CONFIG, CHANNEL_TOPIC_CONFIG),
-            events_topic_spec(plan.job),
-            heartbeats_topic_spec(plan.job),
-        ]
-    )
-    admin.ensure_topics(
-        [progress_topic_spec(plan.job, op.name, op.parallelism) for op in plan.operators]
-    )
+    specs = [
+        *plan.topics(CHANGELOG_TOPIC_CONFIG, CHANNEL_TOPIC_CONFIG),
+        events_topic_spec(plan.job),
+        heartbeats_topic_spec(plan.job),
+    ]
+    admin.ensure_topics(keep_retired_slots(plan, specs, existing))
+    progress = [progress_topic_spec(plan.job, op.name, op.parallelism) for op in plan.operators]
+    admin.ensure_topics(keep_retired_slots(plan, progress, existing))
 
 
 def _raise_dead_letter_limit(admin: Admin, topic: str) -> None:
@@ -192,18 +199,6 @@ def _raise_dead_letter_limit(admin: Admin, topic: str) -> None:
         )
 
 
-def _recorded_plan(settings: KafkaSettings, plan: JobPlan) -> PlanDoc | None:
-    """The plan the job's last submission recorded (None: never submitted, or before
-    plans were recorded)."""
-    admin = Admin(settings)
-    admin.check_reachable()  # no broker: the clear error, not a metadata time-out
-    if events_topic(plan.job) not in admin.partition_counts():
-        return None  # a new job: nothing to read (and no topic to create by reading)
-    last = last_submission(settings, plan.job)
-    doc = last.get("plan") if last else None
-    return PlanDoc.from_json(doc, f"submitted event of job {plan.job}") if doc else None
-
-
 def run_on_spark(
     config: JobConfig,
     from_checkpoint: int | None = None,
@@ -216,18 +211,20 @@ def run_on_spark(
     ``rewind_to``: first rewind the whole job to that completed global checkpoint
     (:mod:`recovery.rewind`); the job must not be running. ``on_running``: called once
     every operator's job is submitted, with the handle that stops and starts operators
-    (:class:`spark_jobs.opruns.OperatorRuns`); it must not block.
+    (:class:`spark_jobs.opruns.OperatorRuns`); it must not block. An operator whose
+    parallelism (``config.parallelism`` or the pipeline's) differs from the last run's is
+    rescaled from the stopped job's checkpoints (:mod:`recovery.savepoint`).
     """
     forwarded = forwarded_env(config.forward_env)
     plan = load_plan(config.pipeline, config.job_id, config.conf)
     settings = config.settings()
     options = config.options(from_checkpoint)
-    plan = keep_recorded_max_parallelism(plan, _recorded_plan(settings, plan))
+    recorded, recorded_rescale = last_run_shape(settings, plan.job)
+    plan = with_parallelism(keep_recorded_max_parallelism(plan, recorded), config.parallelism)
+    rescale = shape_for_run(settings, plan, recorded, recorded_rescale, rewind_to)
     prepare_topics(plan, settings, config.dead_letter)
-    if rewind_to is not None:
-        rewind_job(settings, plan, rewind_to)
     run_id = uuid.uuid4().hex
-    _record_submission(config, plan, settings, run_id, from_checkpoint, rewind_to)
+    _record_submission(config, plan, settings, run_id, from_checkpoint, rewind_to, rescale)
     subtasks = plan.subtasks()
     n = len(subtasks)
 
@@ -237,11 +234,14 @@ def run_on_spark(
         _check_slots(config, plan.bounded, n, sc.defaultParallelism)
         env = {k: v for k, v in os.environ.items() if k.startswith(config.env_prefixes)}
         env.update(forwarded)
-        payload = (config, from_checkpoint, env, run_id, adopted_max_parallelism(plan))
-        runs = _operator_runs(sc, plan, payload)
+        shape = [PlanShape.of(plan, rescale)]  # a live rescale replaces it (spark_jobs.liverescale)
+        runs = _operator_runs(sc, plan, (config, from_checkpoint, env, run_id, shape))
+        mode = config.checkpoint_mode
+        rescaler = LiveRescaler(settings, mode, plan, rescale, run_id, runs, shape)
         # Started first: a deterministic failure cancels the Spark jobs (spark_jobs.failfast).
-        watch = FailureWatch(settings, plan.job, run_id, on_failure=runs.cancel_all)
+        watch = FailureWatch(settings, plan.job, run_id, runs.cancel_all, rescaler.offer)
         watch.start()
+        rescaler.start()
         watcher = AttemptWatcher(sc, settings, plan.job, run_id, runs.groups)
         watcher.start()
         coordinator = _coordinator(config, settings, plan, run_id)
@@ -272,6 +272,7 @@ def run_on_spark(
             raise JobAbortedError(watch.message()) from None
         finally:
             watch.stop()
+            rescaler.stop()
             watcher.stop()
             if coordinator is not None:
                 coordinator.stop()
@@ -292,9 +293,11 @@ def _record_submission(
     run_id: str,
     from_checkpoint: int | None,
     rewind_to: int | None,
+    rescale: Rescale | None,
 ) -> None:
     """Append the ``submitted`` event: this run's settings and its plan, which status,
-    replay and the status page read without the pipeline's code or environment."""
+    replay and the status page read without the pipeline's code or environment (and the
+    job's latest rescale, which every later run continues)."""
     record_job_event(
         settings,
         plan.job,
@@ -311,6 +314,7 @@ def _record_submission(
         guarantee=config.guarantee,
         # What status and replay need without the pipeline's code or environment.
         plan=PlanDoc.of(plan).to_json(),
+        rescale=rescale.to_json() if rescale else None,
         conf=masked(config.conf),
         env=list(config.forward_env),
     )
@@ -377,15 +381,15 @@ def _check_slots(config: JobConfig, bounded: bool, n: int, slots: int) -> None:
 def _operator_runs(
     sc: Any,
     plan: JobPlan,
-    payload: tuple[JobConfig, int | None, dict[str, str], str, dict[str, int]],
+    payload: tuple[JobConfig, int | None, dict[str, str], str, list[PlanShape]],
 ) -> OperatorRuns:
     """One Spark job per plan operator (a chain is one), each task running one subtask."""
-    config, from_checkpoint, env, run_id, key_groups = payload
+    config, from_checkpoint, env, run_id, shape = payload
 
     def run_job(indices: Sequence[int], generation: int) -> list[dict[str, Any]]:
         # A restarted operator resumes from its latest checkpoint, not from --from-checkpoint.
         start = from_checkpoint if generation == 0 else None
-        args = (config, start, env, run_id, generation, key_groups)
+        args = (config, start, env, run_id, generation, shape[0])
         idx = tuple(indices)
         rdd = sc.parallelize(range(len(idx)), len(idx))
         rows: list[dict[str, Any]] = rdd.mapPartitionsWithIndex(
@@ -438,13 +442,13 @@ def _stop_on_sigterm(
 
 
 def _task(
-    payload: tuple[JobConfig, int | None, dict[str, str], str, int, dict[str, int]], index: int
+    payload: tuple[JobConfig, int | None, dict[str, str], str, int, PlanShape], index: int
 ) -> Iterator[dict[str, Any]]:
     """Body of one Spark task: run subtask ``index`` of the plan (in the operator job's
     generation that the payload names)."""
     from pyspark import TaskContext
 
-    config, from_checkpoint, env, run_id, generation, key_groups = payload
+    config, from_checkpoint, env, run_id, generation, shape = payload
     for key in [k for k in os.environ if k.startswith(config.env_prefixes)]:
         del os.environ[key]  # the submitter's environment wins, including what it unset
     os.environ.update(env)
@@ -465,8 +469,8 @@ def _task(
     if born is not None:
         phases.mark("python_started", born)
         phases.step("worker", max(0.0, entered - born))
-    # The key-group counts the driver kept (a job keeps those it first ran with).
-    plan = with_max_parallelism(load_plan(config.pipeline, config.job_id, config.conf), key_groups)
+    # The driver's key-group counts (a job keeps those it first ran with) and widths.
+    plan = shape.apply(load_plan(config.pipeline, config.job_id, config.conf))
     subtask = plan.subtasks()[index]
     phases.mark("imported")  # this module, the pipeline's and their imports
     phases.lap("plan")
@@ -474,7 +478,7 @@ def _task(
         plan,
         subtask,
         config.settings(),
-        config.options(from_checkpoint, run_id, generation),
+        config.options(from_checkpoint, run_id, generation, shape.rescale),
         attempt,
         phases=phases,
     )

@@ -47,8 +47,11 @@ class FailureWatch:
         job: JobId,
         run_id: str,
         on_failure: Callable[[], None],
+        on_event: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
+        """``on_event``: also called with every event of the job (it must not block)."""
         self.run_id = run_id
+        self._on_event = on_event
         self.failure: dict[str, Any] | None = None
         self._on_failure = on_failure
         self._stop = threading.Event()
@@ -77,6 +80,8 @@ class FailureWatch:
             while not self._stop.is_set():
                 for m in self._consumer.consume(100, 0.1):
                     event = json.loads(m.value() or b"{}")
+                    if self._on_event is not None:
+                        self._on_event(event)
                     if deterministic_failure(event, self.run_id):
                         self.failure = event
                         log.warning(

@@ -120,6 +120,12 @@ class OperatorJobs:
             )
         j.state = state
 
+    def reshape(self, operators: Sequence[tuple[OperatorName, Sequence[int]]]) -> None:
+        """Each operator's subtasks after a live rescale changed the plan's subtask list
+        (the jobs already running keep the indices they were launched with)."""
+        for name, idx in operators:
+            self._jobs[name].subtasks = tuple(idx)
+
     def request_stop(self, operator: str) -> int:
         """Mark ``operator``'s job stopping; returns the generation whose subtasks must stop."""
         j = self.get(operator)

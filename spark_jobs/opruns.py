@@ -22,7 +22,7 @@ from typing import Any
 
 from channels.errors import JobAbortedError
 from channels.ids import OperatorName, SubtaskId
-from spark_jobs.opjobs import Action, OperatorJobs, OpState
+from spark_jobs.opjobs import Action, OperatorJobs, OpState, operator_groups
 
 log = logging.getLogger("spark_jobs.opruns")
 
@@ -99,6 +99,13 @@ class OperatorRuns:
             name = self._book.get(operator).operator
         log.info("starting %s again (generation %d)", name, generation)
         self._launch(name)
+
+    def reshape(self, subtasks: Sequence[SubtaskId], widths: Sequence[tuple[str, int]]) -> None:
+        """The plan's subtask list after a live rescale (``widths``: each operator's
+        parallelism, in plan order); operators started from now on run with it."""
+        with self._cond:
+            self._subtasks = list(subtasks)
+            self._book.reshape(operator_groups([(OperatorName(n), p) for n, p in widths]))
 
     def stop_all(self) -> None:
         """The whole job stops (SIGTERM): stopped operators are not waited for any more."""

@@ -35,6 +35,22 @@ def add_parser(subparsers: Any) -> None:
         "what the previous run did after N is ignored (see spillway checkpoints)",
     )
     p.add_argument(
+        "--from-savepoint",
+        default=None,
+        metavar="N|latest",
+        help="start the stopped job from a savepoint: completed global checkpoint N (rewound "
+        "to first, as --from-checkpoint), or 'latest' (every subtask's latest checkpoint); "
+        "with --parallelism, operators whose width changes are rescaled from it",
+    )
+    p.add_argument(
+        "--parallelism",
+        action="append",
+        default=[],
+        metavar="OP=N",
+        help="run operator OP with N subtasks instead of the pipeline's width (repeatable); "
+        "on a stopped job whose last run had another width, OP is rescaled",
+    )
+    p.add_argument(
         "--dead-letter",
         action="store_true",
         help="divert bad records to spillway.<job>.dlq instead of stopping the job",
@@ -120,7 +136,7 @@ def _run(args: argparse.Namespace) -> int:
         and "SPARK_ENV_LOADED" not in os.environ
         and not os.environ.get("SPILLWAY_SPARK_SUBMIT")
     ):
-        n = subtask_count(args.pipeline, args.job_id, conf)
+        n = subtask_count(args.pipeline, args.job_id, conf, parse_parallelism(args.parallelism))
         master = f"local[{n},{args.task_attempts}]"
     config = JobConfig(
         pipeline=args.pipeline,
@@ -144,9 +160,38 @@ def _run(args: argparse.Namespace) -> int:
         metrics_port=args.metrics_port,
         metrics_host=args.metrics_host,
         progress=args.progress != "off",
+        parallelism=parse_parallelism(args.parallelism),
     )
-    results = run_on_spark(config, rewind_to=args.from_checkpoint)
+    results = run_on_spark(config, rewind_to=_rewind_to(args))
     for r in results:
         print(json.dumps(r.__dict__))
     failed = [r for r in results if r.status not in ("finished", "skipped", "stopped", "fenced")]
     return 1 if failed else 0
+
+
+def parse_parallelism(values: list[str]) -> dict[str, int]:
+    """``["OP=N", ...]`` as ``{OP: N}``; :class:`ConfigError` naming a malformed one."""
+    out: dict[str, int] = {}
+    for v in values:
+        name, sep, n = v.partition("=")
+        if not sep or not name or not n.strip().isdigit() or int(n) < 1:
+            raise ConfigError(f"--parallelism {v!r}: expected OP=N with N >= 1, e.g. count=4")
+        if name in out:
+            raise ConfigError(f"--parallelism names operator {name!r} twice")
+        out[name] = int(n)
+    return out
+
+
+def _rewind_to(args: argparse.Namespace) -> int | None:
+    """The global checkpoint to rewind to first (--from-checkpoint or --from-savepoint N)."""
+    savepoint = args.from_savepoint
+    if savepoint is None or savepoint == "latest":
+        return args.from_checkpoint  # type: ignore[no-any-return]
+    if args.from_checkpoint is not None:
+        raise ConfigError("give --from-savepoint or --from-checkpoint, not both")
+    if not savepoint.isdigit():
+        raise ConfigError(
+            f"--from-savepoint {savepoint!r}: expected a completed global checkpoint number "
+            "(spillway checkpoints --job ID lists them) or 'latest'"
+        )
+    return int(savepoint)

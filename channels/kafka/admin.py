@@ -15,6 +15,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # not re-expo
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
+    NewPartitions,
     NewTopic,
     OffsetSpec,
 )
@@ -172,6 +173,26 @@ class Admin:
                     f"topics {pending} have no partition leader {timeout_s:.0f}s after creation"
                 )
             time.sleep(0.1)
+
+    def grow_partitions(self, counts: Mapping[str, int]) -> None:
+        """Add partitions so that each topic of ``counts`` has at least that many (a rescale
+        adds them for new subtasks; Kafka never moves records between partitions)."""
+        existing = self.partition_counts()
+        grow = {t: n for t, n in counts.items() if t in existing and existing[t] < n}
+        if not grow:
+            return
+        futs = self._client.create_partitions(
+            [NewPartitions(t, n) for t, n in sorted(grow.items())],
+            request_timeout=self.settings.request_timeout_s,
+        )
+        for fut in futs.values():
+            fut.result()
+        deadline = time.monotonic() + 30.0
+        while any(c < grow[t] for t, c in self._wait_for_leaders(sorted(grow)).items()):
+            if time.monotonic() > deadline:  # metadata lags the change for a moment
+                raise BrokerUnavailableError(f"topics {sorted(grow)} did not grow within 30 s")
+            time.sleep(0.1)
+        log.info("added partitions: %s", grow)
 
     def delete_job_topics(self, job: JobId) -> list[str]:
         """Delete every topic of ``job``; return their names."""

@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import glob
+import json
 import os
+import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+from channels.config import KafkaSettings
+from channels.ids import JobId, OperatorName
+from offsets.checkpoint import Checkpoint
+from offsets.store import CheckpointStore
 from spark_jobs.pipeline import Pipeline
 
 KEYS = 101  # keys k0..k100: every one of the 16 key groups holds some
@@ -37,7 +46,17 @@ def add(acc: list[int], r: dict[str, Any]) -> list[int]:
 
 def key_totals() -> Pipeline:
     """generate (p=2, paced) → key_by(max_parallelism=16) → count (p=3) → files."""
-    p = Pipeline("key-groups")
+    return _counted("key-groups", MAX_PARALLELISM, 3, None)
+
+
+def keyed_count() -> Pipeline:
+    """test_rescale.py's: as :func:`key_totals`, 8 key groups, count p=2 (each run
+    overrides it), one sink subtask (a rebalance edge, so count's width may change)."""
+    return _counted("rescale", 8, 2, 1)
+
+
+def _counted(name: str, groups: int, count_p: int, out_p: int | None) -> Pipeline:
+    p = Pipeline(name)
     events = p.generate(
         "events",
         make=make_event,
@@ -46,14 +65,14 @@ def key_totals() -> Pipeline:
         parallelism=2,
         rate=float(os.environ["SPILLWAY_TEST_RATE"]),
     )
-    events.key_by(lambda r: r["key"], max_parallelism=MAX_PARALLELISM).aggregate(
+    events.key_by(lambda r: r["key"], max_parallelism=groups).aggregate(
         "count",
         init=lambda: [0, 0],
         add=add,
         result=lambda k, acc: {"key": k, "n": acc[0], "seqs": acc[1]},
         schema=COUNT,
-        parallelism=3,
-    ).write_jsonl("out", os.environ["SPILLWAY_TEST_OUT"])
+        parallelism=count_p,
+    ).write_jsonl("out", os.environ["SPILLWAY_TEST_OUT"], parallelism=out_p)
     return p
 
 
@@ -64,3 +83,31 @@ def reference(records: int) -> dict[str, tuple[int, int]]:
         acc = out.setdefault(make_event(i)["key"], [0, 0])
         acc[0], acc[1] = acc[0] + 1, acc[1] + i
     return {k: (n, s) for k, (n, s) in out.items()}
+
+
+def read_output(out: Path) -> dict[str, tuple[int, int]]:
+    """The job's output files under ``out``: per key, (count, sum of seq); a key twice fails."""
+    rows: dict[str, tuple[int, int]] = {}
+    for f in sorted(glob.glob(str(out / "out" / "*.jsonl"))):
+        for line in Path(f).read_text().splitlines():
+            r = json.loads(line)
+            assert r["key"] not in rows, f"two output rows for key {r['key']}"
+            rows[r["key"]] = (r["n"], r["seqs"])
+    return rows
+
+
+def wait_until(what: str, ready: Callable[[], bool], timeout_s: float = 180) -> None:
+    """Poll ``ready`` until it holds; fail naming ``what`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not ready():
+        assert time.monotonic() < deadline, f"not before the deadline: {what}"
+        time.sleep(0.3)
+
+
+def count_checkpoints(settings: KafkaSettings, job: JobId, p: int) -> list[Checkpoint | None]:
+    """The latest checkpoint of each of ``count``'s subtasks 0..p-1 (None: none yet)."""
+    store = CheckpointStore(settings, job, OperatorName("count"), p)
+    try:
+        return [store.latest(i) for i in range(p)]
+    finally:
+        store.close()

@@ -11,8 +11,6 @@ output has one row per key whose count and sum of sequence numbers equal the ref
 
 from __future__ import annotations
 
-import glob
-import json
 from pathlib import Path
 from typing import Any
 
@@ -29,21 +27,11 @@ from channels.naming import changelog_topic, channel_topic
 from offsets.store import CheckpointStore
 from recovery.events import read_events
 from spark_jobs.driver import JobConfig, run_on_spark
-from tests.integration.keygroupjobs import EVENT, MAX_PARALLELISM, reference
+from tests.integration.keygroupjobs import EVENT, MAX_PARALLELISM, read_output, reference
 
 REF = "tests.integration.keygroupjobs:key_totals"
 RECORDS = 30_000
 P = 3
-
-
-def read_output(out: Path) -> dict[str, tuple[int, int]]:
-    rows: dict[str, tuple[int, int]] = {}
-    for f in sorted(glob.glob(str(out / "out" / "*.jsonl"))):
-        for line in Path(f).read_text().splitlines():
-            r = json.loads(line)
-            assert r["key"] not in rows, f"two output rows for key {r['key']}"
-            rows[r["key"]] = (r["n"], r["seqs"])
-    return rows
 
 
 def channel_keys(
@@ -133,9 +121,7 @@ def test_sixteen_key_groups_over_three_subtasks_exactly_once_with_a_kill(
     by_subtask = {r.subtask.split("/")[1]: r for r in results}
     assert by_subtask["count[1]"].attempt == 1
     restarts: list[dict[str, Any]] = [
-        e
-        for e in read_events(settings, job)
-        if e.get("event") == "started" and e["attempt"] > 0
+        e for e in read_events(settings, job) if e.get("event") == "started" and e["attempt"] > 0
     ]
     assert {f"{e['operator']}[{e['index']}]" for e in restarts} == {"count[1]"}
     replayed = {tp for e in restarts for tp in e["replay"]}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from channels.envelope import Kind, RecordCodec, encode_i64, frame_batch, headers, writer_key
-from channels.ids import TopicPartition
+from channels.ids import Offset, TopicPartition
 
 SCHEMA = {"type": "record", "name": "R", "fields": [{"name": "v", "type": "long"}]}
 CODEC = RecordCodec(SCHEMA)
@@ -41,3 +41,17 @@ class Msg:
 
     def error(self) -> None:
         return None
+
+
+class ScriptedConsumer:
+    """A reader's consumer that hands out the messages put in :attr:`pending`, once."""
+
+    def __init__(self) -> None:
+        self.pending: list[Msg] = []
+
+    def assign(self, starts: dict[TopicPartition, Offset]) -> None:
+        pass
+
+    def consume(self, n: int, timeout: float) -> list[Msg]:
+        out, self.pending = self.pending, []
+        return out

@@ -11,7 +11,7 @@ import pytest
 
 from channels.config import ChannelSettings
 from channels.envelope import Kind, headers
-from channels.ids import CheckpointId, JobId, Offset, OperatorName, SubtaskId, TopicPartition
+from channels.ids import CheckpointId, JobId, OperatorName, SubtaskId, TopicPartition
 from channels.partitioners import Forward
 from channels.reader import ChannelReader, InputChannel
 from channels.writer import ChannelWriter, OutputChannel
@@ -22,23 +22,14 @@ from recovery.origins import TopicOffset
 from recovery.plan import SetAside
 from recovery.state import ChangelogState
 from spark_jobs.operators import ChainedLogic, MapLogic, TumblingWindowLogic
-from tests.unit.channelfakes import SCHEMA, TP, Msg
+from tests.unit.channelfakes import SCHEMA, TP, Msg, ScriptedConsumer
 
 SUBTASK = SubtaskId(JobId("j"), OperatorName("win"), 0)
 
 # -- idle writers in a channel -----------------------------------------------------------
 
 
-class Consumer:
-    def __init__(self) -> None:
-        self.pending: list[Msg] = []
-
-    def assign(self, starts: dict[TopicPartition, Offset]) -> None:
-        pass
-
-    def consume(self, n: int, timeout: float) -> list[Msg]:
-        out, self.pending = self.pending, []
-        return out
+Consumer = ScriptedConsumer  # tests.unit.channelfakes
 
 
 def test_an_idle_writer_is_left_out_of_the_watermark_until_it_speaks_again() -> None:

@@ -10,11 +10,11 @@ import pytest
 
 from channels.envelope import Kind
 from channels.errors import PipelineDefinitionError
-from channels.ids import Offset, TopicPartition
+from channels.ids import TopicPartition
 from channels.inputmarks import InputMark, WriterMark, combine, input_mark
 from channels.reader import ChannelReader, InputChannel
 from spark_jobs.pipeline import Pipeline, union
-from tests.unit.channelfakes import SCHEMA, Msg
+from tests.unit.channelfakes import SCHEMA, Msg, ScriptedConsumer
 
 LIVE, IDLE, ENDED = (False, False), (False, True), (True, False)
 
@@ -67,16 +67,7 @@ class TopicMsg(Msg):
         return self.on
 
 
-class Consumer:
-    def __init__(self) -> None:
-        self.pending: list[Msg] = []
-
-    def assign(self, starts: dict[TopicPartition, Offset]) -> None:
-        pass
-
-    def consume(self, n: int, timeout: float) -> list[Msg]:
-        out, self.pending = self.pending, []
-        return out
+Consumer = ScriptedConsumer  # tests.unit.channelfakes
 
 
 def test_the_reader_combines_watermarks_per_named_input() -> None:

@@ -1,0 +1,152 @@
+"""Starting a stopped job with other parallelisms (``spillway run --parallelism OP=N``).
+
+The savepoint a rescale starts from is the set of the latest committed checkpoints of
+the stopped job, or, with ``--from-savepoint N``, completed global checkpoint N (the
+job is first rewound to it, :mod:`recovery.rewind`, which makes N's parts the latest
+checkpoints). Either set is a consistent cut (DESIGN §5): a subtask has only consumed
+what its upstreams committed, and what lies between is still in the channels.
+
+:func:`prepare_rescale` runs in the driver before any subtask starts: it fences every
+subtask of the operators whose parallelism changes (no zombie can commit after the
+handover is read, no transaction of a retired id stays open to hold readers at the last
+stable offset), reads their latest checkpoints, records the handover
+(:class:`recovery.rescale.Rescale`) and adds the partitions the new subtasks need.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Mapping
+
+from channels.config import KafkaSettings
+from channels.ids import JobId, OperatorName, SubtaskId
+from channels.kafka.admin import Admin, TopicSpec
+from channels.naming import checkpoint_topic
+from offsets.checkpoint import Checkpoint
+from offsets.store import CheckpointStore
+from recovery.events import events_topic, read_events
+from recovery.liverescale import latest_shape
+from recovery.plan import JobPlan
+from recovery.plandoc import PlanDoc
+from recovery.progress import progress_topic
+from recovery.rescale import (
+    Rescale,
+    keyed,
+    plan_rescale,
+    previous_parallelism,
+    with_parallelism,
+)
+from recovery.rewind import fence_subtasks, rewind_job
+
+log = logging.getLogger("spillway.rescale")
+
+
+def prepare_rescale(
+    settings: KafkaSettings,
+    plan: JobPlan,
+    before: Mapping[str, int],
+    recorded: Rescale | None,
+) -> Rescale | None:
+    """Hand over the operators of ``plan`` whose parallelism was ``before[name]`` (the
+    job must be stopped); return the job's rescale record (``recorded`` when nothing
+    changes). :class:`channels.errors.RescaleError` if an operator cannot be rescaled.
+    """
+    if not before:
+        return recorded
+    admin = Admin(settings)
+    counts = admin.partition_counts()
+    fence_subtasks(
+        settings,
+        plan.job,
+        [
+            SubtaskId(plan.job, OperatorName(name), j)
+            for name, p in sorted(before.items())
+            for j in range(max(p, counts.get(checkpoint_topic(plan.job, OperatorName(name)), 0)))
+        ],
+        "rescale",
+    )
+    latest: dict[str, dict[int, Checkpoint | None]] = {}
+    floors: dict[str, int] = {}
+    for name, p in sorted(before.items()):
+        slots = counts.get(checkpoint_topic(plan.job, OperatorName(name)), p)
+        store = CheckpointStore(settings, plan.job, OperatorName(name), slots)
+        try:
+            newest = {j: store.latest(j) for j in range(slots)}
+        finally:
+            store.close()
+        latest[name] = {j: newest[j] for j in range(p)}
+        floors[name] = max((int(c.checkpoint_id) for c in newest.values() if c), default=0)
+    rescale = plan_rescale(plan, before, recorded, latest, floors)
+    admin.grow_partitions(_grown(plan, before))
+    log.info(
+        "job %s rescale %d: %s",
+        plan.job,
+        rescale.number,
+        ", ".join(f"{n} {p} -> {plan.operator(n).parallelism}" for n, p in sorted(before.items())),
+    )
+    return rescale
+
+
+def _grown(plan: JobPlan, before: Mapping[str, int]) -> dict[str, int]:
+    """Partition counts the rescaled operators need: a checkpoint and a progress partition
+    per subtask, and a partition per subtask of each non-keyed input channel."""
+    out: dict[str, int] = {}
+    for name in before:
+        op = plan.operator(name)
+        out[checkpoint_topic(plan.job, op.name)] = op.parallelism
+        out[progress_topic(plan.job, op.name)] = op.parallelism
+        for e in plan.inputs_of(op.name):
+            if not keyed(plan, e):
+                out[plan.topic_of(e)] = plan.partitions_of(e)
+    return out
+
+
+def keep_retired_slots(
+    plan: JobPlan, specs: list[TopicSpec], existing: Mapping[str, int]
+) -> list[TopicSpec]:
+    """``specs`` with each operator's checkpoint and progress topic at no fewer partitions
+    than it has: after scaling in, the retired subtasks' partitions stay (their
+    checkpoints are what a later rescale or ``spillway status`` may read)."""
+    per_subtask = {
+        t for op in plan.operators for t in (checkpoint_topic(plan.job, op.name),
+                                             progress_topic(plan.job, op.name))
+    }  # fmt: skip
+    return [
+        dataclasses.replace(s, partitions=max(s.partitions, existing.get(s.name, 0)))
+        if s.name in per_subtask
+        else s
+        for s in specs
+    ]
+
+
+def shape_for_run(
+    settings: KafkaSettings,
+    plan: JobPlan,
+    recorded: PlanDoc | None,
+    recorded_rescale: Rescale | None,
+    rewind_to: int | None,
+) -> Rescale | None:
+    """Before a run of ``plan``: rewind the job to global checkpoint ``rewind_to`` (if
+    given) in the shape it last ran with (``recorded``), then hand over every operator
+    whose parallelism changed since. Returns the job's rescale record for this run."""
+    before = previous_parallelism(plan, recorded)
+    if rewind_to is not None:
+        rewind_job(settings, with_parallelism(plan, before), rewind_to)
+    return prepare_rescale(settings, plan, before, recorded_rescale)
+
+
+def last_run_shape(settings: KafkaSettings, job: JobId) -> tuple[PlanDoc | None, Rescale | None]:
+    """The plan and the rescale record of the job's last run (its ``submitted`` event, or
+    a later live rescale's ``rescaled`` event; None: never submitted, or not recorded)."""
+    admin = Admin(settings)
+    admin.check_reachable()  # no broker: the clear error, not a metadata time-out
+    if events_topic(job) not in admin.partition_counts():
+        return None, None  # a new job: nothing to read (and no topic to create by reading)
+    last = latest_shape(read_events(settings, job)) or {}
+    origin = f"submitted event of job {job}"
+    doc, rescale = last.get("plan"), last.get("rescale")
+    return (
+        PlanDoc.from_json(doc, origin) if doc else None,
+        Rescale.from_json(rescale, origin) if rescale else None,
+    )

@@ -1,0 +1,153 @@
+"""Serving ``spillway rescale`` in the running driver (DESIGN §12).
+
+A request (``rescale-requested`` in the job's events, :mod:`recovery.liverescale`) is
+served in a thread of its own, one at a time:
+
+1. check that the operator can change width while the job runs: what
+   :func:`recovery.rescale.check_rescalable` allows, every input keyed (an upstream
+   writes by key group, whatever the width; a round-robin upstream would need a restart
+   to write to more partitions), and checkpoints on each subtask's own clock (the
+   global-checkpoint coordinator counts a fixed set of subtasks);
+2. stop only that operator (:meth:`OperatorRuns.stop_operator`): each subtask commits a
+   last checkpoint and stops; upstream keeps writing into the durable channels and
+   downstream keeps reading what was committed;
+3. fence every old subtask and record the handover (:func:`recovery.savepoint.prepare_rescale`),
+   record the new shape (``rescaled``: plan and rescale record, what a later ``spillway
+   run`` and ``spillway status`` read), then announce the new writer count in-band
+   downstream (:func:`recovery.liverescale.announce_width`);
+4. start the operator's new subtasks, each restoring from the handover.
+
+Nothing else restarts. A request refused at step 1 or failing before step 3 records
+``rescale-failed`` and, if the operator was stopped, starts it again as it was.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from channels.config import KafkaSettings
+from channels.errors import RescaleError
+from recovery.events import record_job_event
+from recovery.liverescale import announce_width
+from recovery.plan import JobPlan
+from recovery.plandoc import PlanDoc
+from recovery.rescale import PlanShape, Rescale, check_rescalable, keyed, with_parallelism
+from recovery.savepoint import prepare_rescale
+from spark_jobs.opruns import OperatorRuns
+
+log = logging.getLogger("spark_jobs.liverescale")
+
+
+def check_live(plan: JobPlan, operator: str, previous: int, checkpoint_mode: str) -> None:
+    """:class:`RescaleError` unless ``operator`` can go from ``previous`` subtasks to its
+    width in ``plan`` while the rest of the job runs (the module's step 1)."""
+    check_rescalable(plan, operator, previous)
+    where = f"operator {operator!r} of job {plan.job}"
+    if checkpoint_mode != "interval":
+        raise RescaleError(
+            f"{where}: a running job with --checkpoint-mode {checkpoint_mode} cannot be "
+            "rescaled live (its global checkpoints count a fixed set of subtasks); stop it "
+            "and run it with --parallelism"
+        )
+    for e in plan.inputs_of(operator):
+        if not keyed(plan, e):
+            raise RescaleError(
+                f"{where}: input {e.upstream} is not keyed ({e.kind}); its writers would "
+                "have to restart to write to the new subtasks. Stop the job and run it "
+                "with --parallelism"
+            )
+
+
+class LiveRescaler:
+    """Serves the rescale requests of one run (see the module docstring)."""
+
+    def __init__(
+        self,
+        settings: KafkaSettings,
+        checkpoint_mode: str,
+        plan: JobPlan,
+        rescale: Rescale | None,
+        run_id: str,
+        runs: OperatorRuns,
+        shape: list[PlanShape],
+    ) -> None:
+        """``shape``: a one-item box the driver launches operator jobs with; a rescale
+        replaces its item."""
+        self._settings = settings
+        self._mode = checkpoint_mode
+        self.plan = plan
+        self.rescale = rescale
+        self._run_id = run_id
+        self._runs = runs
+        self._shape = shape
+        self._requests: queue.Queue[Mapping[str, Any] | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._serve, name="live-rescale", daemon=True)
+
+    def offer(self, event: Mapping[str, Any]) -> None:
+        """Take ``event`` if it is a rescale request of this run (never blocks)."""
+        if event.get("event") == "rescale-requested" and event.get("run") == self._run_id:
+            self._requests.put(event)
+
+    def start(self) -> None:
+        """Serve requests from now on."""
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop serving (a rescale in progress finishes first)."""
+        self._requests.put(None)
+        self._thread.join(60)
+
+    def _serve(self) -> None:
+        while (request := self._requests.get()) is not None:
+            self._handle(request)
+
+    def _handle(self, request: Mapping[str, Any]) -> None:
+        op, n, rid = str(request.get("target")), request.get("parallelism"), request.get("request")
+        job = self.plan.job
+        stopped = False
+        try:
+            if not isinstance(n, int):
+                raise RescaleError(f"rescale request {rid}: parallelism {n!r} is not a number")
+            new = with_parallelism(self.plan, {op: n})
+            previous = self.plan.operator(op).parallelism
+            check_live(new, op, previous, self._mode)
+            t0 = time.monotonic()
+            log.info("rescaling %s of %s: %d -> %d subtasks", op, job, previous, n)
+            self._runs.stop_operator(op)
+            stopped = True
+            rescale = prepare_rescale(self._settings, new, {op: previous}, self.rescale)
+            assert rescale is not None
+        except Exception as e:  # refused, or failed before anything changed
+            log.warning("rescale request %s for %s refused: %s", rid, op, e)
+            record_job_event(
+                self._settings, job, "rescale-failed", run=self._run_id, request=rid,
+                target=op, error=f"{type(e).__name__}: {e}",
+            )  # fmt: skip
+            if stopped:
+                self._runs.start_operator(op)
+            return
+        # From here on the new shape is recorded first: a driver that dies before the
+        # rest leaves a job whose next run takes the recorded shape.
+        record_job_event(
+            self._settings, job, "rescaled", run=self._run_id, request=rid, target=op,
+            previous=previous, parallelism=n, plan=PlanDoc.of(new).to_json(),
+            rescale=rescale.to_json(), stopped_s=round(time.monotonic() - t0, 3),
+        )  # fmt: skip
+        try:
+            announce_width(self._settings, new, op)
+            self._shape[0] = PlanShape.of(new, rescale)
+            self._runs.reshape(new.subtasks(), [(o.name, o.parallelism) for o in new.operators])
+            self.plan, self.rescale = new, rescale
+            self._runs.start_operator(op)
+        except Exception:
+            # The new shape is recorded but not in force: end the run; the next one
+            # (spillway run, same job id) starts in the recorded shape.
+            log.exception("rescale of %s recorded but not completed: stopping the job", op)
+            self._runs.cancel_all()
+            return
+        log.info("%s of %s runs with %d subtasks (%.1f s)", op, job, n, time.monotonic() - t0)

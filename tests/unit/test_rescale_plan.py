@@ -1,0 +1,285 @@
+"""Restore under a new parallelism without a broker (recovery/rescale.py): which
+positions and changelog offsets each new subtask continues from, up and down, keyed and
+non-keyed edges, stateful and stateless operators, and the cases refused."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, cast
+
+import pytest
+
+from channels.config import KafkaSettings
+from channels.errors import ConfigError, RescaleError, TopologyMismatchError
+from channels.ids import CheckpointId, JobId, Offset, OperatorName, SubtaskId, TopicPartition
+from channels.keygroups import key_group_range
+from offsets.checkpoint import Checkpoint
+from recovery.ownership import owned_partitions
+from recovery.plan import JobPlan
+from recovery.plandoc import PlanDoc
+from recovery.rescale import (
+    OperatorHandover,
+    Rescale,
+    accepts_fingerprint,
+    check_rescalable,
+    describe,
+    handover_checkpoint,
+    previous_parallelism,
+    with_parallelism,
+)
+from recovery.restorer import Restorer
+from spark_jobs.liverescale import check_live
+from spark_jobs.pipeline import Pipeline
+from spark_jobs.run_cli import _rewind_to, parse_parallelism
+
+M = 8
+EVENT = {
+    "type": "record",
+    "name": "E",
+    "fields": [{"name": "key", "type": "string"}, {"name": "n", "type": "long"}],
+}
+CH = "spillway.j.ch.src.count"
+LOG = "spillway.j.changelog.count"
+MAPPED = "spillway.j.ch.count.tag"
+
+
+def plan(count: int = 2, tag: int = 2) -> JobPlan:
+    """src(2) -[keyed, 8 groups]-> count(count, stateful) -[rebalance]-> tag(tag) -> out."""
+    pipe = Pipeline("rescale")
+    src = pipe.generate("src", make=lambda i: {"key": f"k{i}", "n": i}, schema=EVENT, count=9,
+                        parallelism=2)  # fmt: skip
+    counted = src.key_by(lambda r: r["key"], max_parallelism=M).aggregate(
+        "count", init=lambda: 0, add=lambda n, _r: n + 1,
+        result=lambda k, n: {"key": k, "n": n}, schema=EVENT, parallelism=count,
+    )  # fmt: skip
+    counted.rebalance().map("tag", lambda r: r, schema=EVENT, parallelism=tag).write_jsonl(
+        "out", "/x", parallelism=1
+    )
+    return pipe.plan("j")
+
+
+def sub(op: str, i: int) -> SubtaskId:
+    return SubtaskId(JobId("j"), OperatorName(op), i)
+
+
+def ckpt(jp: JobPlan, op: str, i: int, cid: int, **kw: object) -> Checkpoint:
+    """A checkpoint of ``op[i]`` under ``jp`` whose position on partition g is 100 + g and
+    changelog offset on partition g is 1000 + g; each writer-0 channel watermark 10 * g."""
+    own = owned_partitions(jp, sub(op, i))
+    tps = [TopicPartition(t, p) for t, ps in own.partitions.items() for p in ps]
+    inputs = {tp: Offset(100 + tp.partition) for tp in tps if tp.topic != LOG}
+    logs = {tp: Offset(1000 + tp.partition) for tp in tps if tp.topic == LOG}
+    return Checkpoint(
+        subtask=sub(op, i),
+        checkpoint_id=CheckpointId(cid),
+        topology=jp.fingerprint,
+        inputs=inputs,
+        changelogs=logs,
+        owned=own,
+        channel_watermarks={tp: {0: 10 * tp.partition} for tp in inputs},
+        ended={tp: frozenset({1}) for tp in inputs if tp.partition % 2},
+        outputs={MAPPED: (i, i + 1)},
+        watermark=50 + i,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def test_scale_up_hands_each_key_group_from_its_previous_owner() -> None:
+    old, new = plan(count=2), plan(count=4)
+    handed = {0: ckpt(old, "count", 0, 7), 1: ckpt(old, "count", 1, 9)}
+    for i in range(4):
+        c = handover_checkpoint(new, sub("count", i), 2, handed, floor=9)
+        groups = list(key_group_range(i, 4, M))
+        assert c.checkpoint_id == 9
+        assert c.topology == new.fingerprint
+        assert c.owned.of_topic(CH) == tuple(groups) == c.owned.of_topic(LOG)
+        assert c.inputs == {TopicPartition(CH, g): Offset(100 + g) for g in groups}
+        assert c.changelogs == {TopicPartition(LOG, g): Offset(1000 + g) for g in groups}
+        assert c.channel_watermarks == {TopicPartition(CH, g): {0: 10 * g} for g in groups}
+        assert c.ended == {TopicPartition(CH, g): {1} for g in groups if g % 2}
+        # Groups 0..3 were subtask 0's (watermark 50), 4..7 subtask 1's (51).
+        assert c.watermark == (50 if i < 2 else 51)
+        # Output counts continue the writer of the same index; new writers start fresh.
+        assert c.outputs == ({MAPPED: (i, i + 1)} if i < 2 else {})
+
+
+def test_scale_down_merges_every_previous_owner() -> None:
+    old, new = plan(count=4), plan(count=1)
+    handed = {i: ckpt(old, "count", i, 3 + i) for i in range(4)}
+    c = handover_checkpoint(new, sub("count", 0), 4, handed, floor=20)
+    assert c.inputs == {TopicPartition(CH, g): Offset(100 + g) for g in range(M)}
+    assert c.changelogs == {TopicPartition(LOG, g): Offset(1000 + g) for g in range(M)}
+    assert c.watermark == 50  # the lowest of the four
+    assert c.checkpoint_id == 20
+    assert c.outputs == {MAPPED: (0, 1)}
+
+
+def test_a_previous_owner_without_checkpoint_hands_over_nothing() -> None:
+    old, new = plan(count=2), plan(count=1)
+    c = handover_checkpoint(new, sub("count", 0), 2, {0: ckpt(old, "count", 0, 4), 1: None}, 4)
+    assert c.inputs == {TopicPartition(CH, g): Offset(100 + g) for g in range(4)}
+    assert set(c.changelogs) == {TopicPartition(LOG, g) for g in range(4)}
+    assert c.watermark == 50  # only owners that checkpointed count
+
+
+def test_rewrite_state_and_discards_follow_their_partitions() -> None:
+    old, new = plan(count=2), plan(count=4)
+    spans = {TopicPartition(CH, 5): {0: ((3, 9),)}}
+    handed = {
+        0: ckpt(old, "count", 0, 1),
+        1: ckpt(old, "count", 1, 1, rewrite_state=True, discard=spans),
+    }
+    low, high = (handover_checkpoint(new, sub("count", i), 2, handed, 1) for i in (0, 2))
+    assert not low.rewrite_state
+    assert low.discard == {}
+    assert high.rewrite_state
+    assert high.discard == spans
+
+
+def test_non_keyed_input_grows_new_partitions_start_empty() -> None:
+    old, new = plan(tag=2), plan(tag=3)
+    handed = {i: ckpt(old, "tag", i, 5) for i in range(2)}
+    kept = handover_checkpoint(new, sub("tag", 1), 2, handed, 5)
+    fresh = handover_checkpoint(new, sub("tag", 2), 2, handed, 5)
+    assert kept.inputs == {TopicPartition(MAPPED, 1): Offset(101)}
+    assert fresh.owned.of_topic(MAPPED) == (2,)
+    assert fresh.inputs == {}
+    assert fresh.watermark is None
+    assert fresh.changelogs == {}
+
+
+def test_refused_cases_say_why() -> None:
+    with pytest.raises(RescaleError, match=r"not keyed \(rebalance\); partitions 1\.\.1"):
+        check_rescalable(plan(tag=1), "tag", 2)
+    with pytest.raises(RescaleError, match="a source cannot be rescaled"):
+        check_rescalable(with_parallelism(plan(), {"src": 3}), "src", 2)
+    old = plan(count=2)
+    finished = {0: ckpt(old, "count", 0, 2, finished=True), 1: ckpt(old, "count", 1, 2)}
+    with pytest.raises(RescaleError, match=r"subtasks \[0\] finished"):
+        handover_checkpoint(plan(count=3), sub("count", 0), 2, finished, 2)
+    with pytest.raises(RescaleError, match=r"must be between 1 and 8 \(its key-group count"):
+        with_parallelism(old, {"count": 9})
+    with pytest.raises(RescaleError, match="not operators of job j"):
+        with_parallelism(old, {"nope": 2})
+
+
+def test_broadcast_and_unkeyed_state_are_refused() -> None:
+    pipe = Pipeline("b")
+    src = pipe.generate("src", make=lambda i: {"key": "k", "n": i}, schema=EVENT, count=1)
+    src.broadcast().map("m", lambda r: r, schema=EVENT, parallelism=2).write_jsonl(
+        "o", "/x", parallelism=1
+    )
+    with pytest.raises(RescaleError, match="broadcast"):
+        check_rescalable(with_parallelism(pipe.plan("j"), {"m": 3}), "m", 2)
+    jp = plan(tag=3)
+    ops = tuple(
+        dataclasses.replace(o, stateful=o.stateful or o.name == "tag") for o in jp.operators
+    )
+    with pytest.raises(RescaleError, match="not divided into key groups"):
+        check_rescalable(dataclasses.replace(jp, operators=ops), "tag", 2)
+
+
+def test_forward_edges_need_equal_widths() -> None:
+    pipe = Pipeline("f")
+    src = pipe.generate("src", make=lambda i: {"key": "k", "n": i}, schema=EVENT, count=1,
+                        parallelism=2)  # fmt: skip
+    src.forward().map("m", lambda r: r, schema=EVENT, parallelism=2).write_jsonl("o", "/x")
+    with pytest.raises(RescaleError, match="forward"):
+        with_parallelism(pipe.plan("j"), {"m": 3})
+
+
+def test_previous_parallelism_and_the_record_round_trip() -> None:
+    assert previous_parallelism(plan(count=4), PlanDoc.of(plan(count=2))) == {"count": 2}
+    assert previous_parallelism(plan(), None) == {}
+    r = Rescale(2, ("abc", "old"), {"count": OperatorHandover(2, {0: 7, 1: None}, 9)})
+    assert Rescale.from_json(r.to_json(), "here") == r
+    with pytest.raises(RescaleError, match="here: malformed"):
+        Rescale.from_json({"number": 1}, "here")
+    assert accepts_fingerprint(r, "new") == ("new", "abc", "old")
+    assert accepts_fingerprint(None, "new") == ("new",)
+
+
+def test_cli_parallelism_and_savepoint_options() -> None:
+    assert parse_parallelism(["count=4", "tag=1"]) == {"count": 4, "tag": 1}
+    for bad in (["count"], ["count=0"], ["=3"], ["count=x"]):
+        with pytest.raises(ConfigError, match="expected OP=N"):
+            parse_parallelism(bad)
+    with pytest.raises(ConfigError, match="twice"):
+        parse_parallelism(["a=1", "a=2"])
+
+    def ns(savepoint: str | None, checkpoint: int | None = None) -> argparse.Namespace:
+        return argparse.Namespace(from_savepoint=savepoint, from_checkpoint=checkpoint)
+
+    assert _rewind_to(ns("7")) == 7
+    assert _rewind_to(ns("latest")) is None
+    assert _rewind_to(ns(None, 3)) == 3
+    with pytest.raises(ConfigError, match="not both"):
+        _rewind_to(ns("7", 3))
+    with pytest.raises(ConfigError, match="or 'latest'"):
+        _rewind_to(ns("newest"))
+
+
+@dataclass
+class IndexedStore:
+    """A checkpoint store fake: retained checkpoints per subtask index, oldest first."""
+
+    kept: dict[int, list[Checkpoint]]
+
+    def history(self, index: int, n: int) -> list[Checkpoint]:
+        return self.kept.get(index, [])[-n:]
+
+    def get(self, index: int, n: int) -> Checkpoint | None:
+        return next((c for c in self.kept.get(index, []) if c.checkpoint_id == n), None)
+
+    def tail(self, tp: TopicPartition, n: int) -> list[Any]:
+        return []  # no read mark
+
+
+def restorer_of(s: SubtaskId, kept: dict[int, list[Checkpoint]]) -> Restorer:
+    progress = TopicPartition("spillway.j.progress", s.index)
+    store = cast(Any, IndexedStore(kept))
+    return Restorer(s, store, KafkaSettings("127.0.0.1:1"), progress, True)
+
+
+def test_the_restorer_uses_the_handover_until_the_subtask_checkpointed_itself() -> None:
+    old, new = plan(count=2), plan(count=4)
+    c0, c1 = ckpt(old, "count", 0, 7), ckpt(old, "count", 1, 9)
+    rescale = Rescale(1, (old.fingerprint,), {"count": OperatorHandover(2, {0: 7, 1: 9}, 9)})
+    kept = {0: [c0], 1: [c1]}
+    got = restorer_of(sub("count", 1), kept).load(new.fingerprint, rescaled=(new, rescale))
+    assert got.checkpoint == handover_checkpoint(new, sub("count", 1), 2, {0: c0, 1: c1}, 9)
+    assert got.mark is None
+    # Once it checkpointed above the floor, its own checkpoint is the one.
+    own = dataclasses.replace(c1, checkpoint_id=CheckpointId(10), topology=new.fingerprint)
+    kept[1] = [c1, own]
+    assert (
+        restorer_of(sub("count", 1), kept).load(new.fingerprint, rescaled=(new, rescale)).checkpoint
+        == own
+    )
+    # An operator the rescale left alone keeps its checkpoint of the plan before it.
+    tag = ckpt(old, "tag", 0, 4)
+    got = restorer_of(sub("tag", 0), {0: [tag]}).load(new.fingerprint, rescaled=(new, rescale))
+    assert got.checkpoint == tag
+    other = dataclasses.replace(tag, topology="another")
+    with pytest.raises(TopologyMismatchError):
+        restorer_of(sub("tag", 0), {0: [other]}).load(new.fingerprint, rescaled=(new, rescale))
+    # A handed-over checkpoint no longer retained: a clear error, not a fresh start.
+    with pytest.raises(RescaleError, match="checkpoint 9 of subtask 1, handed over by rescale 1"):
+        restorer_of(sub("count", 3), {0: [c0]}).load(new.fingerprint, rescaled=(new, rescale))
+
+
+def test_status_describes_the_latest_rescale() -> None:
+    r = Rescale(2, ("a",), {"count": OperatorHandover(4, {0: 7, 1: 9, 2: None, 3: 8}, 9)})
+    assert describe(r, {"count": 1}) == (
+        "rescale 2: count 4 -> 1 subtasks (from checkpoints 0:7, 1:9, 2:None, 3:8)"
+    )
+
+
+def test_live_rescale_needs_keyed_inputs_and_interval_checkpoints() -> None:
+    check_live(plan(count=4), "count", 2, "interval")
+    with pytest.raises(RescaleError, match=r"not keyed \(rebalance\); its writers would"):
+        check_live(plan(tag=3), "tag", 2, "interval")
+    with pytest.raises(RescaleError, match="--checkpoint-mode unaligned cannot be rescaled live"):
+        check_live(plan(count=4), "count", 2, "unaligned")
