@@ -18,10 +18,11 @@ from tests.integration.test_spark_jobs import RECORDS, REF, read_output
 def test_at_least_once_repeats_after_a_crash_but_loses_nothing(
     kafka_bootstrap: str, unique: str, clicks_env: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # enrich[0] dies at its 2nd checkpoint with its outputs flushed (hence visible
-    # downstream) and the checkpoint not committed: its restart sends them again.
+    # enrich[0] dies at its 2nd checkpoint that read records, with its outputs flushed
+    # (hence visible downstream) and the checkpoint not committed: its restart sends them
+    # again. (At its plain 2nd checkpoint it had sometimes read nothing on a loaded machine.)
     monkeypatch.setenv("CLICKS_RATE", str(RECORDS / 2 / 6))
-    monkeypatch.setenv("SPILLWAY_CRASH_AT", "enrich:0:before-commit:0:2")
+    monkeypatch.setenv("SPILLWAY_CRASH_AT", "enrich:0:after-produce-read:0:2")
     config = JobConfig(REF, unique, kafka_bootstrap, master="local[8,4]", guarantee="at-least-once")
     results = run_on_spark(config)
     assert {r.status for r in results} == {"finished"}
