@@ -11,6 +11,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from recovery.plandoc import PlanDoc
+
 # The example job (spark_jobs/examples/clicks.py): operator -> its upstream operator.
 CLICKS_UPSTREAM: dict[str, str | None] = {
     "clicks": None,
@@ -32,11 +34,20 @@ def name(event: Event) -> str:
     return f"{event['operator']}[{event['index']}]"
 
 
-def own_partitions(job: str, subtask: str) -> set[str]:
-    """The channel partitions ``subtask`` reads: partition i of its input edge's topic."""
+def own_partitions(plan: PlanDoc, subtask: str) -> set[str]:
+    """The channel partitions ``subtask`` owns (``topic[p]``), by the recorded plan: with
+    key groups, a keyed channel's subtask owns a range of partitions, not partition i."""
     op, _, rest = subtask.partition("[")
-    upstream = CLICKS_UPSTREAM[op]
-    return set() if upstream is None else {f"spillway.{job}.ch.{upstream}.{op}[{rest}"}
+    doc = next((o for o in plan.operators if o.name == op), None)
+    if doc is None:
+        return set()
+    return {str(tp) for tp in doc.owned_inputs(int(rest.rstrip("]")))}
+
+
+def recorded_plan(events: Iterable[Event], job: str) -> PlanDoc | None:
+    """The plan of the newest ``submitted`` event that records one (None: none does)."""
+    plans = [e["plan"] for e in events if e.get("event") == "submitted" and "plan" in e]
+    return PlanDoc.from_json(plans[-1], f"the submitted event of job {job}") if plans else None
 
 
 def of_kind(events: Iterable[Event], kind: str) -> list[Event]:
@@ -154,10 +165,15 @@ def localized_problems(
             f"restarted after the {faults.worker} kill: {sorted(by_worker)}; expected exactly "
             f"its unfinished subtasks {sorted(faults.lost)}"
         )
+    plan = recorded_plan(listed, job)
+    if plan is None:
+        problems.append(f"no submitted event of job {job} records its plan")
     for r in recoveries(listed, 0.0):
         if r.subtask in by_worker and r.host == faults.worker:
             problems.append(f"{r.subtask} restarted on {r.host}, the worker that was killed")
-        foreign = set(r.replay) - own_partitions(job, r.subtask)
+        if plan is None:
+            continue
+        foreign = set(r.replay) - own_partitions(plan, r.subtask)
         if foreign:
             problems.append(f"{r.subtask} replayed partitions not its own: {sorted(foreign)}")
     finished = {name(e) for e in of_kind(listed, "finished")}

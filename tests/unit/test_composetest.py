@@ -14,6 +14,7 @@ import pytest
 
 from composetest import cache, checks, composecli, fetch
 from composetest.cluster import readme_submit
+from recovery.plandoc import VERSION as PLAN_VERSION
 
 JOB = "j1"
 
@@ -49,7 +50,7 @@ def run_events(
     """Subtasks start on w1 (index 0) or w2 (index 1) at t=10; the worker is killed at 100
     and ``worker`` restart on w1 at 104; the broker is killed at 200 and ``broker``
     restart at 230 where they ran."""
-    events: list[dict[str, Any]] = [{"event": "submitted", "time": 0.0}]
+    events: list[dict[str, Any]] = [{"event": "submitted", "time": 0.0, "plan": PLAN}]
     for s in checks.subtasks(2):
         events.append(started(s, 0, "w1" if s.endswith("[0]") else "w2", 10.0))
     for s in worker:
@@ -63,19 +64,47 @@ def run_events(
     return events
 
 
+def _op(name: str, upstream: str | None, partitions: int) -> dict[str, Any]:
+    inputs = (
+        []
+        if upstream is None
+        else [{"topic": f"spillway.{JOB}.ch.{upstream}.{name}", "partitions": partitions}]
+    )
+    return {
+        "name": name,
+        "parallelism": 2,
+        "kind": "map",
+        "stateful": False,
+        "checkpoint_topic": f"spillway.{JOB}.ckpt.{name}",
+        "inputs": inputs,
+    }
+
+
+# The example job's recorded plan: count's input is keyed, 32 key groups (16 each).
+PLAN = {
+    "version": PLAN_VERSION,
+    "operators": [
+        _op("clicks", None, 0),
+        _op("enrich", "clicks", 2),
+        _op("count", "enrich", 32),
+        _op("out", "count", 2),
+    ],
+}
+
+
 FAULTS = checks.Faults("w2", 100.0, frozenset({"count[1]", "clicks[1]"}), 200.0)
 
 
 def test_localized_recovery_holds() -> None:
     replay = {
-        "count[1]": {"spillway.j1.ch.enrich.count[1]": [10, 90, 75]},
+        "count[1]": {"spillway.j1.ch.enrich.count[16]": [10, 90, 75]},
         "clicks[1]": {},
     }
     events = run_events(replay)
     assert checks.localized_problems(events, JOB, 2, FAULTS) == []
     assert checks.latest_hosts(events)["count[1]"] == "w1"
     (clicks1, count1) = checks.recoveries(events, killed_at=100.0)
-    assert count1.replay == {"spillway.j1.ch.enrich.count[1]": (10, 90, 75)}
+    assert count1.replay == {"spillway.j1.ch.enrich.count[16]": (10, 90, 75)}
     assert count1.started_after_s == pytest.approx(4.0)
     assert "offsets [10, 90) = 75 records" in count1.describe()
     assert "nothing (a source)" in clicks1.describe()
@@ -106,10 +135,20 @@ def test_a_restart_on_the_killed_worker_is_a_problem() -> None:
 
 def test_replaying_another_subtasks_partition_is_a_problem() -> None:
     events = run_events(
-        {"count[1]": {"spillway.j1.ch.enrich.count[0]": [0, 5, 5]}, "clicks[1]": {}}
+        {"count[1]": {"spillway.j1.ch.enrich.count[15]": [0, 5, 5]}, "clicks[1]": {}}
     )
     (problem,) = checks.localized_problems(events, JOB, 2, FAULTS)
-    assert "count[1] replayed partitions not its own" in problem
+    assert (
+        "count[1] replayed partitions not its own: ['spillway.j1.ch.enrich.count[15]']" in problem
+    )
+
+
+def test_without_a_recorded_plan_ownership_cannot_be_checked_and_says_so() -> None:
+    events = run_events({"count[1]": {}, "clicks[1]": {}})
+    del events[0]["plan"]
+    assert checks.localized_problems(events, JOB, 2, FAULTS) == [
+        f"no submitted event of job {JOB} records its plan"
+    ]
 
 
 def test_output_must_equal_the_reference_exactly() -> None:
