@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from channels.arrowcodec import arrow_schema
 from channels.batchwrite import ColumnKey
 from channels.errors import PipelineDefinitionError
 from recovery.plan import Record
@@ -259,9 +260,13 @@ class Stream:
         With ``key``, each message is keyed by ``key(record)`` (so Kafka keeps per-key order);
         without, librdkafka spreads messages over the partitions.
         """
+        # Without a key function, alone in its subtask, a flat channel is read as Arrow
+        # batches and written column by column (channels.arrowjson).
+        schema = self._schema()
+        batches = key is None and schema is not None and arrow_schema(schema) is not None
         self._then(
             name,
-            partial(KafkaTopicSink, topic, key and adapt(key)),
+            partial(KafkaTopicSink, topic, key and adapt(key), batches),
             None,
             parallelism,
             "sink",
