@@ -85,3 +85,21 @@ def json_values(batch: pa.RecordBatch) -> list[bytes] | None:
     joined = pc.binary_join_element_wise(*parts, "")
     values: list[bytes] = pc.cast(joined, pa.binary()).to_pylist()
     return values
+
+
+def key_values(column: pa.Array) -> list[bytes] | None:
+    """``channels.partitioners.key_bytes`` of each value of ``column`` (strings as UTF-8,
+    integers as ``b"i<digits>"``, nulls as ``b"None"``), or ``None`` for another type."""
+    typ = column.type
+    if pa.types.is_dictionary(typ):
+        return key_values(pc.cast(column, typ.value_type))
+    if pa.types.is_string(typ) or pa.types.is_large_string(typ):
+        text = pc.cast(column, pa.string())
+    elif pa.types.is_integer(typ):
+        text = pc.binary_join_element_wise("i", pc.cast(column, pa.string()), "")
+    else:
+        return None
+    if text.null_count:
+        text = pc.fill_null(text, "None")  # key_bytes(None), as a record's null key
+    keys: list[bytes] = pc.cast(text, pa.binary()).to_pylist()
+    return keys

@@ -115,3 +115,21 @@ def test_kafka_sink_writes_arrow_rows_as_their_records_would_be() -> None:
     assert not reads_batches(None, plain)
     # A key function is asked per record: such a sink takes records.
     assert not reads_batches(None, KafkaTopicSink("out", lambda r: r["key"], batches=True))
+
+
+def test_kafka_sink_keyed_by_a_column_writes_the_records_keys() -> None:
+    from channels.arrowjson import key_values
+    from channels.batchwrite import ColumnKey
+    from channels.partitioners import key_bytes
+
+    rows = [{"n": i, "page": None if i % 9 == 0 else f"/p/{i % 4}", "u": i % 3} for i in range(30)]
+    batch = pa.RecordBatch.from_pylist(rows)
+    columnar, records = FakeProducer(), FakeProducer()
+    for producer, rows_in in ((columnar, ArrowRows(batch)), (records, rows)):
+        sink = KafkaTopicSink("out", ColumnKey("page"), batches=producer is columnar)
+        sink.open(ctx(0), {}, producer)
+        sink.write(rows_in)
+    assert columnar.sent == records.sent
+    assert reads_batches(None, KafkaTopicSink("out", ColumnKey("page"), batches=True))
+    assert key_values(batch.column("u")) == [key_bytes(r["u"]) for r in rows]
+    assert key_values(pa.array([1.5])) is None
