@@ -268,7 +268,16 @@ class Graph:
         if self._routing(e) != "forward" or down.kind == "source" or up.kind == "sink":
             return False
         if up.description.get("batch") or down.description.get("batch"):
-            return False  # a batch operator reads and writes channels (recovery.batchpath)
+            # A batch operator reads and writes channels (recovery.batchpath); only a
+            # stateless one may run in a batch source's subtask, on the batch it read.
+            return (
+                up.kind == "source"
+                and bool(up.description.get("batch"))
+                and down.kind == "transform"
+                and bool(down.description.get("batch"))
+                and not down.stateful
+                and sum(1 for o in self._edges if o.upstream == up.name) == 1
+            )
         if sum(1 for o in self._edges if o.upstream == up.name) != 1:
             return False
         # Keyed state only in the chain's last transform: a failed call then changes no

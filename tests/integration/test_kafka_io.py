@@ -46,12 +46,15 @@ def read_all_committed(bootstrap: str, topic: str, partitions: int) -> list[dict
     return out
 
 
-# "batches": the source decodes each partition's values as one Arrow batch.
-@pytest.mark.parametrize("source", ["records", "batches"])
+# "batches": the source decodes each partition's values as one Arrow batch; "chained":
+# and a map_batches runs in the source's subtask on it, the sink writes from batches.
+@pytest.mark.parametrize("source", ["records", "batches", "chained"])
 def test_kafka_source_and_sink_are_exactly_once_across_a_kill(
     kafka_bootstrap: str, unique: str, monkeypatch: pytest.MonkeyPatch, source: str
 ) -> None:
-    monkeypatch.setenv("SPILLWAY_TEST_BATCHES", "1" if source == "batches" else "0")
+    monkeypatch.setenv(
+        "SPILLWAY_TEST_BATCHES", {"records": "0", "batches": "1", "chained": "chained"}[source]
+    )
     topic_in, topic_out = f"{unique}-in", f"{unique}-out"
     Admin(KafkaSettings(kafka_bootstrap)).ensure_topics(
         [TopicSpec(topic_in, 3), TopicSpec(topic_out, 2)]

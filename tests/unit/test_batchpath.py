@@ -228,6 +228,22 @@ def test_batch_operators_are_never_chained() -> None:
     assert ops == ["g", "b", "c"]  # g+a fused; b alone; c+out fused
 
 
+def test_a_stateless_batch_operator_chains_into_its_batch_source() -> None:
+    from spark_jobs.batchagg import Agg
+
+    p = Pipeline("t", chaining=True)
+    src = p.read_kafka("src", "in", schema=SCHEMA, batches=True)
+    src.map_batches("m", lambda b: b, schema=SCHEMA).filter_batches("f", lambda b: b).print()
+    ops = [o.name for o in p.plan("t").operators]
+    assert ops == ["src", "f", "console"]  # src+m fused; f reads a channel
+    assert is_batch_logic(p.plan("t").operators[0].make_logic())  # type: ignore[misc]
+    # A keyed (stateful) batch operator never runs in the source's subtask.
+    p = Pipeline("t", chaining=True)
+    src = p.read_kafka("src", "in", schema=SCHEMA, batches=True)
+    src.key_by("key").aggregate_batches("agg", {"n": Agg("count")}, emit="rows").print()
+    assert [o.name for o in p.plan("t").operators] == ["src", "agg", "console"]
+
+
 def test_key_by_a_column_routes_by_the_column_and_feeds_aggregate_batches() -> None:
     from spark_jobs.batchagg import Agg
 
