@@ -202,11 +202,15 @@ class Processor:
         if self.crash.armed:
             self.crash.before_output()
         if isinstance(recs[0], pa.RecordBatch):  # a batch operator's output, as Arrow
+            batch = one_batch(recs, recs[0].schema)
             try:
-                self.result.records_out += write_batches(self.writers, recs)
-                return
+                self.result.records_out += write_batches(self.writers, [batch])
             except RecordError:  # name or divert the rows a writer refuses, one by one
                 recs = rows_of(recs)
+            else:
+                if self.sink is not None:  # a sink chained behind a batch operator
+                    self.sink.write(ArrowRows(batch))
+                return
         try:
             for w in self.writers:
                 w.write_many(recs)  # all-or-nothing per call

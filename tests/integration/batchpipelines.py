@@ -96,7 +96,7 @@ def columnar() -> Pipeline:
     """events(p=2) → tag (record map) → boost (map_batches | map) → keep (filter_batches |
     filter) → count and sum per key (record aggregate, p=2) → files."""
     batches = os.environ.get("SPILLWAY_TEST_BATCHES") == "1"
-    p = Pipeline("columnar")
+    p = Pipeline("columnar", chaining=os.environ.get("SPILLWAY_TEST_CHAINED") == "1")
     events = p.generate(
         "events",
         make=make_event,

@@ -173,30 +173,35 @@ def committed_values(bootstrap: str, topic: str, partitions: int) -> list[bytes]
 def test_kafka_sink_writes_batches_exactly_once_across_kills(
     kafka_bootstrap: str, unique: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # filter_batches → write_kafka: the sink, alone in its subtask, reads its channel as
-    # Arrow batches and writes each batch's JSON column by column. out[0] dies after its
-    # 2nd commit, out[1] before its 2nd (produced in the open transaction, not committed).
-    # The record pipeline (map/filter, the sink chained behind them) writes records.
+    # "b": filter_batches → write_kafka; the sink, alone in its subtask, reads its channel
+    # as Arrow batches and writes each batch's JSON column by column. out[0] dies after
+    # its 2nd commit, out[1] before its 2nd (produced in the open transaction, not
+    # committed). "c": the same with chaining=True, the sink in keep's subtask taking its
+    # output batches (the keep+out chain killed likewise). "r": map/filter, records.
     monkeypatch.setenv("SPILLWAY_TEST_RECORDS", str(RECORDS))
     monkeypatch.setenv("SPILLWAY_TEST_RATE", str(RECORDS / 2 / 6))
-    monkeypatch.setenv("SPILLWAY_CRASH_AT", "out:0:after-commit:0:2,out:1:before-commit:0:2")
-    topics = {"b": f"{unique}-b-out", "r": f"{unique}-r-out"}
-    Admin(KafkaSettings(kafka_bootstrap)).ensure_topics([TopicSpec(t, 2) for t in topics.values()])
+    kills = {"b": "out", "c": "keep", "r": "out"}
     values: dict[str, list[bytes]] = {}
-    for mode, topic in topics.items():
+    for mode, killed in kills.items():
+        topic = f"{unique}-{mode}-out"
+        Admin(KafkaSettings(kafka_bootstrap)).ensure_topics([TopicSpec(topic, 2)])
         monkeypatch.setenv("SPILLWAY_TEST_SINK", topic)
+        monkeypatch.setenv("SPILLWAY_TEST_CHAINED", "1" if mode == "c" else "0")
+        monkeypatch.setenv(
+            "SPILLWAY_CRASH_AT", f"{killed}:0:after-commit:0:2,{killed}:1:before-commit:0:2"
+        )
         _, dlq, status = run(
-            kafka_bootstrap, f"{unique}-{mode}", tmp_path / mode, mode == "b", monkeypatch
+            kafka_bootstrap, f"{unique}-{mode}", tmp_path / mode, mode != "r", monkeypatch
         )
         values[mode] = committed_values(kafka_bootstrap, topic, 2)
         assert len(dlq) == len([i for i in range(RECORDS) if i % 97 == 0])
-        if mode == "b":
+        if mode != "r":
             assert {k: v for k, v in status.items() if v[0]} == {
-                "out[0]": (1, "finished"),
-                "out[1]": (1, "finished"),
+                f"{killed}[0]": (1, "finished"),
+                f"{killed}[1]": (1, "finished"),
             }
         assert all(s == "finished" for _, s in status.values())
     expected = Counter(jsontext.dumps(r) for r in kept_rows(RECORDS))
-    assert Counter(values["b"]) == expected  # exact: every row once, byte for byte
-    assert Counter(values["r"]) == expected
-    assert len(values["b"]) == sum(expected.values())
+    for mode in kills:  # exact: every row once, byte for byte
+        assert Counter(values[mode]) == expected, mode
+        assert len(values[mode]) == sum(expected.values())
