@@ -206,14 +206,15 @@ class BatchAggregate:
         keys = partial.column(0).to_pylist()
         cols = [partial.column(i + 1).to_pylist() for i in range(len(self._slots))]
         rows = zip(*cols, strict=True)
+        olds = {k: state.get(k) for k in keys}  # one state read per distinct key
         accs = []
         for k, new in zip(keys, rows, strict=True):
-            old = state.get(k)
+            old = olds[k]
             accs.append(list(new) if old is None else self._merge(old, new))
         out = (
             self._results(keys, accs)
             if self.emit == "updates"
-            else self._rows(batch, state)
+            else self._rows(batch, olds)
             if self.emit == "rows"
             else None
         )
@@ -249,11 +250,11 @@ class BatchAggregate:
                         f"{a.kind} {out!r} of key {k!r} is {total} within one batch, beyond {typ}"
                     )
 
-    def _rows(self, batch: pa.RecordBatch, state: KeyedState) -> pa.RecordBatch:
-        """Per input row, its key's result after that row (``emit="rows"``); ``state``
-        still holds the values before the batch."""
+    def _rows(self, batch: pa.RecordBatch, state_before: dict[Any, Any]) -> pa.RecordBatch:
+        """Per input row, its key's result after that row (``emit="rows"``);
+        ``state_before``: each key's state value before the batch."""
         kc = key_codes(batch.column(self.key))
-        olds: list[Any] = [state.get(k) for k in kc.keys.to_pylist()]
+        olds = [state_before[k] for k in kc.keys.to_pylist()]
 
         def before(slot: int) -> list[Any]:  # each distinct key's slot before the batch
             return [None if o is None else o[slot] for o in olds]
