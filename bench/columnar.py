@@ -12,13 +12,17 @@ JSON events, a run of ``--block`` Kafka values at a time, in one process:
 - **channel**: each key group's rows through the Arrow channel codec and back (encode at
   the writer, decode at the reader). Record path: ``ArrowCodec`` from and to dicts.
   Columnar: the slice's IPC bytes and ``pyarrow.ipc`` back.
-- **count**: running count per page in :class:`recovery.state.ChangelogState`, updates
-  emitted. Record path: ``KeyedAggregateLogic`` (an update per record). Columnar:
-  :class:`spark_jobs.batchagg.BatchAggregate` (an update per key and batch).
+- **count**: running count per page in :class:`recovery.state.ChangelogState`, an update
+  per record emitted. Record path: ``KeyedAggregateLogic``. Columnar:
+  :class:`spark_jobs.batchagg.BatchAggregate` with ``emit="rows"``.
+- **sink**: each update as the Kafka sink's (key, JSON value). Record path:
+  ``key_bytes`` and ``jsontext.dumps`` per update. Columnar:
+  :func:`channels.arrowjson.json_values` and ``key_values`` over the batch.
 
 Each stage is timed in CPU time (``time.process_time``) over all blocks; a run's figures
 are the median of ``--runs``. Both paths' final counts are checked against
-:func:`bench.workload.reference` before anything is reported. The load average is
+:func:`bench.workload.reference`, and their sink messages against each other, before
+anything is reported. The load average is
 printed beside the figures: the machine may be shared.
 """
 
@@ -38,10 +42,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from bench import peers, workload
+from bench.columnarjob import section_of
+from channels import jsontext
 from channels.arrowcodec import ArrowCodec, arrow_schema
+from channels.arrowjson import json_values, key_values
 from channels.batchroute import split_by_key_group
 from channels.ids import JobId, OperatorName, SubtaskId, TopicPartition
-from channels.partitioners import KeyHash
+from channels.partitioners import KeyHash, key_bytes
 from recovery.state import ChangelogState
 from spark_jobs.batchagg import Agg, BatchAggregate
 from spark_jobs.batchjson import decode_kafka_json
@@ -49,7 +56,7 @@ from spark_jobs.batchops import MapBatchesLogic
 from spark_jobs.lines import field_types, parse_json_value
 from spark_jobs.operators import KeyedAggregateLogic, MapLogic
 
-STAGES = ("decode", "parse", "route", "channel", "count")
+STAGES = ("decode", "parse", "route", "channel", "count", "sink")
 _URL = r"^[a-z]+://[^/]+/(?P<section>[^/?]+)/(?P<page>[^?]*)"
 _EVENT = arrow_schema(peers.EVENT_SCHEMA)
 _VIEW = arrow_schema(peers.VIEW_SCHEMA)
@@ -69,7 +76,12 @@ def _parse_batch(b: pa.RecordBatch) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays([page, section], schema=_VIEW)
 
 
-def _record_path(blocks: list[list[bytes]], groups: int) -> tuple[dict[str, float], Counter[str]]:
+Messages = Counter[tuple[bytes, bytes]]
+
+
+def _record_path(
+    blocks: list[list[bytes]], groups: int
+) -> tuple[dict[str, float], Counter[str], Messages]:
     assert _VIEW is not None
     fields = field_types(peers.EVENT_SCHEMA)
     parse = MapLogic(workload.parse)
@@ -77,10 +89,15 @@ def _record_path(blocks: list[list[bytes]], groups: int) -> tuple[dict[str, floa
     codec = ArrowCodec(peers.VIEW_SCHEMA, _VIEW)
     ctx = _Ctx()
     count = KeyedAggregateLogic(
-        lambda r: r["page"], lambda: 0, lambda acc, r: acc + 1, lambda k, acc: (k, acc), "updates"
+        lambda r: r["page"],
+        lambda: [None, 0],
+        lambda acc, r: [r["section"], acc[1] + 1],
+        lambda k, acc: {"page": k, "section": acc[0], "views": acc[1]},
+        "updates",
     )
     count.open(ctx)  # type: ignore[arg-type]
     t = dict.fromkeys(STAGES, 0.0)
+    sent: Messages = Counter()
     for values in blocks:
         t0 = time.process_time()
         events = [parse_json_value(v, fields) for v in values]
@@ -95,21 +112,29 @@ def _record_path(blocks: list[list[bytes]], groups: int) -> tuple[dict[str, floa
         for recs in by_group.values():
             received.append(codec.decode_batch(codec.frame([codec.encode_block(recs)])))
         t4 = time.process_time()
-        for recs in received:
-            count.process(recs)
+        updates = [u for recs in received for u in count.process(recs)]
         t5 = time.process_time()
-        for stage, a, b in zip(STAGES, (t0, t1, t2, t3, t4), (t1, t2, t3, t4, t5), strict=True):
+        messages = [(key_bytes(u["page"]), jsontext.dumps(u)) for u in updates]
+        t6 = time.process_time()
+        sent.update(messages)
+        marks = (t0, t1, t2, t3, t4, t5, t6)
+        for stage, a, b in zip(STAGES, marks[:-1], marks[1:], strict=True):
             t[stage] += b - a
-    return t, Counter({k: v for k, v in ctx.state.items()})
+    return t, Counter({k: v[1] for k, v in ctx.state.items()}), sent
 
 
-def _columnar(blocks: list[list[bytes]], groups: int) -> tuple[dict[str, float], Counter[str]]:
+def _columnar(
+    blocks: list[list[bytes]], groups: int
+) -> tuple[dict[str, float], Counter[str], Messages]:
     assert _EVENT is not None
     assert _VIEW is not None
     parse = MapBatchesLogic("parse", _parse_batch, _VIEW)
-    agg = BatchAggregate("count", "page", {"views": Agg("count")}, _VIEW, emit="updates")
+    agg = BatchAggregate(
+        "count", "page", {"views": Agg("count")}, _VIEW, derive={"section": section_of}, emit="rows"
+    )
     ctx = _Ctx()
     t = dict.fromkeys(STAGES, 0.0)
+    sent: Messages = Counter()
     offset = 0
     for values in blocks:
         t0 = time.process_time()
@@ -127,11 +152,21 @@ def _columnar(blocks: list[list[bytes]], groups: int) -> tuple[dict[str, float],
         t4 = time.process_time()
         # A subtask folds what one poll returned (all its key groups' messages) at once:
         # a group_by call costs tens of µs, whatever its size.
-        agg.fold(pa.Table.from_batches(received, _VIEW).combine_chunks().to_batches()[0], ctx.state)
+        batch = pa.Table.from_batches(received, _VIEW).combine_chunks().to_batches()[0]
+        out = agg.fold(batch, ctx.state)
+        assert out is not None
         t5 = time.process_time()
-        for stage, a, b in zip(STAGES, (t0, t1, t2, t3, t4), (t1, t2, t3, t4, t5), strict=True):
+        vals = json_values(out)
+        keys = key_values(out.column("page"))
+        assert vals is not None
+        assert keys is not None
+        messages = list(zip(keys, vals, strict=True))
+        t6 = time.process_time()
+        sent.update(messages)
+        marks = (t0, t1, t2, t3, t4, t5, t6)
+        for stage, a, b in zip(STAGES, marks[:-1], marks[1:], strict=True):
             t[stage] += b - a
-    return t, Counter({k: acc[0] for k, acc in ctx.state.items()})
+    return t, Counter({k: acc[0] for k, acc in ctx.state.items()}), sent
 
 
 def measure(records: int, block: int, groups: int, runs: int) -> dict[str, Any]:
@@ -139,17 +174,23 @@ def measure(records: int, block: int, groups: int, runs: int) -> dict[str, Any]:
     values = [workload.encode(workload.make_event(i)) for i in range(records)]
     blocks = [values[i : i + block] for i in range(0, records, block)]
     expected = workload.reference(records)
-    paths: dict[str, Callable[[list[list[bytes]], int], tuple[dict[str, float], Counter[str]]]]
+    paths: dict[
+        str, Callable[[list[list[bytes]], int], tuple[dict[str, float], Counter[str], Messages]]
+    ]
     paths = {"record": _record_path, "columnar": _columnar}
     timings: dict[str, list[dict[str, float]]] = {p: [] for p in paths}
     for fn in paths.values():
         fn(blocks[:1], groups)  # warm-up: lazy imports and kernel lookups are not per record
     for _ in range(runs):  # interleaved: drift in the machine's load hits both alike
+        sent: list[Messages] = []
         for name, fn in paths.items():
-            t, counts = fn(blocks, groups)
+            t, counts, messages = fn(blocks, groups)
             if counts != expected:
                 raise SystemExit(f"{name} path: final counts differ from the reference")
             timings[name].append(t)
+            sent.append(messages)
+        if sent[0] != sent[1]:
+            raise SystemExit("the two paths' sink messages differ")
     out: dict[str, Any] = {"records": records, "block": block, "groups": groups, "runs": runs}
     for name, ts in timings.items():
         per_stage = {s: statistics.median(t[s] for t in ts) / records * 1e6 for s in STAGES}

@@ -9,12 +9,13 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from confluent_kafka.admin import AdminClient
 
-from bench import ceiling, kstreamsb3, steadyrun, workload
+from bench import ceiling, columnarrun, kstreamsb3, steadyrun, workload
 
 if TYPE_CHECKING:
     from bench.suite import Settings
@@ -64,8 +65,8 @@ def rounds(
     delete: Callable[[list[str]], None],
     say: Callable[[str], None],
 ) -> dict[str, Callable[[int], dict[str, Any]]]:
-    """``{"b0s": round, "b3k": round, "b1s": round}``; B1s's input topics are written here
-    (if it runs) and deleted when ``stack`` closes."""
+    """``{"b0s": round, "b3k": round, "b1s": round, "b1c": round}``; B1s's and B1c's input
+    topics are written here (if they run) and deleted when ``stack`` closes."""
     out: dict[str, Callable[[int], dict[str, Any]]] = {
         "b0s": lambda i: ceiling.b0s_round(
             broker.bootstrap, broker.pid, s.b0s_sizes, s.b1s_timeout_s, log, create, delete, say
@@ -74,9 +75,30 @@ def rounds(
             broker.bootstrap, broker.admin, kstreamsb3.Settings()
         ),
     }
-    if "b1s" not in s.parts:
-        return out
-    topics = b1s_preload(broker, s.b1s_sizes, create, say)
+    part = partial(steady_part, broker, s, log, stack, create, delete, say)
+    if "b1c" in s.parts:
+        out["b1c"] = part(s.b1c_sizes, s.b1c_engines, columnarrun.run_options)
+    if "b1s" in s.parts:
+        out["b1s"] = part(s.b1s_sizes, s.b1s_engines, lambda e: {"log_dirs": broker.log_dirs})
+    return out
+
+
+def steady_part(
+    broker: Broker,
+    s: Settings,
+    log: TextIO,
+    stack: contextlib.ExitStack,
+    create: Callable[[str], None],
+    delete: Callable[[list[str]], None],
+    say: Callable[[str], None],
+    sizes: tuple[int, ...],
+    engines: tuple[str, ...],
+    options: Callable[[str], dict[str, Any]],
+) -> Callable[[int], dict[str, Any]]:
+    """A round of whole runs of ``engines`` at ``sizes`` (:func:`bench.steadyrun.b1s_round`,
+    each run :func:`bench.steadyrun.run_once` with ``options(engine)`` added); the input
+    topics are written here and deleted when ``stack`` closes."""
+    topics = b1s_preload(broker, sizes, create, say)
     stack.callback(delete, list(topics.values()))
 
     def run(engine: str, topic: str, records: int) -> dict[str, Any]:
@@ -91,8 +113,7 @@ def rounds(
             log,
             create,
             lambda name: delete(topics_with(broker.admin, name)),
-            broker.log_dirs,
+            **options(engine),
         )
 
-    out["b1s"] = lambda i: steadyrun.b1s_round(s.b1s_engines, topics, i, run, say)
-    return out
+    return lambda i: steadyrun.b1s_round(engines, topics, i, run, say)

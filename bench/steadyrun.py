@@ -159,23 +159,31 @@ def run_once(
     create: Callable[[str], None],
     drop: Callable[[str], None],
     log_dirs: Path | None = None,
+    make_command: Callable[..., list[str]] | None = None,
+    judge: Callable[[list[tuple[bytes | None, bytes | None]], int], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """One whole run of ``engine`` over ``input_topic``: measured figures and output check.
 
     ``create(topic)`` makes the output topic; ``drop(name)`` deletes every topic whose
     name holds ``name`` (the output, and what the engine made for itself). ``log_dirs``:
     the broker's, to weigh Spillway's channel topics (:func:`wire_bytes`).
+    ``make_command`` (default :func:`command`, same arguments) and ``judge(rows,
+    records)`` (default B1's :func:`bench.workload.check_rows`) let other parts reuse it.
     """
     name = f"bench-{engine}-{uuid.uuid4().hex[:8]}"
     output = name + "-out"
     create(output)
     workdir = tempfile.mkdtemp(prefix=name + "-")
+    make = make_command or command
     try:
-        cmd = command(engine, bootstrap, input_topic, output, records, name, interval_s, workdir)
+        cmd = make(engine, bootstrap, input_topic, output, records, name, interval_s, workdir)
         print(f"== {engine} {records} records: {' '.join(cmd)}", file=log, flush=True)
         m = measure.run_whole(cmd, broker_pid, timeout_s, log, cwd=str(REPO))
-        check = workload.check_rows(
-            workload.read_rows(bootstrap, output, name + "-check"), workload.reference(records)
+        rows = workload.read_rows(bootstrap, output, name + "-check")
+        check = (
+            judge(rows, records)
+            if judge is not None
+            else asdict(workload.check_rows(rows, workload.reference(records)))
         )
         wire: dict[str, int] = {}
         if log_dirs is not None and engine.startswith("spillway"):
@@ -183,7 +191,7 @@ def run_once(
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
         drop(name)
-    out = {"engine": engine, "records": records, **m.as_dict(), "output": asdict(check)}
+    out = {"engine": engine, "records": records, **m.as_dict(), "output": check}
     if wire:
         out["channel_bytes"] = wire
         out["channel_bytes_per_record"] = sum(wire.values()) / records
@@ -243,14 +251,19 @@ FIGURES = (
 )
 
 
-def summarise(rounds: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Median (min–max) per engine and figure; per-round ratios of records per CPU-second,
-    every Spillway engine against every peer (the baseline first). Pure.
+def summarise(
+    rounds: Sequence[dict[str, Any]],
+    all_engines: Sequence[str] = ENGINES,
+    pairs: Sequence[tuple[str, str]] | None = None,
+) -> dict[str, Any]:
+    """Median (min–max) per engine and figure; per-round ratios of records per CPU-second
+    of ``pairs`` (default: every Spillway engine against every peer, the baseline first).
+    Pure.
 
     A figure that is None in some round (a non-positive slope: a broken measurement) is
     left out of the summary rather than shown as a number.
     """
-    engines = [e for e in ENGINES if all(e in r["fits"] for r in rounds)]
+    engines = [e for e in all_engines if all(e in r["fits"] for r in rounds)]
     out: dict[str, Any] = {"engines": {}, "ratios": {}}
     for e in engines:
         figs: dict[str, Any] = {}
@@ -260,14 +273,17 @@ def summarise(rounds: Sequence[dict[str, Any]]) -> dict[str, Any]:
                 figs[k] = asdict(spread(values))
         figs["output_ok"] = all(r["fits"][e]["output_ok"] for r in rounds)
         out["engines"][e] = figs
-    mine = [e for e in engines if e.startswith("spillway")]
-    peers = sorted((e for e in engines if e not in mine), key=lambda e: e != BASELINE)
-    for m in mine:
-        for p in peers:
-            num = [r["fits"][m]["per_cpu_s"] for r in rounds]
-            den = [r["fits"][p]["per_cpu_s"] for r in rounds]
-            if all(v is not None for v in num + den):
-                out["ratios"][f"{m}/{p}"] = asdict(spread(ratios(num, den)))
+    if pairs is None:
+        mine = [e for e in engines if e.startswith("spillway")]
+        peers = sorted((e for e in engines if e not in mine), key=lambda e: e != BASELINE)
+        pairs = [(m, p) for m in mine for p in peers]
+    for m, p in pairs:
+        if m not in engines or p not in engines:
+            continue
+        num = [r["fits"][m]["per_cpu_s"] for r in rounds]
+        den = [r["fits"][p]["per_cpu_s"] for r in rounds]
+        if all(v is not None for v in num + den):
+            out["ratios"][f"{m}/{p}"] = asdict(spread(ratios(num, den)))
     return out
 
 

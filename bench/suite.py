@@ -8,6 +8,8 @@
 * **B4 restore** — :mod:`bench.restore`.
 * **B3 localized recovery** — :mod:`bench.localized` (one subtask SIGKILLed vs the whole
   job killed and restarted from its checkpoints, on Spark local mode).
+* **B1c columnar** — :mod:`bench.columnarrun` (issue 21: the columnar path on Spark beside
+  the record path and the peers, and a stateless pipeline through one channel).
 * **B5** is ``make bench-checkpoints`` (:mod:`bench.checkpoints`), run on its own.
 
 Every figure is the median of ``--runs`` runs with min–max; ratios are taken run by run
@@ -39,6 +41,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 
 from bench import (
     ceiling,
+    columnarrun,
     kafkatools,
     kstreams,
     kstreamsb3,
@@ -80,7 +83,7 @@ class Settings:
     b4_records: int = 1_500_000
     # sss-python needed ~80 s for 50k records at load ~25 in a trial run: room for 400k.
     engine_timeout_s: float = 900.0
-    parts: tuple[str, ...] = ("b0", "b0s", "b1", "b1s", "b4", "b2", "b3", "b3k")
+    parts: tuple[str, ...] = ("b0", "b0s", "b1", "b1s", "b1c", "b4", "b2", "b3", "b3k")
     b2_intervals: tuple[float, ...] = (0.1, 1.0, 5.0)
     b2_rate: float = 2000.0
     b2_seconds: float = 10.0
@@ -93,6 +96,9 @@ class Settings:
     b1s_timeout_s: float = 3600.0  # one whole run of 5M records (sss-python is slowest)
     # B0s (bench.ceiling): tuned perf tools and raw confluent-kafka loops at two sizes.
     b0s_sizes: tuple[int, ...] = (1_000_000, 5_000_000)
+    # B1c (bench.columnarrun): the columnar path on Spark, whole runs at two sizes.
+    b1c_sizes: tuple[int, ...] = (1_000_000, 5_000_000)
+    b1c_engines: tuple[str, ...] = columnarrun.ENGINES
 
 
 def _create(admin: AdminClient, topic: str, partitions: int = PARTITIONS) -> None:
@@ -275,6 +281,8 @@ def summarise(doc: dict[str, Any]) -> dict[str, Any]:
         out["b0s"] = ceiling.summarise(b0s)
     if b1s := doc.get("b1s"):
         out["b1s"] = steadyrun.summarise(b1s)
+    if b1c := doc.get("b1c"):
+        out["b1c"] = columnarrun.summarise(b1c)
     if b3k := doc.get("b3k"):
         out["b3k"] = kstreamsb3.summarise(b3k)
     if b4 := doc.get("b4"):
@@ -357,6 +365,7 @@ PARTS: dict[str, str] = {
     "b0s": "B0s ceiling in steady state",
     "b1": "B1 throughput",
     "b1s": "B1s steady state, as users run it",
+    "b1c": "B1c the columnar path on Spark",
     "b4": "B4 restore",
     "b2": "B2 latency per hop",
     "b3": "B3 localized recovery",
@@ -448,6 +457,7 @@ def run(s: Settings, command: str, smoke_dir: Path | None = None) -> Path:
         if (
             ("b1" in s.parts and "kstreams" in s.engines)
             or ("b1s" in s.parts and "kstreams" in s.b1s_engines)
+            or ("b1c" in s.parts and "kstreams" in s.b1c_engines)
             or "b3k" in s.parts
         ):
             kstreams.build()  # Maven, the first time: before any round, not in one
@@ -526,6 +536,16 @@ def parse_args(argv: Sequence[str] | None) -> Settings:
         help="subset of " + ",".join(steadyrun.ENGINES),
     )
     ap.add_argument(
+        "--b1c-sizes",
+        default=",".join(str(n) for n in d.b1c_sizes),
+        help="B1c input sizes (>= 2 distinct)",
+    )
+    ap.add_argument(
+        "--b1c-engines",
+        default=",".join(d.b1c_engines),
+        help="subset of " + ",".join(columnarrun.ENGINES),
+    )
+    ap.add_argument(
         "--smoke",
         metavar="DIR",
         help="a trial run: results into DIR, docs/benchmarks.md left as it is",
@@ -545,6 +565,12 @@ def parse_args(argv: Sequence[str] | None) -> Settings:
         ap.error("--b1s-sizes and --b0s-sizes need two distinct sizes >= 1 each")
     if bad := [e for e in b1s_engines if e not in steadyrun.ENGINES]:
         ap.error(f"unknown B1s engine {bad}; B1s engines: {steadyrun.ENGINES}")
+    b1c_sizes = tuple(sorted({int(n) for n in a.b1c_sizes.split(",") if n}))
+    b1c_engines = tuple(e for e in a.b1c_engines.split(",") if e)
+    if len(b1c_sizes) < 2 or b1c_sizes[0] < 1:
+        ap.error("--b1c-sizes needs two distinct sizes >= 1")
+    if bad := [e for e in b1c_engines if e not in columnarrun.ENGINES]:
+        ap.error(f"unknown B1c engine {bad}; B1c engines: {columnarrun.ENGINES}")
     return Settings(
         runs=a.runs,
         b0_records=a.b0_records,
@@ -559,6 +585,8 @@ def parse_args(argv: Sequence[str] | None) -> Settings:
         b1s_sizes=b1s_sizes,
         b1s_engines=b1s_engines,
         b0s_sizes=b0s_sizes,
+        b1c_sizes=b1c_sizes,
+        b1c_engines=b1c_engines,
     )
 
 

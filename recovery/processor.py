@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 import pyarrow as pa
 
-from channels.batchread import ArrowRows
+from channels.batchread import ArrowRows, one_batch
 from channels.envelope import Kind
 from channels.errors import RecordError
 from channels.ids import SubtaskId, TopicPartition
@@ -116,7 +116,10 @@ class Processor:
             self._caught_up()
         # A source chained with transforms: they run here, before anything is written
         # (their outputs have no per-record origin: a function may emit 0..n per input).
-        if self.logic is not None:
+        if self.batch_logic is not None and recs and isinstance(recs[0], pa.RecordBatch):
+            batch = one_batch(recs, recs[0].schema)  # a batch source with a batch operator
+            self.emit(self.batch_logic.run_batch(batch, source.origins(), self.dead_letters))
+        elif self.logic is not None:
             self.emit(self._process(recs, source.origins()))
         else:
             self.emit(recs, source.origins())
@@ -199,11 +202,15 @@ class Processor:
         if self.crash.armed:
             self.crash.before_output()
         if isinstance(recs[0], pa.RecordBatch):  # a batch operator's output, as Arrow
+            batch = one_batch(recs, recs[0].schema)
             try:
-                self.result.records_out += write_batches(self.writers, recs)
-                return
+                self.result.records_out += write_batches(self.writers, [batch])
             except RecordError:  # name or divert the rows a writer refuses, one by one
                 recs = rows_of(recs)
+            else:
+                if self.sink is not None:  # a sink chained behind a batch operator
+                    self.sink.write(ArrowRows(batch))
+                return
         try:
             for w in self.writers:
                 w.write_many(recs)  # all-or-nothing per call

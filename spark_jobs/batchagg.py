@@ -21,7 +21,9 @@ adds output columns computed from the aggregated table (``pc.divide(t["rev"], t[
 Emitting: ``"final"`` emits every key's result once when the input ends, sorted by key as
 the record path sorts them; ``"updates"`` emits, after each batch, one row per key the
 batch touched (in order of first appearance) — the record path's last update of that key
-within the batch (it emits after every record; a columnar operator emits per batch).
+within the batch (it emits after every record; a columnar operator emits per batch);
+``"rows"`` (count, sum and mean only) emits one row per input row, its key's result after
+that row — the record path's ``"updates"`` row for row (:mod:`spark_jobs.batchrunning`).
 """
 
 from __future__ import annotations
@@ -38,9 +40,12 @@ from channels.errors import ConfigError, PipelineDefinitionError, RecordError
 from recovery.origins import Origins
 from recovery.plan import Context, KeyedState, SetAside
 from spark_jobs.batchops import DeadLetterSink, process_batch
+from spark_jobs.batchrunning import KeyCodes, key_codes, running_sum, with_base
 from spark_jobs.operators import _by_key
 
 KINDS = ("count", "sum", "min", "max", "mean")
+EMITS = ("final", "updates", "rows")
+ROW_KINDS = ("count", "sum", "mean")  # the kinds emit="rows" keeps running per row
 Expr = Callable[[pa.RecordBatch], pa.Array | pa.ChunkedArray]
 Derive = Callable[[pa.Table], pa.Array | pa.ChunkedArray]
 
@@ -112,9 +117,14 @@ class BatchAggregate:
 
     def _check(self, schema: pa.Schema) -> None:
         where = f"operator {self.name!r}"
-        if self.emit not in ("final", "updates"):
+        if self.emit not in EMITS:
             raise PipelineDefinitionError(
-                f"{where}: emit must be 'final' or 'updates', got {self.emit!r}"
+                f"{where}: emit must be 'final', 'updates' or 'rows', got {self.emit!r}"
+            )
+        if self.emit == "rows" and (bad := [o for o, a in aggs_of(self) if a not in ROW_KINDS]):
+            raise PipelineDefinitionError(
+                f"{where}: emit='rows' keeps {', '.join(ROW_KINDS)} running per row; "
+                f"{bad} are not of those (use emit='updates')"
             )
         if self.key not in schema.names:
             raise PipelineDefinitionError(
@@ -196,11 +206,18 @@ class BatchAggregate:
         keys = partial.column(0).to_pylist()
         cols = [partial.column(i + 1).to_pylist() for i in range(len(self._slots))]
         rows = zip(*cols, strict=True)
+        olds = {k: state.get(k) for k in keys}  # one state read per distinct key
         accs = []
         for k, new in zip(keys, rows, strict=True):
-            old = state.get(k)
+            old = olds[k]
             accs.append(list(new) if old is None else self._merge(old, new))
-        out = self._results(keys, accs) if self.emit == "updates" else None
+        out = (
+            self._results(keys, accs)
+            if self.emit == "updates"
+            else self._rows(batch, olds)
+            if self.emit == "rows"
+            else None
+        )
         for k, acc in zip(keys, accs, strict=True):  # only once nothing can fail
             state.put(k, acc)
         return out
@@ -232,6 +249,55 @@ class BatchAggregate:
                     raise ValueError(
                         f"{a.kind} {out!r} of key {k!r} is {total} within one batch, beyond {typ}"
                     )
+
+    def _rows(self, batch: pa.RecordBatch, state_before: dict[Any, Any]) -> pa.RecordBatch:
+        """Per input row, its key's result after that row (``emit="rows"``);
+        ``state_before``: each key's state value before the batch."""
+        kc = key_codes(batch.column(self.key))
+        olds = [state_before[k] for k in kc.keys.to_pylist()]
+
+        def before(slot: int) -> list[Any]:  # each distinct key's slot before the batch
+            return [None if o is None else o[slot] for o in olds]
+
+        arrays: list[Any] = [pc.cast(kc.keys, self.key_type).take(kc.codes)]
+        try:
+            for (a, s), f in zip(
+                zip(self.aggs.values(), self._first_slot, strict=True),
+                list(self._base_schema)[1:],
+                strict=True,
+            ):
+                arrays.append(pc.cast(self._running(a, s, batch, kc, before), f.type))
+        except (pa.ArrowException, OverflowError) as e:
+            raise RecordError(f"operator {self.name!r}: a result does not fit its type: {e}") from e
+        return self._derived(pa.Table.from_arrays(arrays, schema=self._base_schema))
+
+    def _running(
+        self,
+        a: Agg,
+        slot: int,
+        batch: pa.RecordBatch,
+        kc: KeyCodes,
+        before: Callable[[int], list[Any]],
+    ) -> pa.Array:
+        """Aggregate ``a``'s result per row (its slots from ``slot``), running per key."""
+        values = self._input(a, batch)
+        if isinstance(values, pa.ChunkedArray):
+            values = values.combine_chunks()
+        if a.kind == "count":
+            ones = pc.cast(pc.is_valid(values), pa.int64())
+            if a.of is None:  # count() of rows: a row whose key is null counts too
+                ones = pc.if_else(pc.is_null(values), pa.scalar(1, pa.int64()), ones)
+            return with_base(kc, running_sum(kc, ones), before(slot))
+        valid = pc.cast(pc.is_valid(values), pa.int64())
+        total = running_sum(kc, pc.fill_null(pc.cast(values, self._types[slot]), 0))
+        total = with_base(kc, total, before(slot))
+        if a.kind == "sum":  # null while the key has had no value (SQL's sum)
+            had = [None if b is None else 1 for b in before(slot)]
+            seen = with_base(kc, running_sum(kc, valid), had)
+            return pc.if_else(pc.greater(seen, 0), total, pa.scalar(None, total.type))
+        count = with_base(kc, running_sum(kc, valid), before(slot + 1))  # mean: sum / count
+        mean = pc.divide(pc.cast(total, pa.float64()), pc.cast(count, pa.float64()))
+        return pc.if_else(pc.greater(count, 0), mean, pa.scalar(None, pa.float64()))
 
     def _merge(self, old: Sequence[Any], new: Sequence[Any]) -> list[Any]:
         out = list(old)
@@ -271,7 +337,10 @@ class BatchAggregate:
                     arrays.append(pa.array(slots[first], f.type))
         except (pa.ArrowException, OverflowError) as e:
             raise RecordError(f"operator {self.name!r}: a result does not fit its type: {e}") from e
-        table = pa.Table.from_arrays(arrays, schema=self._base_schema)
+        return self._derived(pa.Table.from_arrays(arrays, schema=self._base_schema))
+
+    def _derived(self, table: pa.Table) -> pa.RecordBatch:
+        """``table`` with the ``derive`` columns appended, as one batch."""
         for out, fn in self.derive.items():
             try:
                 col = fn(table)
@@ -279,6 +348,11 @@ class BatchAggregate:
                 raise RecordError(f"operator {self.name!r}: derive {out!r} failed: {e}") from e
             table = table.append_column(out, col)
         return _one_batch(table)
+
+
+def aggs_of(agg: BatchAggregate) -> list[tuple[str, str]]:
+    """(output column, kind) of each aggregate of ``agg``."""
+    return [(out, a.kind) for out, a in agg.aggs.items()]
 
 
 def _one_batch(table: pa.Table) -> pa.RecordBatch:

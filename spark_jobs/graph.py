@@ -268,7 +268,17 @@ class Graph:
         if self._routing(e) != "forward" or down.kind == "source" or up.kind == "sink":
             return False
         if up.description.get("batch") or down.description.get("batch"):
-            return False  # a batch operator reads and writes channels (recovery.batchpath)
+            # A batch operator reads and writes channels (recovery.batchpath); only a
+            # stateless one may run in a batch source's subtask, on the batch it read,
+            # and a sink may take a batch operator's output in its subtask (as ArrowRows).
+            if sum(1 for o in self._edges if o.upstream == up.name) != 1:
+                return False
+            batch_in = up.kind == "source" and bool(up.description.get("batch"))
+            stateless_batch = down.kind == "transform" and bool(down.description.get("batch"))
+            batch_out = up.kind == "transform" and bool(up.description.get("batch"))
+            return (batch_in and stateless_batch and not down.stateful) or (
+                batch_out and down.kind == "sink"
+            )
         if sum(1 for o in self._edges if o.upstream == up.name) != 1:
             return False
         # Keyed state only in the chain's last transform: a failed call then changes no

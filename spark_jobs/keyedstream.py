@@ -102,7 +102,8 @@ class KeyedStream(Stream):
         sum, min, max, mean) computed by Arrow per input batch and merged into keyed state
         (checkpointed through the changelog, as :meth:`aggregate`'s); ``derive`` adds
         columns computed from the aggregated table. ``emit`` as :meth:`aggregate`, except
-        that ``"updates"`` emits one row per key and input batch."""
+        that ``"updates"`` emits one row per key and input batch; ``"rows"`` (count, sum,
+        mean) emits one row per input row, as :meth:`aggregate`'s ``"updates"`` does."""
         if not isinstance(self.key_fn, ColumnKey):
             raise PipelineDefinitionError(
                 f"operator {name!r}: aggregate_batches needs a key column: use "

@@ -98,7 +98,7 @@ class Pipeline(Graph):
         format: str,
         schema: SchemaLike,
         parallelism: int = 1,
-        timestamp: Callable[[Record], int] | None = None,
+        timestamp: Callable[[Record], int] | str | None = None,
         watermarks: Watermarks | None = None,
         batches: bool = False,
     ) -> Stream:
@@ -110,13 +110,15 @@ class Pipeline(Graph):
         Event time: ``timestamp(record)`` in ms, with ``watermarks`` (default
         :meth:`Watermarks.monotonic`); a timestamp that fails is a bad line too.
 
-        ``batches=True`` (CSV or Parquet, flat schema, no event time) reads Arrow batches
-        (:mod:`spark_jobs.batchsources`) and writes them to the channel as Arrow.
+        ``batches=True`` (CSV or Parquet, flat schema) reads Arrow batches
+        (:mod:`spark_jobs.batchsources`) and writes them to the channel as Arrow; its
+        ``timestamp`` is then a column's name (a non-null integer field, ms).
         """
-        ts = _event_time_args(name, timestamp, watermarks, required=True)
         schema = avro_schema(schema, where=f"source {name!r}", name=name)
         if batches:
-            return self._batch_files(name, pattern, format, schema, parallelism, ts[1])
+            ts_col = _batch_event_time(name, timestamp, watermarks, required=True)
+            return self._batch_files(name, pattern, format, schema, parallelism, *ts_col)
+        ts = _event_time_args(name, timestamp, watermarks, required=True)
         node = self._add(
             name,
             parallelism,
@@ -135,19 +137,19 @@ class Pipeline(Graph):
         spec: SchemaLike,
         parallelism: int,
         bounded: bool,
+        timestamp: str | None,
         watermarks: Watermarks | None,
     ) -> Stream:
-        if watermarks is not None:
-            raise PipelineDefinitionError(
-                f"source {name!r}: read_kafka(batches=True) has no event time; drop "
-                "timestamp/watermarks or read records (batches=False)"
-            )
         schema = avro_schema(spec, where=f"source {name!r}", name=name)
-        BatchKafkaSource(topic, parallelism, bounded, schema)  # checks the schema now
-        factory = partial(BatchKafkaSource, topic, parallelism, bounded, schema)
+        args = (topic, parallelism, bounded, schema, timestamp, watermarks)
+        BatchKafkaSource(*args)  # checks the schema and the timestamp column now
         description = {"source": "kafka", "topic": topic, "bounded": bounded, "batch": True}
-        node = self._add(name, parallelism, "source", schema, factory, description=description)
+        node = self._add(
+            name, parallelism, "source", schema, partial(BatchKafkaSource, *args),
+            description=description,
+        )  # fmt: skip
         node.bounded = bounded
+        node.event_time = watermarks is not None
         return Stream(self, name)
 
     def _batch_files(
@@ -157,17 +159,17 @@ class Pipeline(Graph):
         fmt: str,
         schema: dict[str, Any],
         parallelism: int,
+        timestamp: str | None,
         watermarks: Watermarks | None,
     ) -> Stream:
-        if watermarks is not None:
-            raise PipelineDefinitionError(
-                f"source {name!r}: read_files(batches=True) has no event time; drop "
-                "timestamp/watermarks or read records (batches=False)"
-            )
-        BatchFileSource(pattern, fmt, parallelism, schema)  # checks format and schema now
-        factory = partial(BatchFileSource, pattern, fmt, parallelism, schema)
+        args = (pattern, fmt, parallelism, schema, timestamp, watermarks)
+        BatchFileSource(*args)  # checks format, schema and timestamp column now
         description = {"source": "files", "format": fmt, "batch": True}
-        self._add(name, parallelism, "source", schema, factory, description=description)
+        node = self._add(
+            name, parallelism, "source", schema, partial(BatchFileSource, *args),
+            description=description,
+        )  # fmt: skip
+        node.event_time = watermarks is not None
         return Stream(self, name)
 
     def read_kafka(
@@ -178,7 +180,7 @@ class Pipeline(Graph):
         schema: SchemaLike,
         parallelism: int = 1,
         bounded: bool = False,
-        timestamp: Callable[[Record], int] | None = None,
+        timestamp: Callable[[Record], int] | str | None = None,
         watermarks: Watermarks | None = None,
         batches: bool = False,
     ) -> Stream:
@@ -193,13 +195,15 @@ class Pipeline(Graph):
         the minimum over its partitions of (largest event time − bound), leaving out
         partitions idle longer than the idle timeout; it is checkpointed with the offsets.
 
-        ``batches=True`` (flat schema, no event time) decodes each partition's values of
-        a read with one ``pyarrow.json`` call (:mod:`spark_jobs.batchsources`) and writes
-        the batch to the channel as Arrow.
+        ``batches=True`` (flat schema) decodes each partition's values of a read with one
+        ``pyarrow.json`` call (:mod:`spark_jobs.batchsources`) and writes the batch to the
+        channel as Arrow; its ``timestamp`` is then a column's name (a non-null integer
+        field, ms), and without one the event time is the Kafka timestamp.
         """
-        ts = _event_time_args(name, timestamp, watermarks, required=False)
         if batches:
-            return self._batch_kafka(name, topic, schema, parallelism, bounded, ts[1])
+            ts_col = _batch_event_time(name, timestamp, watermarks, required=False)
+            return self._batch_kafka(name, topic, schema, parallelism, bounded, *ts_col)
+        ts = _event_time_args(name, timestamp, watermarks, required=False)
         node = self._add(
             name,
             parallelism,
@@ -213,6 +217,38 @@ class Pipeline(Graph):
         return Stream(self, name)
 
 
+def _batch_event_time(
+    name: str, timestamp: Any, watermarks: Watermarks | None, *, required: bool
+) -> tuple[str | None, Watermarks | None]:
+    """(timestamp column, strategy) of batch source ``name``; strategy ``None``: no event
+    time. A batch source's timestamp is a column name, not a function."""
+    if timestamp is not None and not isinstance(timestamp, str):
+        raise PipelineDefinitionError(
+            f"source {name!r}: with batches=True, timestamp= is the name of a column holding "
+            f"the event time in ms, not {timestamp!r}; or read records (batches=False)"
+        )
+    return timestamp, _strategy(name, timestamp, watermarks, required, "the column holding")
+
+
+def _strategy(
+    name: str, timestamp: object, watermarks: Watermarks | None, required: bool, what: str
+) -> Watermarks | None:
+    """The watermark strategy of source ``name`` (``None``: no event time); ``what``
+    names the kind of timestamp the source takes, for the message."""
+    if watermarks is not None and not isinstance(watermarks, Watermarks):
+        raise PipelineDefinitionError(
+            f"source {name!r}: watermarks must be a Watermarks strategy, e.g. "
+            f"Watermarks.bounded(5000), got {watermarks!r}"
+        )
+    if watermarks is not None and timestamp is None and required:
+        raise PipelineDefinitionError(
+            f"source {name!r}: watermarks= needs timestamp=, {what} its event time in ms"
+        )
+    if timestamp is not None and watermarks is None:
+        return Watermarks.monotonic()
+    return watermarks
+
+
 def _typed(timestamp: Callable[[Record], int] | None) -> Callable[[Record], int] | None:
     """A timestamp function that gets a dataclass if its parameter is annotated with one."""
     return None if timestamp is None else adapt(timestamp)
@@ -220,7 +256,7 @@ def _typed(timestamp: Callable[[Record], int] | None) -> Callable[[Record], int]
 
 def _event_time_args(
     name: str,
-    timestamp: Callable[[Record], int] | None,
+    timestamp: Callable[[Record], int] | str | None,
     watermarks: Watermarks | None,
     *,
     required: bool,
@@ -229,21 +265,12 @@ def _event_time_args(
 
     ``required``: the source has no timestamp of its own (unlike Kafka's record time).
     """
-    if watermarks is not None and not isinstance(watermarks, Watermarks):
-        raise PipelineDefinitionError(
-            f"source {name!r}: watermarks must be a Watermarks strategy, e.g. "
-            f"Watermarks.bounded(5000), got {watermarks!r}"
-        )
     if timestamp is not None and not callable(timestamp):
         raise PipelineDefinitionError(
             f"source {name!r}: timestamp must be a function of the record returning its "
             f"event time in ms, got {timestamp!r}"
         )
-    if watermarks is not None and timestamp is None and required:
-        raise PipelineDefinitionError(
-            f"source {name!r}: watermarks= needs timestamp=, a function of the record "
-            "returning its event time in ms"
-        )
-    if timestamp is not None and watermarks is None:
-        watermarks = Watermarks.monotonic()
-    return timestamp, watermarks
+    strategy = _strategy(
+        name, timestamp, watermarks, required, "a function of the record returning"
+    )
+    return timestamp, strategy

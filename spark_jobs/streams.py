@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from channels.arrowcodec import arrow_schema
 from channels.batchwrite import ColumnKey
 from channels.errors import PipelineDefinitionError
 from recovery.plan import Record
@@ -251,21 +252,36 @@ class Stream:
         name: str,
         topic: str,
         *,
-        key: Callable[[Record], Any] | None = None,
+        key: Callable[[Record], Any] | str | None = None,
         parallelism: int | None = None,
     ) -> None:
         """JSON records to ``topic``, in the subtask's transactions (read them read_committed).
 
-        With ``key``, each message is keyed by ``key(record)`` (so Kafka keeps per-key order);
-        without, librdkafka spreads messages over the partitions.
+        With ``key`` (a function of the record, or a column's name), each message is keyed
+        by it (so Kafka keeps per-key order); without, librdkafka spreads messages over the
+        partitions.
         """
+        # Without a key function, alone in its subtask, a flat channel is read as Arrow
+        # batches and written column by column (channels.arrowjson).
+        schema = self._schema()
+        flat = arrow_schema(schema) if schema is not None else None
+        description: dict[str, Any] = {"sink": "kafka"}
+        if isinstance(key, str):
+            if flat is not None and key not in flat.names:
+                raise PipelineDefinitionError(
+                    f"write_kafka {name!r}: key column {key!r} is not in the input; its "
+                    f"columns are {flat.names}"
+                )
+            description["key"] = key
+        key_fn = ColumnKey(key) if isinstance(key, str) else key and adapt(key)
+        batches = flat is not None and (key is None or isinstance(key, str))
         self._then(
             name,
-            partial(KafkaTopicSink, topic, key and adapt(key)),
+            partial(KafkaTopicSink, topic, key_fn, batches),
             None,
             parallelism,
             "sink",
-            description={"sink": "kafka"},
+            description=description,
         )
 
     def print(self, name: str = "console", *, limit: int = 20) -> None:

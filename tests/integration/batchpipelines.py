@@ -96,7 +96,7 @@ def columnar() -> Pipeline:
     """events(p=2) → tag (record map) → boost (map_batches | map) → keep (filter_batches |
     filter) → count and sum per key (record aggregate, p=2) → files."""
     batches = os.environ.get("SPILLWAY_TEST_BATCHES") == "1"
-    p = Pipeline("columnar")
+    p = Pipeline("columnar", chaining=os.environ.get("SPILLWAY_TEST_CHAINED") == "1")
     events = p.generate(
         "events",
         make=make_event,
@@ -113,6 +113,9 @@ def columnar() -> Pipeline:
     else:
         boosted = tagged.map("boost", boost_record, schema=BOOSTED)
         kept = boosted.filter("keep", keep_record)
+    if os.environ.get("SPILLWAY_TEST_SINK"):  # a Kafka topic: the kept rows as JSON
+        kept.write_kafka("out", os.environ["SPILLWAY_TEST_SINK"])
+        return p
     if os.environ.get("SPILLWAY_TEST_KEYED") == "column":
         totals = kept.key_by("key").aggregate_batches(
             "total", {"n": Agg("count"), "total": Agg("sum", "boosted")}, parallelism=2
@@ -141,4 +144,14 @@ def reference(records: int) -> dict[str, tuple[int, int]]:
         if boosted > 7:
             n, total = out.get(e["key"], (0, 0))
             out[e["key"]] = (n + 1, total + boosted)
+    return out
+
+
+def kept_rows(records: int) -> list[dict[str, Any]]:
+    """Plain Python: the rows that pass ``keep`` (what ``SPILLWAY_TEST_SINK`` gets)."""
+    out = []
+    for i in range(records):
+        e = tag(make_event(i))
+        if e["score"] >= 0 and e["score"] * 3 + 1 > 7:
+            out.append({"seq": e["seq"], "key": e["key"], "boosted": e["score"] * 3 + 1})
     return out

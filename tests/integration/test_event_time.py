@@ -22,6 +22,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pytest
 from confluent_kafka import Producer
 
 from channels.config import KafkaSettings
@@ -138,8 +139,11 @@ def reference(
     )
 
 
+# "kafka"/"column": read_kafka(batches=True), its event time the Kafka timestamp or the
+# "ts" column; its watermarks are observed per batch and partition (spark_jobs.batchsources).
+@pytest.mark.parametrize("batches", ["", "kafka", "column"])
 def test_windows_fire_on_an_unbounded_kafka_source_and_late_records_are_dead_lettered(
-    kafka_bootstrap: str, unique: str, tmp_path: Path
+    kafka_bootstrap: str, unique: str, tmp_path: Path, batches: str
 ) -> None:
     topic = f"{unique}-in"
     Admin(KafkaSettings(kafka_bootstrap)).ensure_topics([TopicSpec(topic, 4)])
@@ -149,7 +153,11 @@ def test_windows_fire_on_an_unbounded_kafka_source_and_late_records_are_dead_let
         kafka_bootstrap,
         unique,
         log,
-        {"SPILLWAY_TEST_IN": topic, "SPILLWAY_TEST_OUT": str(out)},
+        {
+            "SPILLWAY_TEST_IN": topic,
+            "SPILLWAY_TEST_OUT": str(out),
+            "SPILLWAY_TEST_BATCHES": batches,
+        },
     )
     data = Input(kafka_bootstrap, topic)
     settings = KafkaSettings(kafka_bootstrap)

@@ -46,12 +46,15 @@ def read_all_committed(bootstrap: str, topic: str, partitions: int) -> list[dict
     return out
 
 
-# "batches": the source decodes each partition's values as one Arrow batch.
-@pytest.mark.parametrize("source", ["records", "batches"])
+# "batches": the source decodes each partition's values as one Arrow batch; "chained":
+# and a map_batches runs in the source's subtask on it, the sink too, from the batches.
+@pytest.mark.parametrize("source", ["records", "batches", "chained"])
 def test_kafka_source_and_sink_are_exactly_once_across_a_kill(
     kafka_bootstrap: str, unique: str, monkeypatch: pytest.MonkeyPatch, source: str
 ) -> None:
-    monkeypatch.setenv("SPILLWAY_TEST_BATCHES", "1" if source == "batches" else "0")
+    monkeypatch.setenv(
+        "SPILLWAY_TEST_BATCHES", {"records": "0", "batches": "1", "chained": "chained"}[source]
+    )
     topic_in, topic_out = f"{unique}-in", f"{unique}-out"
     Admin(KafkaSettings(kafka_bootstrap)).ensure_topics(
         [TopicSpec(topic_in, 3), TopicSpec(topic_out, 2)]
@@ -65,7 +68,9 @@ def test_kafka_source_and_sink_are_exactly_once_across_a_kill(
     monkeypatch.setenv("SPILLWAY_TEST_IN", topic_in)
     monkeypatch.setenv("SPILLWAY_TEST_OUT", topic_out)
     # The source dies after its first commit, the sink subtask before its second commit.
-    monkeypatch.setenv("SPILLWAY_CRASH_AT", "orders:1:after-commit:0:1,sink:0:before-commit:0:2")
+    # Chained, source, map_batches and sink are one subtask ("orders"): it dies twice.
+    last = "orders" if source == "chained" else "sink"
+    monkeypatch.setenv("SPILLWAY_CRASH_AT", f"orders:1:after-commit:0:1,{last}:0:before-commit:0:2")
     config = JobConfig(
         "tests.integration.pipelines:kafka_to_kafka",
         unique,
@@ -84,4 +89,4 @@ def test_kafka_source_and_sink_are_exactly_once_across_a_kill(
         for e in read_events(KafkaSettings(kafka_bootstrap), unique)  # type: ignore[arg-type]
         if e.get("event") == "started" and e["attempt"] > 0
     }
-    assert restarted == {"orders[1]", "sink[0]"}
+    assert restarted == {"orders[1]", f"{last}[0]"}

@@ -56,12 +56,17 @@ def windowed_kafka() -> Pipeline:
     window's.
     """
     p = Pipeline("event-time")
+    # SPILLWAY_TEST_BATCHES: "kafka" reads Arrow batches with the Kafka timestamps as event
+    # time, "column" batches with the "ts" column (equal to the Kafka timestamp here).
+    batches = os.environ.get("SPILLWAY_TEST_BATCHES", "")
     events = p.read_kafka(
         "events",
         os.environ["SPILLWAY_TEST_IN"],
         schema=TIMED,
         parallelism=3,
         watermarks=Watermarks.bounded(BOUND_MS, idle_timeout_ms=IDLE_MS),
+        timestamp="ts" if batches == "column" else None,
+        batches=bool(batches),
     )
     events.key_by(lambda r: r["key"]).tumbling_window(
         "win",

@@ -145,6 +145,41 @@ def test_updates_are_the_record_paths_last_update_per_key_and_batch() -> None:
     assert logic.on_end() == []
 
 
+def test_rows_are_the_record_paths_updates_row_for_row_and_survive_a_restore() -> None:
+    # emit="rows": one output row per input row, its key's running result (count, sum and
+    # mean; min/max are refused). State continues across batches and from the changelog.
+    aggs = {k: a for k, a in AGGS.items() if a.kind in ("count", "sum", "mean")}
+    records = _records(3, 3000)
+    per_batch, _ = _record_path(records, "updates", 450)
+
+    def rows_agg() -> BatchAggregate:
+        return BatchAggregate("agg", "k", aggs, SCHEMA, derive=DERIVE, emit="rows")
+
+    def drop(r: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in r.items() if k not in ("mn", "mx")}
+
+    ctx = Ctx()
+    logic = BatchAggregateLogic(rows_agg())
+    logic.open(cast(Any, ctx))
+    batches = _batches(records, 450)
+    for b, recs in zip(batches[:3], per_batch[:3], strict=True):
+        (out,) = logic.process_batch(b)
+        assert out.to_pylist() == [drop(r) for r in recs]
+    # A new subtask whose state is restored through the changelog goes on exactly.
+    log = _Log()
+    ctx.state.flush_to(cast(Any, log))
+    restored = Ctx()
+    assert restored.state.restore(cast(Any, log), Offset(len(log.log))) == len(log.log)
+    logic = BatchAggregateLogic(rows_agg())
+    logic.open(cast(Any, restored))
+    for b, recs in zip(batches[3:], per_batch[3:], strict=True):
+        (out,) = logic.process_batch(b)
+        assert out.to_pylist() == [drop(r) for r in recs]
+    assert logic.on_end() == []
+    with pytest.raises(PipelineDefinitionError, match="emit='rows' keeps count, sum, mean"):
+        BatchAggregate("agg", "k", AGGS, SCHEMA, emit="rows")
+
+
 class _Log:
     """A changelog partition as a list: the producer side and the consumer side."""
 

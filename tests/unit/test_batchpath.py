@@ -228,6 +228,22 @@ def test_batch_operators_are_never_chained() -> None:
     assert ops == ["g", "b", "c"]  # g+a fused; b alone; c+out fused
 
 
+def test_a_stateless_batch_operator_chains_into_its_batch_source() -> None:
+    from spark_jobs.batchagg import Agg
+
+    p = Pipeline("t", chaining=True)
+    src = p.read_kafka("src", "in", schema=SCHEMA, batches=True)
+    src.map_batches("m", lambda b: b, schema=SCHEMA).filter_batches("f", lambda b: b).print()
+    ops = [o.name for o in p.plan("t").operators]
+    assert ops == ["src", "f"]  # src+m fused; f reads a channel, the sink takes its batches
+    assert is_batch_logic(p.plan("t").operators[0].make_logic())  # type: ignore[misc]
+    # A keyed (stateful) batch operator never runs in the source's subtask.
+    p = Pipeline("t", chaining=True)
+    src = p.read_kafka("src", "in", schema=SCHEMA, batches=True)
+    src.key_by("key").aggregate_batches("agg", {"n": Agg("count")}, emit="rows").print()
+    assert [o.name for o in p.plan("t").operators] == ["src", "agg"]  # agg+console
+
+
 def test_key_by_a_column_routes_by_the_column_and_feeds_aggregate_batches() -> None:
     from spark_jobs.batchagg import Agg
 
@@ -320,7 +336,7 @@ def test_batch_file_source_refuses_what_it_cannot_read() -> None:
     with pytest.raises(PipelineDefinitionError, match="csv or parquet"):
         BatchFileSource("*.jsonl", "jsonl", 1, SCHEMA)
     p = Pipeline("t")
-    with pytest.raises(PipelineDefinitionError, match="no event time"):
+    with pytest.raises(PipelineDefinitionError, match="the name of a column"):
         p.read_files("f", "*.csv", format="csv", schema=SCHEMA, batches=True, timestamp=len)
 
 
@@ -349,3 +365,76 @@ def test_a_parquet_sink_writes_arrow_rows_as_they_arrived(tmp_path: Path) -> Non
     assert reads_batches(None, sink)
     assert not reads_batches(None, JsonlFileSink(str(tmp_path), "j"))
     assert not reads_batches(MapLogic(lambda r: r), sink)  # chained: records
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_batch_file_source_watermarks_equal_the_record_sources(tmp_path: Path, fmt: str) -> None:
+    # Event time from the "ts" column: after every read, and from every checkpointed
+    # position, the watermark is the record source's with timestamp=lambda r: r["ts"].
+    import json
+    import random
+
+    import pyarrow.parquet as pq
+
+    from spark_jobs.batchsources import BatchFileSource
+    from spark_jobs.sources import FileSource
+    from spark_jobs.watermarks import Watermarks
+    from tests.unit.test_sinks_sources import ctx
+
+    schema = {
+        "type": "record",
+        "name": "T",
+        "fields": [{"name": "key", "type": "string"}, {"name": "ts", "type": "long"}],
+    }
+    rng = random.Random(3)
+    top = 0
+    for f in range(2):
+        recs = [
+            {"key": f"k{i}", "ts": i * 10 - rng.randrange(50)} for i in range(f * 60, f * 60 + 41)
+        ]
+        if fmt == "csv":
+            text = "\n".join(["key,ts", *(f"{r['key']},{r['ts']}" for r in recs)]) + "\n"
+            (tmp_path / f"p{f}.csv").write_text(text)
+        else:
+            pq.write_table(pa.Table.from_pylist(recs), tmp_path / f"p{f}.parquet")
+        top = max(top, *(r["ts"] for r in recs))
+    pattern = str(tmp_path / f"*.{fmt}")
+    strategy = Watermarks.bounded(30)
+
+    def marks(src: Any, position: dict[str, Any]) -> list[tuple[int | None, Any]]:
+        src.open(ctx(0), json.loads(json.dumps(position)))
+        out = []
+        while src.read(7) is not None:
+            out.append((src.watermark(), src.position()))
+        return out
+
+    records = marks(FileSource(pattern, fmt, 1, schema, lambda r: r["ts"], strategy), {})
+    batches = marks(BatchFileSource(pattern, fmt, 1, schema, "ts", strategy), {})
+    assert [w for w, _ in batches] == [w for w, _ in records]
+    assert batches[-1][0] == top - 30
+    assert len({w for w, _ in batches}) > 5  # it rose along the way
+    assert [p for _, p in batches] == [p for _, p in records]
+    for _, position in records[2:5]:  # restored from a checkpointed position
+        assert marks(BatchFileSource(pattern, fmt, 1, schema, "ts", strategy), position) == (
+            marks(FileSource(pattern, fmt, 1, schema, lambda r: r["ts"], strategy), position)
+        )
+
+
+def test_batch_source_timestamp_columns_are_checked_at_definition() -> None:
+    p = Pipeline("t")
+    from spark_jobs.watermarks import Watermarks
+
+    schema = {**SCHEMA, "fields": [*SCHEMA["fields"], {"name": "note", "type": ["null", "long"]}]}
+    schema["fields"] = [f for f in schema["fields"] if f["type"] != ["null", "string"]]
+    for column in ("nope", "key", "note"):  # missing; not an integer; nullable
+        with pytest.raises(PipelineDefinitionError, match=f"timestamp column '{column}'"):
+            p.read_files("f", "*.csv", format="csv", schema=schema, batches=True, timestamp=column)
+    with pytest.raises(PipelineDefinitionError, match="watermarks= needs timestamp=, the column"):
+        p.read_files(
+            "f",
+            "*.csv",
+            format="csv",
+            schema=SCHEMA,
+            batches=True,
+            watermarks=Watermarks.bounded(5),
+        )

@@ -130,3 +130,34 @@ def test_ready_lines_may_say_how_many_records_came_before_the_window() -> None:
     fields = measure._expect(io.StringIO("log noise\nREADY 12.5 50000\n"), "READY", None, "x")  # type: ignore[arg-type]
     assert fields == ["READY", "12.5", "50000"]
     assert measure._expect(io.StringIO("DONE 13.0\n"), "DONE", None, "x") == ["DONE", "13.0"]  # type: ignore[arg-type]
+
+
+def test_b1c_ratios_carry_their_targets_and_stateless_output_is_checked_exactly() -> None:
+    from bench import columnarjob, columnarrun
+
+    def fits(columnar: float, quix: float) -> dict:
+        common = {k: 1.0 for k in steadyrun.FIGURES} | {"output_ok": True}
+        return {
+            "fits": {
+                "spillway-columnar": {**common, "per_cpu_s": columnar},
+                "quix": {**common, "per_cpu_s": quix},
+            }
+        }
+
+    s = columnarrun.summarise([fits(60.0, 20.0), fits(30.0, 20.0)])
+    assert s["ratios"] == {
+        "spillway-columnar/quix": {
+            "median": 2.25,
+            "low": 1.5,
+            "high": 3.0,
+            "runs": 2,
+            "target": 5.0,
+        }
+    }
+    rows = [(None, v) for v in columnarjob.stateless_reference(50)]
+    assert columnarrun.check_stateless(rows, 50)["every_update_once"]
+    wrong = columnarrun.check_stateless(rows[1:] + rows[:1] * 2, 50)
+    assert (wrong["every_update_once"], wrong["problem"]) == (False, "1 extra, 0 missing")
+    cmd = columnarrun.command("spillway-stateless-records", "b:1", "in", "out", 5, "j", 1.0, "/w")
+    assert cmd[1:3] == ["run", "bench.columnarjob:stateless"]
+    assert cmd[-2:] == ["--conf", "path=records"]
