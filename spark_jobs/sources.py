@@ -25,7 +25,7 @@ from spark_jobs.lines import (
     parse_json_value,
     parse_jsonl,
 )
-from spark_jobs.tombstones import KeyedDecoder
+from spark_jobs.tombstones import DELETED, KeyedDecoder
 from spark_jobs.watermarks import Watermarks, WatermarkTracker, event_time
 
 
@@ -344,7 +344,8 @@ class KafkaTopicSource:
     (:class:`~spark_jobs.watermarks.WatermarkTracker`).
 
     ``key_field``/``tombstones``: the message key as a record field, and tombstones as
-    deletion records (:mod:`spark_jobs.tombstones`); without them an empty value is rejected.
+    deletion records (:mod:`spark_jobs.tombstones`; a deletion's event time is its Kafka
+    timestamp); without them an empty value is rejected.
 
     Position: the next offset per partition (and, for a bounded source, the end offsets
     fixed when the job first started, so a restart ends at the same place), and with
@@ -442,7 +443,9 @@ class KafkaTopicSource:
         return out
 
     def _event_time(self, m: Message, record: Record) -> int:
-        if self.timestamp is not None:
+        # A deletion record has no values for the timestamp function: its Kafka time counts.
+        deletion = self._keys is not None and record.get(DELETED) is True
+        if self.timestamp is not None and not deletion:
             return event_time(self.timestamp, record)
         kind, ms = m.timestamp()
         if kind == TIMESTAMP_NOT_AVAILABLE:

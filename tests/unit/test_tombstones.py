@@ -3,6 +3,7 @@ deleting its table row on them (spark_jobs.tombstones, spark_jobs.joins)."""
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any, cast
 
@@ -11,12 +12,15 @@ import pytest
 from channels.envelope import Decoders, writer_codec
 from channels.errors import PipelineDefinitionError
 from channels.ids import Offset, TopicPartition
+from recovery.origins import TopicOffset
 from recovery.state import ChangelogState
 from spark_jobs.joins import LookupJoinLogic
 from spark_jobs.lines import LineError, field_types
 from spark_jobs.pipeline import Pipeline
 from spark_jobs.tombstones import DELETED, KeyedDecoder, keyed_schema
+from spark_jobs.watermarks import Watermarks
 from tests.unit.test_batchagg import _Log
+from tests.unit.test_watermarks import _Broker, _ctx0, _kafka_source, _Msg
 from tests.unit.test_windows import Ctx
 
 ROW = {
@@ -139,3 +143,44 @@ def test_a_tombstones_source_carries_the_marker_to_other_operators() -> None:
         schema = p._nodes[node].schema
         assert schema is not None
         assert [f["name"] for f in schema["fields"]] == ["id", "v", "note", DELETED]
+
+
+class _Keyed(_Msg):
+    """A message with a key; ``value`` ``None``: a tombstone."""
+
+    def __init__(self, off: int, key: bytes, value: dict[str, Any] | None, ts: int) -> None:
+        super().__init__(0, off, value or {}, ts)
+        self.k, self.raw = key, value
+
+    def key(self) -> bytes:
+        return self.k
+
+    def value(self) -> bytes | None:  # type: ignore[override]
+        return None if self.raw is None else json.dumps(self.raw).encode()
+
+
+def test_the_kafka_source_reads_rows_and_tombstones(monkeypatch: pytest.MonkeyPatch) -> None:
+    batch = [_Keyed(0, b"a", {"v": 5}, 10), _Keyed(1, b"a", None, 80)]
+    table = _kafka_source(
+        monkeypatch,
+        schema=ROW,
+        timestamp=lambda r: r["v"] * 10,  # would fail on a deletion: its Kafka time counts
+        watermarks=Watermarks.bounded(0),
+        key_field="id",
+        tombstones=True,
+    )
+    table.open(_ctx0(), {})
+    _Broker.batches = [batch]
+    assert table.read(10) == [
+        {"v": 5, "id": "a", DELETED: False},
+        {"id": "a", "v": None, "note": None, DELETED: True},
+    ]
+    assert table.rejected() == []
+    # the row's time is 50 (its v), the deletion's 80 (Kafka's): the largest is noted
+    assert table.position()["watermarks"]["event_time"] == {"0": 80}
+    plain = _kafka_source(monkeypatch, schema=ROW, key_field="id")
+    plain.open(_ctx0(), {})
+    _Broker.batches = [batch]
+    assert plain.read(10) == [{"v": 5, "id": "a"}]
+    (bad,) = plain.rejected()
+    assert (bad.origin, bad.error) == (TopicOffset("in", 0, 1), "no value (null)")
