@@ -209,8 +209,9 @@ class ConnectedKeyedStreams:
     ) -> Stream:
         """Join each ``a`` record, as it arrives, with the current row of its key in the
         table ``b`` (e.g. ``read_kafka`` of a compacted topic; each of its records replaces
-        its key's row): ``result(record, row or None)``; ``how="inner"`` leaves out records
-        whose key has no row. The table is the operator's changelog-backed state."""
+        its key's row, and with ``tombstones=True`` a tombstone deletes it):
+        ``result(record, row or None)``; ``how="inner"`` leaves out records whose key has
+        no row. The table is the operator's changelog-backed state."""
         spec = joinops.lookup_join(name, self._inputs(), result=result, how=how, schema=schema)
         return self._join(name, spec, parallelism)
 

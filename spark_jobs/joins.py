@@ -32,6 +32,7 @@ from spark_jobs.joinbook import (
     Row,
     too_late,
 )
+from spark_jobs.tombstones import DELETED
 
 KeyFn = Callable[[Record], Any]
 TimeFn = Callable[[Record], int]
@@ -219,7 +220,8 @@ class AsOfJoinLogic(_TwoInputs):
 class LookupJoinLogic(_TwoInputs):
     """Each stream record with the current table row of its key, as ``result(record,
     row)``, at once; table records replace their key's row (``("j", key, "t") -> row``
-    in keyed state, so the table is restored with the operator)."""
+    in keyed state, so the table is restored with the operator), and a deletion record
+    (``"_deleted": True``, from ``read_kafka(..., tombstones=True)``) removes it."""
 
     def __init__(
         self,
@@ -238,7 +240,12 @@ class LookupJoinLogic(_TwoInputs):
         state = self._state()
         if side == TABLE:
             for key, r in zip(keys, records, strict=True):
-                state.put(("j", key, TABLE), r)
+                if DELETED not in r:
+                    state.put(("j", key, TABLE), r)
+                elif r[DELETED]:
+                    state.delete(("j", key, TABLE))  # the changelog gets a tombstone
+                else:  # a row of a tombstones=True source: the marker is not the row's
+                    state.put(("j", key, TABLE), {k: v for k, v in r.items() if k != DELETED})
             return []
         out: list[Record] = []
         for key, r in zip(keys, records, strict=True):

@@ -46,6 +46,7 @@ from spark_jobs.sources import FileSource, GeneratorSource, KafkaTopicSource
 from spark_jobs.streams import SchemaLike as SchemaLike
 from spark_jobs.streams import Stream as Stream
 from spark_jobs.streams import union as union
+from spark_jobs.tombstones import keyed_schema
 from spark_jobs.watermarks import Watermarks
 
 
@@ -183,6 +184,8 @@ class Pipeline(Graph):
         timestamp: Callable[[Record], int] | str | None = None,
         watermarks: Watermarks | None = None,
         batches: bool = False,
+        key_field: str | None = None,
+        tombstones: bool = False,
     ) -> Stream:
         """JSON records of an existing topic (read_committed); offsets live in checkpoints.
 
@@ -199,18 +202,38 @@ class Pipeline(Graph):
         ``pyarrow.json`` call (:mod:`spark_jobs.batchsources`) and writes the batch to the
         channel as Arrow; its ``timestamp`` is then a column's name (a non-null integer
         field, ms), and without one the event time is the Kafka timestamp.
+
+        ``key_field="id"`` puts each message's key (UTF-8 text) into the string field
+        ``id``. ``tombstones=True`` (with ``key_field``) reads a table topic: a message
+        with a key and an empty or null value becomes a deletion record
+        ``{"id": key, "_deleted": True}`` (other fields ``None``; rows get ``"_deleted":
+        False``), which a lookup join's table input applies by deleting the row
+        (:mod:`spark_jobs.tombstones`). Without it a tombstone is a bad record.
         """
+        where = f"source {name!r}"
         if batches:
+            if key_field is not None or tombstones:
+                raise PipelineDefinitionError(
+                    f"{where}: batches=True reads values only; drop key_field/tombstones or batches"
+                )
             ts_col = _batch_event_time(name, timestamp, watermarks, required=False)
             return self._batch_kafka(name, topic, schema, parallelism, bounded, *ts_col)
         ts = _event_time_args(name, timestamp, watermarks, required=False)
+        avro = avro_schema(schema, where=where, name=name)
+        source = partial(KafkaTopicSource, topic, parallelism, bounded, avro, _typed(ts[0]), ts[1])
         node = self._add(
             name,
             parallelism,
             "source",
-            avro_schema(schema, where=f"source {name!r}", name=name),
-            partial(KafkaTopicSource, topic, parallelism, bounded, schema, _typed(ts[0]), ts[1]),
-            description={"source": "kafka", "topic": topic, "bounded": bounded},
+            keyed_schema(avro, key_field, tombstones, where),
+            partial(source, key_field, tombstones),
+            description={
+                "source": "kafka",
+                "topic": topic,
+                "bounded": bounded,
+                **({"key_field": key_field} if key_field is not None else {}),
+                **({"tombstones": True} if tombstones else {}),
+            },
         )
         node.bounded = bounded
         node.event_time = ts[1] is not None

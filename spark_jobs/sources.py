@@ -25,6 +25,7 @@ from spark_jobs.lines import (
     parse_json_value,
     parse_jsonl,
 )
+from spark_jobs.tombstones import DELETED, KeyedDecoder
 from spark_jobs.watermarks import Watermarks, WatermarkTracker, event_time
 
 
@@ -342,6 +343,10 @@ class KafkaTopicSource:
     Kafka record timestamp; the subtask's watermark is the minimum over its partitions
     (:class:`~spark_jobs.watermarks.WatermarkTracker`).
 
+    ``key_field``/``tombstones``: the message key as a record field, and tombstones as
+    deletion records (:mod:`spark_jobs.tombstones`; a deletion's event time is its Kafka
+    timestamp); without them an empty value is rejected.
+
     Position: the next offset per partition (and, for a bounded source, the end offsets
     fixed when the job first started, so a restart ends at the same place), and with
     event time the watermark bookkeeping.
@@ -355,10 +360,15 @@ class KafkaTopicSource:
         schema: Mapping[str, Any] | None = None,
         timestamp: Callable[[Record], int] | None = None,
         watermarks: Watermarks | None = None,
+        key_field: str | None = None,
+        tombstones: bool = False,
     ) -> None:
         self.topic, self.p, self.bounded = topic, parallelism, bounded
         self.timestamp, self.watermarks = timestamp, watermarks
         self._fields = field_types(schema)
+        self._keys = (
+            None if key_field is None else KeyedDecoder(key_field, tombstones, list(self._fields))
+        )
         self._consumer: AssignedConsumer | None = None
         self._next: dict[int, int] = {}
         self._ends: dict[int, int] = {}
@@ -413,7 +423,10 @@ class KafkaTopicSource:
             self._next[p] = off + 1
             value = m.value()
             try:
-                record = parse_json_value(value, fields)
+                if self._keys is None:
+                    record = parse_json_value(value, fields)
+                else:
+                    record = self._keys.decode(m.key(), value, fields)
                 if self._tracker is not None:
                     self._tracker.observe(p, self._event_time(m, record), now)
             except (LineError, RecordError) as e:
@@ -430,7 +443,9 @@ class KafkaTopicSource:
         return out
 
     def _event_time(self, m: Message, record: Record) -> int:
-        if self.timestamp is not None:
+        # A deletion record has no values for the timestamp function: its Kafka time counts.
+        deletion = self._keys is not None and record.get(DELETED) is True
+        if self.timestamp is not None and not deletion:
             return event_time(self.timestamp, record)
         kind, ms = m.timestamp()
         if kind == TIMESTAMP_NOT_AVAILABLE:

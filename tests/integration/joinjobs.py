@@ -143,7 +143,10 @@ def lookup() -> Pipeline:
     env = os.environ
     p = Pipeline("lookup", chaining=True)
     events = p.read_kafka("events", env["SPILLWAY_TEST_EVENTS"], schema=EVENT, parallelism=2)
-    table = p.read_kafka("table", env["SPILLWAY_TEST_TABLE"], schema=ROW)
+    # tombstones: a message with a key and no value deletes the key's row
+    table = p.read_kafka(
+        "table", env["SPILLWAY_TEST_TABLE"], schema=ROW, key_field="key", tombstones=True
+    )
     keyed = connect(events, table).key_by(lambda r: r["key"], lambda r: r["key"])
     keyed.lookup_join("lookup", result=looked_up, schema=LOOKED_UP, parallelism=2).write_jsonl(
         "lookup_out", env["SPILLWAY_TEST_OUT"], parallelism=2

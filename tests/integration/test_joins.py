@@ -119,6 +119,7 @@ LOOKUP_CRASH = "lookup:0:after-produce:0:6,lookup:1:before-commit:0:9,table:0:af
 UPDATED = ["hot", *(f"k{i}" for i in range(6))]  # a new value every phase
 STATIC = [f"s{i}" for i in range(4)]  # a value in the first phase only
 MISSING = "nokey"  # never a value
+DELETES = {2: ["k5"], 3: ["s0", "s1"]}  # tombstones after the phase's rows (k5 is back in 3)
 PHASES, PER_PHASE = 4, 400
 
 
@@ -152,6 +153,9 @@ class Topics:
         for i, k in enumerate(UPDATED + (STATIC if phase == 1 else [])):
             self.values[k] = phase * 100 + i
             self._send(self.table, {"key": k, "v": self.values[k]})
+        for k in DELETES.get(phase, []):
+            del self.values[k]
+            self.producer.produce(self.table, None, key=k.encode())
         assert self.producer.flush(30) == 0
 
     def probe(self, keys: list[str]) -> None:
@@ -208,7 +212,7 @@ def test_lookup_join_follows_its_table_topic_across_kills(
                 time.sleep(3)
                 seen = {r["seq"]: r for r in published(out) if r["seq"] < 0}
                 sent = [(k, -(first + i)) for i, k in enumerate(todo)]
-                todo = [k for k, s in sent if seen.get(s, {}).get("v") != data.values[k]]
+                todo = [k for k, s in sent if s not in seen or seen[s]["v"] != data.values.get(k)]
             data.send_events()
             while len([r for r in published(out) if r["seq"] >= 0]) < len(data.want):
                 assert driver.poll() is None, log.read_text()[-3000:]
@@ -225,6 +229,11 @@ def test_lookup_join_follows_its_table_topic_across_kills(
     assert len({r["seq"] for r in got}) == len(got)  # probes too: none twice
     assert sum(r["key"] == "hot" for r in data.want) > len(data.want) // 3
     assert any(r["v"] is None for r in data.want)  # the key without a row
+    # Deleted rows: no row for the events after their tombstone; k5 back in phase 3.
+    events = sorted((r for r in got if r["seq"] >= 0), key=lambda r: r["seq"])
+    for phase, deleted in enumerate([set(), {"k5"}, {"s0", "s1"}, {"s0", "s1"}], 1):
+        span = events[(phase - 1) * PER_PHASE : phase * PER_PHASE]
+        assert {r["key"] for r in span if r["v"] is None} == {MISSING, *deleted}, phase
     # Each crash point was reached and its subtask's second attempt ran.
     started = {
         (e["operator"], e["index"], e["attempt"])
