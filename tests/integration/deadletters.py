@@ -25,11 +25,18 @@ def read_dlq(bootstrap: str, job: str, timeout_s: float = 60.0) -> list[dict[str
     )
     tp = CkTopicPartition(dead_letter_topic(JobId(job)), 0, 0)
     consumer.assign([tp])
-    end = consumer.get_watermark_offsets(tp)[1]
+    low, end = consumer.get_watermark_offsets(tp)
     out: list[dict[str, Any]] = []
     deadline = time.monotonic() + timeout_s
-    while (consumer.position([tp])[0].offset or 0) < end:
+    # Before the first fetch the position is unset (a negative logical offset), which is
+    # not "read up to the start": an empty topic (end == low) is done at once.
+    while _position(consumer, tp, low) < end:
         assert time.monotonic() < deadline, f"dead letters of {job} not read to {end}"
         out.extend(json.loads(m.value()) for m in consumer.consume(500, 0.2) if not m.error())
     consumer.close()
     return out
+
+
+def _position(consumer: Consumer, tp: CkTopicPartition, low: int) -> int:
+    offset = int(consumer.position([tp])[0].offset)
+    return offset if offset >= 0 else low
