@@ -54,7 +54,7 @@ from spark_jobs.liverescale import LiveRescaler
 from spark_jobs.observe import observed
 from spark_jobs.opjobs import OperatorJobs, operator_groups
 from spark_jobs.opruns import OperatorRuns
-from spark_jobs.shipcode import ModuleCode, install, read_module
+from spark_jobs.shipcode import ModuleCode, deployed, install
 from spark_jobs.usertopics import check_user_topics
 
 log = logging.getLogger("spark_jobs.driver")
@@ -241,7 +241,7 @@ def run_on_spark(
         runs = _operator_runs(sc, plan, (config, from_checkpoint, env, run_id, shape, code))
         mode = config.checkpoint_mode
         rescaler = LiveRescaler(settings, mode, plan, rescale, run_id, runs, shape)
-        rescaler.upgrades(lambda: _deployed(config), code)
+        rescaler.upgrades(lambda: deployed(config.pipeline, config.job_id, config.conf), code)
         # Started first: a deterministic failure cancels the Spark jobs (spark_jobs.failfast).
         watch = FailureWatch(settings, plan.job, run_id, runs.cancel_all, rescaler.offer)
         watch.start()
@@ -349,14 +349,6 @@ def _spark_session(config: JobConfig) -> Any:
     if config.progress:  # Spark's own stage bar would overwrite our progress line
         builder = builder.config("spark.ui.showConsoleProgress", "false")
     return builder.getOrCreate()
-
-
-def _deployed(config: JobConfig) -> tuple[ModuleCode, JobPlan]:
-    """The pipeline module's source as now deployed, run on the driver, and its plan."""
-    code = read_module(config.pipeline)
-    jobconf.install(config.conf)  # the module may read it at import
-    install(code)
-    return code, load_plan(config.pipeline, config.job_id, config.conf)
 
 
 def _coordinator(

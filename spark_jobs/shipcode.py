@@ -16,9 +16,13 @@ import importlib.util
 import os
 import sys
 import types
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from channels.errors import ConfigError
+from recovery import jobconf
+from recovery.loader import load_plan
+from recovery.plan import JobPlan
 
 
 @dataclass(frozen=True)
@@ -71,3 +75,12 @@ def install(code: ModuleCode) -> types.ModuleType:
         del sys.modules[code.module]
         raise
     return module
+
+
+def deployed(pipeline_ref: str, job_id: str, conf: Mapping[str, str]) -> tuple[ModuleCode, JobPlan]:
+    """The pipeline module's source as now deployed, run here (in place of the imported
+    module), and the plan it builds for ``job_id`` with pipeline settings ``conf``."""
+    code = read_module(pipeline_ref)
+    jobconf.install(conf)  # the module may read its settings at import
+    install(code)
+    return code, load_plan(pipeline_ref, job_id, conf)
