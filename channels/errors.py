@@ -68,6 +68,12 @@ class RescaleError(ConfigError):
     and why); the message names the operator and what to do instead."""
 
 
+class UpgradeError(ConfigError):
+    """A live upgrade refused: the operator's new definition differs from the running one
+    in name, kind, key groups, input or output channels or their schemas (the message
+    names each change); the old code keeps running."""
+
+
 class AuthenticationError(ConfigError):
     """The broker rejected the client's credentials (SASL or TLS); fix them and resubmit."""
 

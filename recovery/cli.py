@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from channels.acls import job_acls, kafka_acls_commands
@@ -17,12 +18,13 @@ from recovery.events import last_submission
 from recovery.globalckpt import read_completed, savepoint
 from recovery.heartbeat import LOST_AFTER_S
 from recovery.jobconf import parse_conf, recorded_conf
-from recovery.liverescale import await_answer, latest_shape, request_rescale
+from recovery.liverescale import await_answer, latest_shape, request_rescale, request_upgrade
 from recovery.loader import load_plan
 from recovery.plandoc import PlanDoc
 from recovery.replay import replay_subtask
 from recovery.rescale import Rescale, describe
 from recovery.status import as_json, job_status, plan_of, render, submission
+from recovery.upgrade import describe_upgrades
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
@@ -125,6 +127,15 @@ def add_parser(subparsers: Any) -> None:
     add_bootstrap(rs)
     rs.set_defaults(run=_rescale)
 
+    ug = subparsers.add_parser(
+        "upgrade", help="restart one operator of a running job with the code now deployed"
+    )
+    ug.add_argument("--job", required=True)
+    ug.add_argument("--operator", required=True)
+    ug.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for the answer")
+    add_bootstrap(ug)
+    ug.set_defaults(run=_upgrade)
+
     ac = subparsers.add_parser("acls", help="the Kafka ACLs a job needs, as kafka-acls commands")
     ac.add_argument("--job", required=True)
     ac.add_argument("--principal", required=True, help="e.g. User:spillway")
@@ -211,19 +222,39 @@ def _rescale(args: argparse.Namespace) -> int:
     settings = kafka_settings(args)
     job = job_id(args.job)
     request = request_rescale(settings, job, args.operator, args.parallelism)
-    answer = await_answer(settings, job, request, args.timeout)
-    if answer is None:
-        raise ConfigError(
-            f"rescale request {request} of job {job}: no answer from the driver in "
-            f"{args.timeout:.0f} s; is the job running? (spillway status --job {job})"
-        )
-    if answer["event"] == "rescale-failed":
-        raise ConfigError(f"rescale of {args.operator} refused: {answer.get('error')}")
+    answer = _answer(settings, args, "rescale", request)
     print(
         f"{args.operator}: {answer.get('previous')} -> {answer.get('parallelism')} subtasks "
         f"(rescale {answer['rescale']['number']}; stopped after {answer.get('stopped_s')} s)"
     )
     return 0
+
+
+def _upgrade(args: argparse.Namespace) -> int:
+    settings = kafka_settings(args)
+    request = request_upgrade(settings, job_id(args.job), args.operator)
+    answer = _answer(settings, args, "upgrade", request)
+    print(
+        f"{args.operator}: restarted with the code of {answer.get('path')} "
+        f"({answer.get('parallelism')} subtasks; stopped after {answer.get('stopped_s')} s)"
+    )
+    return 0
+
+
+def _answer(
+    settings: KafkaSettings, args: argparse.Namespace, what: str, request: str
+) -> Mapping[str, Any]:
+    """The driver's positive answer to a rescale or upgrade request; else ConfigError."""
+    job = job_id(args.job)
+    answer = await_answer(settings, job, request, args.timeout)
+    if answer is None:
+        raise ConfigError(
+            f"{what} request {request} of job {job}: no answer from the driver in "
+            f"{args.timeout:.0f} s; is the job running? (spillway status --job {job})"
+        )
+    if answer["event"] == f"{what}-failed":
+        raise ConfigError(f"{what} of {args.operator} refused: {answer.get('error')}")
+    return answer
 
 
 def _acls(args: argparse.Namespace) -> int:
@@ -247,6 +278,9 @@ def _status(args: argparse.Namespace) -> int:
     if not args.json and submitted.get("rescale"):
         rescale = Rescale.from_json(submitted["rescale"], f"the submitted event of job {job}")
         print(describe(rescale, {op.name: op.parallelism for op in plan.operators}))
+    if not args.json:
+        for line in describe_upgrades(events):
+            print(line)
     return 0
 
 

@@ -31,6 +31,7 @@ from recovery.events import read_events, record_job_event
 from recovery.plan import JobPlan
 
 SHAPE_EVENTS = ("submitted", "rescaled")
+ANSWERS = ("rescaled", "rescale-failed", "upgraded", "upgrade-failed")
 
 
 def latest_shape(events: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | None:
@@ -48,6 +49,19 @@ def request_rescale(settings: KafkaSettings, job: JobId, operator: str, parallel
 
     :class:`ConfigError` if the job was never submitted.
     """
+    return _request(settings, job, "rescale-requested", operator, parallelism=parallelism)
+
+
+def request_upgrade(settings: KafkaSettings, job: JobId, operator: str) -> str:
+    """Ask the running driver of ``job`` to restart ``operator`` with the code now
+    deployed (:mod:`recovery.upgrade`); returns the request id.
+
+    :class:`ConfigError` if the job was never submitted.
+    """
+    return _request(settings, job, "upgrade-requested", operator)
+
+
+def _request(settings: KafkaSettings, job: JobId, event: str, operator: str, **fields: Any) -> str:
     events = read_events(settings, job)
     submitted = [e for e in events if e.get("event") == "submitted"]
     if not submitted:
@@ -56,11 +70,11 @@ def request_rescale(settings: KafkaSettings, job: JobId, operator: str, parallel
     record_job_event(
         settings,
         job,
-        "rescale-requested",
+        event,
         run=submitted[-1]["run"],
         request=request,
         target=operator,  # not "operator": readers take events with that key for a subtask's
-        parallelism=parallelism,
+        **fields,
     )
     return request
 
@@ -68,12 +82,12 @@ def request_rescale(settings: KafkaSettings, job: JobId, operator: str, parallel
 def await_answer(
     settings: KafkaSettings, job: JobId, request: str, timeout_s: float
 ) -> Mapping[str, Any] | None:
-    """The driver's ``rescaled`` or ``rescale-failed`` event for ``request`` (None: no
-    answer within ``timeout_s``)."""
+    """The driver's answer to ``request``: ``rescaled``, ``upgraded`` or their ``-failed``
+    event (None: no answer within ``timeout_s``)."""
     deadline = time.monotonic() + timeout_s
     while True:
         for e in read_events(settings, job):
-            if e.get("request") == request and e.get("event") in ("rescaled", "rescale-failed"):
+            if e.get("request") == request and e.get("event") in ANSWERS:
                 return e
         if time.monotonic() > deadline:
             return None

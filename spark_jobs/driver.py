@@ -27,6 +27,7 @@ from confluent_kafka import KafkaException
 from channels.config import MAX_RECORD_BYTES, ChannelSettings, KafkaSettings
 from channels.errors import ConfigError, JobAbortedError, ProducerFencedError, SpillwayError
 from channels.kafka.admin import Admin
+from recovery import jobconf
 from recovery.deadletter import MAX_MESSAGE_BYTES, dead_letter_spec
 from recovery.events import (
     events_topic_spec,
@@ -53,6 +54,7 @@ from spark_jobs.liverescale import LiveRescaler
 from spark_jobs.observe import observed
 from spark_jobs.opjobs import OperatorJobs, operator_groups
 from spark_jobs.opruns import OperatorRuns
+from spark_jobs.shipcode import ModuleCode, deployed, install
 from spark_jobs.usertopics import check_user_topics
 
 log = logging.getLogger("spark_jobs.driver")
@@ -235,9 +237,11 @@ def run_on_spark(
         env = {k: v for k, v in os.environ.items() if k.startswith(config.env_prefixes)}
         env.update(forwarded)
         shape = [PlanShape.of(plan, rescale)]  # a live rescale replaces it (spark_jobs.liverescale)
-        runs = _operator_runs(sc, plan, (config, from_checkpoint, env, run_id, shape))
+        code: list[ModuleCode | None] = [None]  # set by a live upgrade, shipped with tasks
+        runs = _operator_runs(sc, plan, (config, from_checkpoint, env, run_id, shape, code))
         mode = config.checkpoint_mode
         rescaler = LiveRescaler(settings, mode, plan, rescale, run_id, runs, shape)
+        rescaler.upgrades(lambda: deployed(config.pipeline, config.job_id, config.conf), code)
         # Started first: a deterministic failure cancels the Spark jobs (spark_jobs.failfast).
         watch = FailureWatch(settings, plan.job, run_id, runs.cancel_all, rescaler.offer)
         watch.start()
@@ -381,15 +385,18 @@ def _check_slots(config: JobConfig, bounded: bool, n: int, slots: int) -> None:
 def _operator_runs(
     sc: Any,
     plan: JobPlan,
-    payload: tuple[JobConfig, int | None, dict[str, str], str, list[PlanShape]],
+    payload: tuple[
+        JobConfig, int | None, dict[str, str], str, list[PlanShape], list[ModuleCode | None]
+    ],
 ) -> OperatorRuns:
-    """One Spark job per plan operator (a chain is one), each task running one subtask."""
-    config, from_checkpoint, env, run_id, shape = payload
+    """One Spark job per plan operator (a chain is one), each task running one subtask
+    (with the pipeline code of the last live upgrade, if any: spark_jobs.shipcode)."""
+    config, from_checkpoint, env, run_id, shape, code = payload
 
     def run_job(indices: Sequence[int], generation: int) -> list[dict[str, Any]]:
         # A restarted operator resumes from its latest checkpoint, not from --from-checkpoint.
         start = from_checkpoint if generation == 0 else None
-        args = (config, start, env, run_id, generation, shape[0])
+        args = (config, start, env, run_id, generation, shape[0], code[0])
         idx = tuple(indices)
         rdd = sc.parallelize(range(len(idx)), len(idx))
         rows: list[dict[str, Any]] = rdd.mapPartitionsWithIndex(
@@ -442,13 +449,14 @@ def _stop_on_sigterm(
 
 
 def _task(
-    payload: tuple[JobConfig, int | None, dict[str, str], str, int, PlanShape], index: int
+    payload: tuple[JobConfig, int | None, dict[str, str], str, int, PlanShape, ModuleCode | None],
+    index: int,
 ) -> Iterator[dict[str, Any]]:
     """Body of one Spark task: run subtask ``index`` of the plan (in the operator job's
-    generation that the payload names)."""
+    generation that the payload names; with the upgraded pipeline code if it has one)."""
     from pyspark import TaskContext
 
-    config, from_checkpoint, env, run_id, generation, shape = payload
+    config, from_checkpoint, env, run_id, generation, shape, code = payload
     for key in [k for k in os.environ if k.startswith(config.env_prefixes)]:
         del os.environ[key]  # the submitter's environment wins, including what it unset
     os.environ.update(env)
@@ -469,6 +477,9 @@ def _task(
     if born is not None:
         phases.mark("python_started", born)
         phases.step("worker", max(0.0, entered - born))
+    if code is not None:  # after the environment and conf: the module may read them at import
+        jobconf.install(config.conf)
+        install(code)
     # The driver's key-group counts (a job keeps those it first ran with) and widths.
     plan = shape.apply(load_plan(config.pipeline, config.job_id, config.conf))
     subtask = plan.subtasks()[index]

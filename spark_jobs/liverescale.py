@@ -19,6 +19,13 @@ served in a thread of its own, one at a time:
 
 Nothing else restarts. A request refused at step 1 or failing before step 3 records
 ``rescale-failed`` and, if the operator was stopped, starts it again as it was.
+
+An upgrade request (``upgrade-requested``, ``spillway upgrade``) takes the same path at
+the same width: read and run the pipeline module as now deployed
+(:mod:`spark_jobs.shipcode`), check the operator's new definition
+(:func:`recovery.upgrade.check_upgrade`; refused: ``upgrade-failed``, nothing stopped),
+stop only that operator, record ``upgraded``, and start it again with the new source
+shipped in its tasks; each subtask restores from its own last checkpoint.
 """
 
 from __future__ import annotations
@@ -27,18 +34,23 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from channels.config import KafkaSettings
-from channels.errors import RescaleError
+from channels.errors import RescaleError, UpgradeError
 from recovery.events import record_job_event
 from recovery.liverescale import announce_width
 from recovery.plan import JobPlan
 from recovery.plandoc import PlanDoc
 from recovery.rescale import PlanShape, Rescale, check_rescalable, keyed, with_parallelism
 from recovery.savepoint import prepare_rescale
+from recovery.upgrade import check_upgrade
 from spark_jobs.opruns import OperatorRuns
+from spark_jobs.shipcode import ModuleCode
+
+# Reads and runs the pipeline module as now deployed; its source and plan.
+Deployed = Callable[[], tuple[ModuleCode, JobPlan]]
 
 log = logging.getLogger("spark_jobs.liverescale")
 
@@ -87,10 +99,18 @@ class LiveRescaler:
         self._shape = shape
         self._requests: queue.Queue[Mapping[str, Any] | None] = queue.Queue()
         self._thread = threading.Thread(target=self._serve, name="live-rescale", daemon=True)
+        self._deployed: Deployed | None = None
+        self._code: list[ModuleCode | None] = [None]
+
+    def upgrades(self, deployed: Deployed, code: list[ModuleCode | None]) -> None:
+        """Serve upgrade requests too: ``deployed`` loads the code now deployed; ``code``
+        is the one-item box whose source the driver ships with the tasks it launches."""
+        self._deployed, self._code = deployed, code
 
     def offer(self, event: Mapping[str, Any]) -> None:
-        """Take ``event`` if it is a rescale request of this run (never blocks)."""
-        if event.get("event") == "rescale-requested" and event.get("run") == self._run_id:
+        """Take ``event`` if it is a rescale or upgrade request of this run (never blocks)."""
+        kind = event.get("event")
+        if kind in ("rescale-requested", "upgrade-requested") and event.get("run") == self._run_id:
             self._requests.put(event)
 
     def start(self) -> None:
@@ -104,7 +124,55 @@ class LiveRescaler:
 
     def _serve(self) -> None:
         while (request := self._requests.get()) is not None:
-            self._handle(request)
+            if request.get("event") == "upgrade-requested":
+                self._upgrade(request)
+            else:
+                self._handle(request)
+
+    def _refused(
+        self, what: str, request: Mapping[str, Any], e: Exception, stopped: bool
+    ) -> None:
+        """Answer ``{what}-failed``; start the operator again as it was if it was stopped."""
+        op, rid = str(request.get("target")), request.get("request")
+        log.warning("%s request %s for %s refused: %s", what, rid, op, e)
+        record_job_event(
+            self._settings, self.plan.job, f"{what}-failed", run=self._run_id, request=rid,
+            target=op, error=f"{type(e).__name__}: {e}",
+        )  # fmt: skip
+        if stopped:
+            self._runs.start_operator(op)
+
+    def _upgrade(self, request: Mapping[str, Any]) -> None:
+        op, rid, job = str(request.get("target")), request.get("request"), self.plan.job
+        stopped = False
+        try:
+            if self._deployed is None:
+                raise UpgradeError(f"upgrade request {rid}: this driver cannot upgrade")
+            code, deployed = self._deployed()
+            check_upgrade(self.plan, deployed, op)
+            new = self._shape[0].apply(deployed)  # the running widths and key groups
+            t0 = time.monotonic()
+            log.info("upgrading %s of %s to the code in %s", op, job, code.path)
+            self._runs.stop_operator(op)
+            stopped = True
+        except Exception as e:  # refused, or failed before anything changed
+            self._refused("upgrade", request, e, stopped)
+            return
+        previous = self._code[0]
+        try:
+            self._code[0], self.plan = code, new
+            record_job_event(
+                self._settings, job, "upgraded", run=self._run_id, request=rid, target=op,
+                module=code.module, path=code.path, parallelism=new.operator(op).parallelism,
+                stopped_s=round(time.monotonic() - t0, 3),
+            )  # fmt: skip
+            self._runs.start_operator(op)
+        except Exception:
+            self._code[0] = previous
+            log.exception("upgrade of %s not completed: stopping the job", op)
+            self._runs.cancel_all()
+            return
+        log.info("%s of %s runs the upgraded code (%.1f s)", op, job, time.monotonic() - t0)
 
     def _handle(self, request: Mapping[str, Any]) -> None:
         op, n, rid = str(request.get("target")), request.get("parallelism"), request.get("request")
@@ -123,13 +191,7 @@ class LiveRescaler:
             rescale = prepare_rescale(self._settings, new, {op: previous}, self.rescale)
             assert rescale is not None
         except Exception as e:  # refused, or failed before anything changed
-            log.warning("rescale request %s for %s refused: %s", rid, op, e)
-            record_job_event(
-                self._settings, job, "rescale-failed", run=self._run_id, request=rid,
-                target=op, error=f"{type(e).__name__}: {e}",
-            )  # fmt: skip
-            if stopped:
-                self._runs.start_operator(op)
+            self._refused("rescale", request, e, stopped)
             return
         # From here on the new shape is recorded first: a driver that dies before the
         # rest leaves a job whose next run takes the recorded shape.
