@@ -22,6 +22,7 @@ fixed and logical types keep the Avro encoding (:func:`arrow_schema` returns ``N
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import itemgetter
 from typing import Any
 
 import pyarrow as pa
@@ -97,6 +98,14 @@ def _null_default(field: dict[str, Any]) -> bool:
     return field["default"] is None and isinstance(typ, list) and typ[:1] == ["null"]
 
 
+def _column(records: Sequence[dict[str, Any]], name: str, get: itemgetter[Any]) -> list[Any]:
+    """Field ``name`` of every (plain dict) record, ``None`` where it is left out."""
+    try:
+        return list(map(get, records))
+    except KeyError:  # left out: null (refused below unless the field is nullable)
+        return [r.get(name) for r in records]
+
+
 class ArrowCodec:
     """Encodes blocks of records as Arrow record batches and decodes whole messages."""
 
@@ -109,6 +118,7 @@ class ArrowCodec:
         self._takes = [
             (f.name, _TAKES[f.type] | ({type(None)} if f.nullable else frozenset())) for f in schema
         ]
+        self._getters = [itemgetter(f.name) for f in schema]
         # Room for the schema message and the end-of-stream marker in every message.
         self.overhead = len(self._header) + len(_EOS)
 
@@ -141,14 +151,20 @@ class ArrowCodec:
 
     def _batch(self, records: Sequence[Any]) -> pa.RecordBatch:
         # set(map(type)) runs in C; dict subclasses take the isinstance path.
-        if set(map(type, records)) - {dict} and not all(isinstance(r, dict) for r in records):
+        plain = not set(map(type, records)) - {dict}
+        if not plain and not all(isinstance(r, dict) for r in records):
             raise TypeError("a record must be a dict")
-        for name, takes in self._takes:
-            wrong = set(map(type, [r.get(name) for r in records])) - takes
+        # Each column is taken out of the records once, checked and converted (from_pylist
+        # would take it out a second time): C-level loops, no Python code per record.
+        arrays = []
+        for (name, takes), get, field in zip(self._takes, self._getters, self._schema, strict=True):
+            column = _column(records, name, get) if plain else [r.get(name) for r in records]
+            wrong = set(map(type, column)) - takes
             if wrong:
                 got = ", ".join(sorted(t.__name__ for t in wrong))
-                raise TypeError(f"field {name!r} holds {got}, not {self._schema.field(name).type}")
-        batch = pa.RecordBatch.from_pylist(list(records), schema=self._schema)
+                raise TypeError(f"field {name!r} holds {got}, not {field.type}")
+            arrays.append(pa.array(column, type=field.type))
+        batch = pa.RecordBatch.from_arrays(arrays, schema=self._schema)
         for i in self._required:
             if batch.column(i).null_count:
                 raise ValueError(f"field {self._schema.field(i).name!r} is missing or None")

@@ -31,8 +31,8 @@ MaxParallelism = NewType("MaxParallelism", int)
 MAX_PARALLELISM_LIMIT = 32768
 
 # Chosen by measurement (README, "Key groups" under "Measured"): what partitioning costs
-# the writer is per record, hardly per partition (`python -m bench.writercost`: 0.43 us a
-# record at 1 partition, 0.96 / 0.89 / 1.04 at 16 / 32 / 128, load 16), and
+# the writer is per record, hardly per partition (`python -m bench.writercost`: 0.41 us a
+# record at 1 partition, 0.79 / 0.85 / 1.02 at 16 / 32 / 128, load 17), and
 # `make bench-channels` could not tell 16 from 32 on the shared machine; 32 doubles the
 # room to rescale for that cost.
 DEFAULT_MAX_PARALLELISM = MaxParallelism(32)

@@ -94,16 +94,18 @@ class KeyHash:
         if len(cache) > _KEY_CACHE:
             cache.clear()
         keys = list(map(self.key_fn, records))
-        # C-level loops: only str keys are ever cached, and no other key equals a str.
-        out: list[int | None] = list(map(cache.get, keys))
-        if None in out:
-            n = self.downstream_parallelism
-            for i, p in enumerate(out):
-                if p is None:
-                    k = keys[i]
-                    out[i] = p = stable_hash(k) % n
-                    if type(k) is str:
-                        cache[k] = p
+        try:  # C-level loop; only str keys are ever cached, and no other key equals a str
+            return list(map(cache.__getitem__, keys))
+        except KeyError:
+            pass
+        n = self.downstream_parallelism
+        out = list(map(cache.get, keys))
+        for i, p in enumerate(out):
+            if p is None:
+                k = keys[i]
+                out[i] = p = stable_hash(k) % n
+                if type(k) is str:
+                    cache[k] = p
         return out  # type: ignore[return-value]  # no None left
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from collections import defaultdict
 from typing import Any
 
 import pyarrow as pa
@@ -190,3 +191,22 @@ def test_ints_are_taken_for_floats_as_avro_does() -> None:
     schema = {"type": "record", "name": "R", "fields": [{"name": "x", "type": "double"}]}
     codec = writer_codec(schema, "arrow")
     assert codec.decode_batch(codec.frame([codec.encode_block([{"x": 3}])])) == [{"x": 3.0}]
+
+
+def test_left_out_fields_are_null_where_nullable_and_refused_where_not() -> None:
+    codec = writer_codec(FLAT, "arrow")
+    left_out = {k: v for k, v in ROWS[1].items() if k not in ("note", "blob")}
+    value = codec.frame([codec.encode_block([ROWS[0], left_out])])
+    assert codec.decode_batch(value) == [ROWS[0], {**left_out, "note": None, "blob": None}]
+    with pytest.raises(SchemaMismatchError, match="'name'"):
+        codec.encode_block([ROWS[0], {k: v for k, v in ROWS[1].items() if k != "name"}])
+
+
+def test_dict_subclass_records_are_read_not_changed() -> None:
+    codec = writer_codec(FLAT, "arrow")
+    # A defaultdict would insert a left-out field if it were looked up with [].
+    record: defaultdict[str, Any] = defaultdict(lambda: "filled", ROWS[1])
+    del record["note"]
+    value = codec.frame([codec.encode_block([ROWS[0], record])])
+    assert codec.decode_batch(value) == [ROWS[0], {**ROWS[1], "note": None}]
+    assert "note" not in record
