@@ -5,6 +5,7 @@
     SpillwayError                  root; ``scope`` says what must restart
     ├── ConfigError                bad configuration or option          JOB: fix, resubmit
     │   ├── RescaleError           a parallelism change refused         JOB
+    │   ├── EvolutionError         a topology change refused (report)   JOB
     │   ├── AuthenticationError    the broker rejected our credentials  JOB
     │   └── AuthorizationError     an ACL is missing                    JOB
     ├── PipelineDefinitionError    bad pipeline graph                   JOB
@@ -66,6 +67,11 @@ class ConfigError(SpillwayError):
 class RescaleError(ConfigError):
     """A change of parallelism that cannot be done soundly (recovery.rescale says which
     and why); the message names the operator and what to do instead."""
+
+
+class EvolutionError(ConfigError):
+    """A restart with changed code and topology refused: the message is the compatibility
+    report (recovery.evolution), naming each change and what to do."""
 
 
 class UpgradeError(ConfigError):

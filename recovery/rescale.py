@@ -341,14 +341,19 @@ def plan_rescale(
     recorded: Rescale | None,
     latest: Mapping[str, Mapping[int, Checkpoint | None]],
     floors: Mapping[str, int],
+    evolved_from: str | None = None,
 ) -> Rescale:
     """The record of rescaling ``plan``'s operators from ``before`` (name → previous
     parallelism), given each previous subtask's latest checkpoint (``latest[name][j]``) and
     the newest checkpoint id of each operator (``floors``). ``recorded``: the job's
     previous rescale, if any. :class:`RescaleError` if an operator cannot be rescaled.
+    ``evolved_from``: the fingerprint of the last run's topology when the code changed
+    since (:mod:`recovery.evolution`); checkpoints taken under it are accepted too.
     """
     old = with_parallelism(plan, before)
     accepted = accepts_fingerprint(recorded, old.fingerprint)
+    if evolved_from is not None:
+        accepted = (evolved_from, *accepted)
     number = (recorded.number if recorded else 0) + 1
     for name, p in sorted(before.items()):
         check_rescalable(plan, name, p)

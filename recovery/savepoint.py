@@ -18,8 +18,11 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
 
 from channels.config import KafkaSettings
+from channels.errors import EvolutionError
 from channels.ids import JobId, OperatorName, SubtaskId
 from channels.kafka.admin import Admin, TopicSpec
 from channels.naming import checkpoint_topic
@@ -47,13 +50,22 @@ def prepare_rescale(
     plan: JobPlan,
     before: Mapping[str, int],
     recorded: Rescale | None,
+    evolved_from: str | None = None,
 ) -> Rescale | None:
     """Hand over the operators of ``plan`` whose parallelism was ``before[name]`` (the
     job must be stopped); return the job's rescale record (``recorded`` when nothing
     changes). :class:`channels.errors.RescaleError` if an operator cannot be rescaled.
+    ``evolved_from``: the code changed since the last run, whose checkpoints carry that
+    topology fingerprint (:mod:`recovery.evolution`); the record accepts it.
     """
     if not before:
-        return recorded
+        if evolved_from is None:
+            return recorded
+        return Rescale(
+            (recorded.number if recorded else 0) + 1,
+            (evolved_from, *(recorded.fingerprints if recorded else ())),
+            recorded.operators if recorded else {},  # handovers not yet taken stay
+        )
     admin = Admin(settings)
     counts = admin.partition_counts()
     fence_subtasks(
@@ -77,7 +89,7 @@ def prepare_rescale(
             store.close()
         latest[name] = {j: newest[j] for j in range(p)}
         floors[name] = max((int(c.checkpoint_id) for c in newest.values() if c), default=0)
-    rescale = plan_rescale(plan, before, recorded, latest, floors)
+    rescale = plan_rescale(plan, before, recorded, latest, floors, evolved_from)
     admin.grow_partitions(_grown(plan, before))
     log.info(
         "job %s rescale %d: %s",
@@ -126,27 +138,51 @@ def shape_for_run(
     recorded: PlanDoc | None,
     recorded_rescale: Rescale | None,
     rewind_to: int | None,
+    evolved_from: str | None = None,
 ) -> Rescale | None:
     """Before a run of ``plan``: rewind the job to global checkpoint ``rewind_to`` (if
     given) in the shape it last ran with (``recorded``), then hand over every operator
-    whose parallelism changed since. Returns the job's rescale record for this run."""
+    whose parallelism changed since. Returns the job's rescale record for this run.
+    ``evolved_from``: as :func:`prepare_rescale`; refused with a rewind (the rewind needs
+    the code that took the savepoint)."""
     before = previous_parallelism(plan, recorded)
     if rewind_to is not None:
+        if evolved_from is not None:
+            raise EvolutionError(
+                f"job {plan.job}: --from-savepoint {rewind_to} with changed code is not "
+                "supported: the rewind needs the topology that took it. Run the old code "
+                f"with --from-savepoint {rewind_to}, stop it, then run the new code with "
+                "--from-savepoint latest"
+            )
         rewind_job(settings, with_parallelism(plan, before), rewind_to)
-    return prepare_rescale(settings, plan, before, recorded_rescale)
+    return prepare_rescale(settings, plan, before, recorded_rescale, evolved_from)
 
 
-def last_run_shape(settings: KafkaSettings, job: JobId) -> tuple[PlanDoc | None, Rescale | None]:
-    """The plan and the rescale record of the job's last run (its ``submitted`` event, or
-    a later live rescale's ``rescaled`` event; None: never submitted, or not recorded)."""
+@dataclass(frozen=True)
+class LastRun:
+    """What the job's last run recorded: its plan and rescale record (from its
+    ``submitted`` event, or a later live rescale's ``rescaled`` event) and its topology
+    (:func:`recovery.evolution.topology_doc`, from the ``submitted`` event). None: never
+    submitted, or not recorded by the version that submitted it."""
+
+    plan: PlanDoc | None = None
+    rescale: Rescale | None = None
+    topology: Mapping[str, Any] | None = None
+
+
+def last_run_shape(settings: KafkaSettings, job: JobId) -> LastRun:
+    """The job's :class:`LastRun`."""
     admin = Admin(settings)
     admin.check_reachable()  # no broker: the clear error, not a metadata time-out
     if events_topic(job) not in admin.partition_counts():
-        return None, None  # a new job: nothing to read (and no topic to create by reading)
-    last = latest_shape(read_events(settings, job)) or {}
+        return LastRun()  # a new job: nothing to read (and no topic to create by reading)
+    events = list(read_events(settings, job))
+    last = latest_shape(events) or {}
+    submitted = [e for e in events if e.get("event") == "submitted"]
     origin = f"submitted event of job {job}"
     doc, rescale = last.get("plan"), last.get("rescale")
-    return (
+    return LastRun(
         PlanDoc.from_json(doc, origin) if doc else None,
         Rescale.from_json(rescale, origin) if rescale else None,
+        submitted[-1].get("topology") if submitted else None,
     )

@@ -25,7 +25,13 @@ from typing import Any
 from confluent_kafka import KafkaException
 
 from channels.config import MAX_RECORD_BYTES, ChannelSettings, KafkaSettings
-from channels.errors import ConfigError, JobAbortedError, ProducerFencedError, SpillwayError
+from channels.errors import (
+    ConfigError,
+    EvolutionError,
+    JobAbortedError,
+    ProducerFencedError,
+    SpillwayError,
+)
 from channels.kafka.admin import Admin
 from recovery import jobconf
 from recovery.deadletter import MAX_MESSAGE_BYTES, dead_letter_spec
@@ -34,6 +40,7 @@ from recovery.events import (
     newer_incarnation,
     record_job_event,
 )
+from recovery.evolution import evolution_of, topology_doc
 from recovery.failures import abort_message
 from recovery.globalckpt import Coordinator, checkpoints_topic_spec
 from recovery.heartbeat import heartbeats_topic_spec
@@ -46,7 +53,7 @@ from recovery.plandoc import PlanDoc
 from recovery.progress import progress_topic_spec
 from recovery.rescale import PlanShape, Rescale, with_parallelism
 from recovery.runner import GUARANTEES, RunOptions, SubtaskResult, SubtaskRunner
-from recovery.savepoint import keep_retired_slots, last_run_shape, shape_for_run
+from recovery.savepoint import LastRun, keep_retired_slots, last_run_shape, shape_for_run
 from recovery.state import CHANGELOG_TOPIC_CONFIG
 from spark_jobs.attempts import AttemptWatcher
 from spark_jobs.failfast import FailureWatch
@@ -106,6 +113,8 @@ class JobConfig:
     progress: bool = False
     # Operator name -> parallelism instead of the pipeline's (a rescale, recovery.savepoint).
     parallelism: Mapping[str, int] = field(default_factory=dict)
+    # Restart with changed code even where it drops state (recovery.evolution).
+    allow_dropped_state: bool = False
 
     def settings(self) -> KafkaSettings:
         """Kafka settings of this run."""
@@ -221,9 +230,11 @@ def run_on_spark(
     plan = load_plan(config.pipeline, config.job_id, config.conf)
     settings = config.settings()
     options = config.options(from_checkpoint)
-    recorded, recorded_rescale = last_run_shape(settings, plan.job)
+    last = last_run_shape(settings, plan.job)
+    recorded = last.plan
     plan = with_parallelism(keep_recorded_max_parallelism(plan, recorded), config.parallelism)
-    rescale = shape_for_run(settings, plan, recorded, recorded_rescale, rewind_to)
+    evolved_from = _check_evolution(plan, last, config.allow_dropped_state)
+    rescale = shape_for_run(settings, plan, recorded, last.rescale, rewind_to, evolved_from)
     prepare_topics(plan, settings, config.dead_letter)
     run_id = uuid.uuid4().hex
     _record_submission(config, plan, settings, run_id, from_checkpoint, rewind_to, rescale)
@@ -290,6 +301,28 @@ def run_on_spark(
     return results
 
 
+def _check_evolution(plan: JobPlan, last: LastRun, allow_dropped_state: bool) -> str | None:
+    """If the code's topology changed since the last run: print the compatibility report
+    (:mod:`recovery.evolution`) and return the fingerprint the last run's checkpoints
+    carry; :class:`EvolutionError` with the report if a change is not allowed."""
+    if last.plan is None:
+        return None
+    found = evolution_of(
+        plan,
+        {op.name: op.parallelism for op in last.plan.operators},
+        {op.name: op.max_parallelism for op in last.plan.operators},
+        last.topology,
+        allow_dropped_state,
+    )
+    if found is None:
+        return None
+    report, evolved_from = found
+    if not report.allowed:
+        raise EvolutionError(report.render())
+    print(report.render(), file=sys.stderr, flush=True)
+    return evolved_from
+
+
 def _record_submission(
     config: JobConfig,
     plan: JobPlan,
@@ -319,6 +352,7 @@ def _record_submission(
         # What status and replay need without the pipeline's code or environment.
         plan=PlanDoc.of(plan).to_json(),
         rescale=rescale.to_json() if rescale else None,
+        topology=topology_doc(plan),  # what the next run compares (recovery.evolution)
         conf=masked(config.conf),
         env=list(config.forward_env),
     )

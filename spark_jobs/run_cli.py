@@ -51,6 +51,12 @@ def add_parser(subparsers: Any) -> None:
         "on a stopped job whose last run had another width, OP is rescaled",
     )
     p.add_argument(
+        "--allow-dropped-state",
+        action="store_true",
+        help="restart with changed code even if it drops state: a removed stateful "
+        "operator, one made stateless, a removed channel (see README, Rescaling)",
+    )
+    p.add_argument(
         "--dead-letter",
         action="store_true",
         help="divert bad records to spillway.<job>.dlq instead of stopping the job",
@@ -161,6 +167,7 @@ def _run(args: argparse.Namespace) -> int:
         metrics_host=args.metrics_host,
         progress=args.progress != "off",
         parallelism=parse_parallelism(args.parallelism),
+        allow_dropped_state=args.allow_dropped_state,
     )
     results = run_on_spark(config, rewind_to=_rewind_to(args))
     for r in results:
