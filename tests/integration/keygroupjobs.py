@@ -55,7 +55,15 @@ def keyed_count() -> Pipeline:
     return _counted("rescale", 8, 2, 1)
 
 
-def _counted(name: str, groups: int, count_p: int, out_p: int | None) -> Pipeline:
+def tagged_count() -> Pipeline:
+    """test_evolution.py's next version of :func:`keyed_count`: a map ``tag`` (p=1,
+    keys prefixed ``m:``) inserted between count and out."""
+    return _counted("rescale", 8, 2, 1, tag=True)
+
+
+def _counted(
+    name: str, groups: int, count_p: int, out_p: int | None, tag: bool = False
+) -> Pipeline:
     p = Pipeline(name)
     events = p.generate(
         "events",
@@ -65,14 +73,19 @@ def _counted(name: str, groups: int, count_p: int, out_p: int | None) -> Pipelin
         parallelism=2,
         rate=float(os.environ["SPILLWAY_TEST_RATE"]),
     )
-    events.key_by(lambda r: r["key"], max_parallelism=groups).aggregate(
+    counted = events.key_by(lambda r: r["key"], max_parallelism=groups).aggregate(
         "count",
         init=lambda: [0, 0],
         add=add,
         result=lambda k, acc: {"key": k, "n": acc[0], "seqs": acc[1]},
         schema=COUNT,
         parallelism=count_p,
-    ).write_jsonl("out", os.environ["SPILLWAY_TEST_OUT"], parallelism=out_p)
+    )
+    if tag:
+        counted = counted.map(
+            "tag", lambda r: {**r, "key": "m:" + r["key"]}, schema=COUNT, parallelism=1
+        )
+    counted.write_jsonl("out", os.environ["SPILLWAY_TEST_OUT"], parallelism=out_p)
     return p
 
 
