@@ -15,7 +15,9 @@ resulting :class:`EvolutionReport`; the run goes ahead when every change is allo
   its reader had not consumed at the savepoint: refused likewise.
 * A changed **channel schema** must resolve under Avro's rules (old schema = writer,
   new = reader, :mod:`recovery.avrocompat`); otherwise refused, naming channel and field.
-  A changed partitioning (edge kind) is refused.
+  A changed partitioning (edge kind) is refused. Readers decode with their own (new)
+  schema only, so records of the old schema still unread in the channel are not resolved:
+  the report says so; a run-time check of that is not written.
 * A changed **parallelism** is reported and done by the rescale path (:mod:`recovery.rescale`).
 
 The old topology comes from the job's ``submitted`` event (``topology``: the plan's
@@ -173,7 +175,11 @@ def _channel_changes(old: Mapping[str, Any], new: JobPlan, allow_dropped: bool) 
                     "give a new field a default; change a type only by an Avro promotion",
                 ))  # fmt: skip
             else:
-                out.append(Change(subject, "schema changed, compatible under Avro resolution"))
+                out.append(Change(
+                    subject, "schema changed, compatible under Avro resolution",
+                    fix="readers decode with the new schema only: the channel must hold no "
+                    "unread records of the old one",
+                ))  # fmt: skip
     return out
 
 

@@ -79,9 +79,10 @@ def test_the_recorded_fingerprint_is_the_one_the_last_runs_checkpoints_carry() -
     doc = topology_doc(plan())
     for p in (1, 2, 3, 4):
         widths = {"count": p}
-        assert recorded_fingerprint(doc, widths, {"count": 4}) == with_parallelism(
-            plan(), widths
-        ).fingerprint
+        assert (
+            recorded_fingerprint(doc, widths, {"count": 4})
+            == with_parallelism(plan(), widths).fingerprint
+        )
 
 
 def test_unchanged_code_or_only_a_new_parallelism_makes_no_report() -> None:
@@ -158,7 +159,9 @@ def test_compatible_schema_changes_are_allowed() -> None:
         report = compare("j", topology_doc(plan()), plan(count_schema=new), False)
         assert report.allowed, report.render()
         assert [c.line().strip() for c in report.changes if "channel" in c.subject] == [
-            "ok      channel count -> out: schema changed, compatible under Avro resolution"
+            "ok      channel count -> out: schema changed, compatible under Avro resolution "
+            "(readers decode with the new schema only: the channel must hold no unread "
+            "records of the old one)"
         ]
 
 
@@ -199,9 +202,12 @@ def test_avro_resolution_rules() -> None:
     assert resolution_problems(rec, rec) == []
     assert resolution_problems(rec, with_field(1, ["null", "long"])) == []  # union, promoted
     assert resolution_problems(rec, with_field(3, {"type": "array", "items": "double"})) == []
-    assert resolution_problems(
-        rec, with_field(2, {"type": "enum", "name": "C", "symbols": ["A", "B", "Z"]})
-    ) == []
+    assert (
+        resolution_problems(
+            rec, with_field(2, {"type": "enum", "name": "C", "symbols": ["A", "B", "Z"]})
+        )
+        == []
+    )
     assert resolution_problems(
         rec, with_field(2, {"type": "enum", "name": "C", "symbols": ["A"]})
     ) == ["field 'e': enum C lost symbols ['B'] and has no default"]
