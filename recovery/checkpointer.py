@@ -131,6 +131,8 @@ class Parts:
     group_metadata: Callable[[], object] = lambda: None
     mark: Callable[[], None] = lambda: None  # write the read mark (recovery.progress)
     owned: Ownership = field(default_factory=Ownership)  # recorded in every checkpoint
+    # False while older checkpoints must stay (a rescale's handover still in use).
+    prunable: Callable[[], bool] = lambda: True
 
 
 @dataclass
@@ -356,6 +358,8 @@ class Checkpointer:
     def _prune_now(self) -> None:
         t0 = time.monotonic()
         try:
+            if not self.parts.prunable():
+                return
             self._store.prune(
                 self.subtask.index,
                 self._options.keep_checkpoints,

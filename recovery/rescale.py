@@ -33,7 +33,7 @@ restores from it as usual; otherwise it restores (again) from the handover.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -399,3 +399,23 @@ def describe(rescale: Rescale, widths: Mapping[str, int]) -> str:
         for name, h in sorted(rescale.operators.items())
     ]
     return f"rescale {rescale.number}: " + "; ".join(parts)
+
+
+def handover_released(
+    rescale: Rescale | None,
+    operator: str,
+    parallelism: int,
+    latest: Callable[[int], Checkpoint | None],
+) -> bool:
+    """False while a subtask of ``operator`` (``parallelism`` wide) may still restore from
+    the checkpoints ``rescale`` handed over: one of them (``latest(i)``: subtask i's newest
+    checkpoint) has none above the rescale's floor. Until then no subtask may prune its
+    checkpoint partition, which holds a handed-over checkpoint a retry would need."""
+    handover = rescale.operators.get(operator) if rescale else None
+    if handover is None:
+        return True
+    for i in range(parallelism):
+        ckpt = latest(i)
+        if ckpt is None or ckpt.checkpoint_id <= handover.floor:
+            return False
+    return True

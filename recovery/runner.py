@@ -48,6 +48,7 @@ from recovery.phases import merge as merge_phases
 from recovery.plan import JobPlan, OperatorPlan
 from recovery.processor import Processor
 from recovery.progress import ProgressLog, Replay, SourceReplay, replay_ends
+from recovery.rescale import handover_released
 from recovery.restorer import Restored, Restorer
 from recovery.state import ChangelogState
 from recovery.taskloop import Outcome, TaskLoop
@@ -142,6 +143,7 @@ class SubtaskRunner:
         op = plan.operator(subtask.operator)
         self.op = op
         self.store = CheckpointStore(settings, plan.job, op.name, op.parallelism)
+        self._released = False  # the rescale handover no longer needs old checkpoints
         self.producer = TransactionalProducer(
             settings,
             subtask.transactional_id,
@@ -380,7 +382,16 @@ class SubtaskRunner:
             group_metadata=lambda: self.consumer.group_metadata() if self.consumer else None,
             mark=p.mark,
             owned=self.owned,
+            prunable=self._handover_released,
         )
+
+    def _handover_released(self) -> bool:
+        """Whether old checkpoints may be pruned (:func:`recovery.rescale.handover_released`);
+        once True, for good."""
+        self._released = self._released or handover_released(
+            self.options.rescale, self.op.name, self.op.parallelism, self.store.latest
+        )
+        return self._released
 
     def _announce_started(self, restored: Restored) -> None:
         mark = restored.mark

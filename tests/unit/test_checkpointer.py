@@ -354,3 +354,16 @@ def test_aligned_mode_sources_act_on_the_trigger_readers_on_barriers() -> None:
     assert r.log == ["consume 3", "release 3"]
     cadence.after_poll(r, None)  # aligned again at 3: released, no second checkpoint
     assert [c.global_id for c in w.committed] == [2, 3]
+
+
+def test_no_prune_while_a_rescale_handover_is_still_needed() -> None:
+    w = world()
+    store = w.ckpt._store
+    assert isinstance(store, FakeStore)
+    released = [False]
+    w.ckpt.parts.prunable = lambda: released[0]
+    w.ckpt._prune_now()
+    assert store.pruned == []
+    released[0] = True
+    w.ckpt._prune_now()
+    assert store.pruned == [(1, RunOptions().keep_checkpoints, 0)]

@@ -26,6 +26,7 @@ from recovery.rescale import (
     check_rescalable,
     describe,
     handover_checkpoint,
+    handover_released,
     previous_parallelism,
     with_parallelism,
 )
@@ -283,3 +284,21 @@ def test_live_rescale_needs_keyed_inputs_and_interval_checkpoints() -> None:
         check_live(plan(tag=3), "tag", 2, "interval")
     with pytest.raises(RescaleError, match="--checkpoint-mode unaligned cannot be rescaled live"):
         check_live(plan(count=4), "count", 2, "unaligned")
+
+
+def test_handed_over_checkpoints_stay_until_every_new_subtask_checkpointed_above_the_floor() -> (
+    None
+):
+    # count went 2 -> 3; the newest checkpoint id before the rescale was 9.
+    r = Rescale(1, ("old",), {"count": OperatorHandover(2, {0: 9, 1: 8}, 9)})
+    jp = plan(count=3)
+    latest: dict[int, Checkpoint | None] = {0: ckpt(jp, "count", 0, 12), 1: None, 2: None}
+    assert not handover_released(r, "count", 3, latest.get)  # count[1], count[2]: none yet
+    latest[1] = ckpt(jp, "count", 1, 10)
+    latest[2] = ckpt(jp, "count", 2, 9)  # restored and re-committed at the floor: not yet
+    assert not handover_released(r, "count", 3, latest.get)
+    latest[2] = ckpt(jp, "count", 2, 10)
+    assert handover_released(r, "count", 3, latest.get)
+    # Another operator, or no rescale at all: nothing to keep.
+    assert handover_released(r, "tag", 2, lambda i: None)
+    assert handover_released(None, "count", 3, lambda i: None)
