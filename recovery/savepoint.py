@@ -29,7 +29,7 @@ from channels.naming import checkpoint_topic
 from offsets.checkpoint import Checkpoint
 from offsets.store import CheckpointStore
 from recovery.events import events_topic, read_events
-from recovery.liverescale import latest_shape
+from recovery.liverescale import announce_width, latest_shape
 from recovery.plan import JobPlan
 from recovery.plandoc import PlanDoc
 from recovery.progress import progress_topic
@@ -91,6 +91,11 @@ def prepare_rescale(
         floors[name] = max((int(c.checkpoint_id) for c in newest.values() if c), default=0)
     rescale = plan_rescale(plan, before, recorded, latest, floors, evolved_from)
     admin.grow_partitions(_grown(plan, before))
+    for name in sorted(before):
+        # Downstream readers may have checkpointed another writer count (a live rescale
+        # announced it in-band): announce this one the same way, after every old writer's
+        # messages and before any new one's, or they would wait for writers that are gone.
+        announce_width(settings, plan, name)
     log.info(
         "job %s rescale %d: %s",
         plan.job,

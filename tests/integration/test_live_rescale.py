@@ -17,7 +17,7 @@ import pytest
 from channels.config import KafkaSettings
 from channels.ids import JobId
 from recovery.cli import main as recovery_main
-from recovery.events import last_submission, read_events
+from recovery.events import last_submission, read_events, record_job_event
 from spark_jobs.driver import JobConfig, run_on_spark
 from spark_jobs.opruns import OperatorRuns
 from tests.integration.keygroupjobs import (
@@ -138,3 +138,52 @@ def print_pauses(events: list[dict[str, Any]]) -> None:
             f"{done['time'] - req['time']:.1f} s, all {width} new subtasks started after "
             f"{max(firsts.values()) - req['time']:.1f} s"
         )
+
+
+def test_a_savepoint_restart_after_a_live_rescale_counts_the_new_writers(
+    kafka_bootstrap: str, unique: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """count goes 2 -> 4 live, the job is stopped, then resumed from its savepoint with
+    count at 2. The sink had checkpointed the live rescale's writer count (4): unless the
+    savepoint rescale announces 2 in-band, it waits for end-of-stream from count[2] and
+    count[3], which no longer exist, and the job never finishes."""
+    out = tmp_path / "out"
+    monkeypatch.setenv("SPILLWAY_TEST_OUT", str(out))
+    monkeypatch.setenv("SPILLWAY_TEST_RECORDS", str(RECORDS))
+    monkeypatch.setenv("SPILLWAY_TEST_RATE", str(RECORDS / 2 / 40))  # about 40 s of input
+    settings = KafkaSettings(kafka_bootstrap)
+    job = JobId(unique)
+    cli = ["rescale", "--job", unique, "--operator", "count", "--bootstrap", kafka_bootstrap]
+    errors: list[BaseException] = []
+
+    def operate(runs: OperatorRuns) -> None:
+        try:
+            wait_until("count's first checkpoints", lambda: None not in count_ids(settings, job, 2))
+            assert recovery_main([*cli, "--parallelism", "4"]) == 0
+            floor = int(rescaled(settings, job)[0]["rescale"]["operators"]["count"]["floor"])
+            wait_until(
+                "every new count subtask checkpointed",
+                lambda: all(c is not None and c > floor for c in count_ids(settings, job, 4)),
+            )
+            submitted = last_submission(settings, job)
+            assert submitted is not None
+            # What SIGTERM to `spillway run` does: every subtask checkpoints and stops.
+            record_job_event(settings, job, "stop-requested", run=submitted["run"])
+            runs.stop_all()
+        except BaseException as e:  # reported by the test's thread, below
+            errors.append(e)
+            runs.stop_all()
+
+    def on_running(runs: OperatorRuns) -> None:
+        threading.Thread(target=operate, args=(runs,), daemon=True).start()
+
+    first = run_on_spark(
+        JobConfig(REF, unique, kafka_bootstrap, master="local[8,3]"), on_running=on_running
+    )
+    assert errors == []
+    assert {r.status for r in first} == {"stopped"}
+    second = run_on_spark(
+        JobConfig(REF, unique, kafka_bootstrap, master="local[6,3]", parallelism={"count": 2})
+    )
+    assert {r.status for r in second} == {"finished"}
+    assert read_output(out) == reference(RECORDS)
