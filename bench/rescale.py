@@ -53,6 +53,7 @@ MAX_PARALLELISM = 16
 BEFORE_S, AFTER_S = 10.0, 10.0
 # From the whole-job restart's subtasks processing to the live rescale request.
 SETTLE_S = 25.0
+KEYS, RATE = 100_000, 1000.0  # keys of count's state; records/s per source subtask
 EVENT = {
     "type": "record",
     "name": "RescaleEvent",
@@ -247,6 +248,12 @@ def one_round(bootstrap: str, records: int, keys: int, rate: float, work: Path) 
     return result
 
 
+def records_for(keys: int, rate: float) -> int:
+    """Input for one round: every key before the stop, then the restart and the windows
+    of the live rescale at ``rate`` per source subtask."""
+    return keys + int(2 * rate * (SETTLE_S + AFTER_S + 45))
+
+
 def _wait_lines(sampler: LineSampler, driver: _Job, lines: int) -> None:
     """Until the side sink has published ``lines`` records; RuntimeError if the job ends."""
     while not sampler.samples or sampler.samples[-1][1] < lines:
@@ -274,13 +281,12 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(prog="python -m bench.rescale", description=__doc__)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--keys", type=int, default=100_000, help="keys of count's state")
-    ap.add_argument("--rate", type=float, default=1000.0, help="records/s per source subtask")
+    ap.add_argument("--keys", type=int, default=KEYS, help="keys of count's state")
+    ap.add_argument("--rate", type=float, default=RATE, help="records/s per source subtask")
     ap.add_argument("--bootstrap", default=None, help="use this broker instead of starting one")
     ap.add_argument("--out", type=Path, default=RESULTS_DIR)
     a = ap.parse_args(argv)
-    # Enough input for: every key before the stop, the restart, the windows of the rescale.
-    records = a.keys + int(2 * a.rate * (SETTLE_S + AFTER_S + 45))
+    records = records_for(a.keys, a.rate)
     work = Path(tempfile.mkdtemp(prefix="spillway-bench-rescale-"))
     broker = None
     load_before = procstat.load_average()
