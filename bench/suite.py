@@ -10,6 +10,8 @@
   job killed and restarted from its checkpoints, on Spark local mode).
 * **B1c columnar** — :mod:`bench.columnarrun` (issue 21: the columnar path on Spark beside
   the record path and the peers, and a stateless pipeline through one channel).
+* **B6 rescale** — :mod:`bench.rescale` (a live rescale of a keyed count beside a whole-job
+  savepoint restart; opt-in: ``--parts b6``, or ``make bench-rescale`` on its own).
 * **B5** is ``make bench-checkpoints`` (:mod:`bench.checkpoints`), run on its own.
 
 Every figure is the median of ``--runs`` runs with min–max; ratios are taken run by run
@@ -51,6 +53,8 @@ from bench import (
     peers,
     procstat,
     report,
+    rescale,
+    rescalestats,
     restore,
     sparkkafka,
     steadyparts,
@@ -99,6 +103,9 @@ class Settings:
     # B1c (bench.columnarrun): the columnar path on Spark, whole runs at two sizes.
     b1c_sizes: tuple[int, ...] = (1_000_000, 5_000_000)
     b1c_engines: tuple[str, ...] = columnarrun.ENGINES
+    # B6 (bench.rescale): keys of the rescaled count's state, records/s per source subtask.
+    b6_keys: int = rescale.KEYS
+    b6_rate: float = rescale.RATE
 
 
 def _create(admin: AdminClient, topic: str, partitions: int = PARTITIONS) -> None:
@@ -293,6 +300,8 @@ def summarise(doc: dict[str, Any]) -> dict[str, Any]:
         out["b2_throughput"] = b2_overhead(b2t)
     if b3 := doc.get("b3"):
         out["b3"] = localized.summarise(b3)
+    if b6 := doc.get("b6"):
+        out["b6"] = rescalestats.summarise(b6)
     return out
 
 
@@ -370,6 +379,7 @@ PARTS: dict[str, str] = {
     "b2": "B2 latency per hop",
     "b3": "B3 localized recovery",
     "b3k": "B3k Kafka Streams, one of two instances SIGKILLed",
+    "b6": "B6 rescale, live vs whole job",
 }
 
 
@@ -452,6 +462,13 @@ def run(s: Settings, command: str, smoke_dir: Path | None = None) -> Path:
             "b4": lambda i: restore.b4_round(bootstrap, broker_pid, admin, s.b4_records),
             "b3": lambda i: localized.b3_round(
                 bootstrap, admin, localized.Settings(rate=s.b3_rate), log
+            ),
+            "b6": lambda i: rescale.one_round(
+                bootstrap,
+                rescale.records_for(s.b6_keys, s.b6_rate),
+                s.b6_keys,
+                s.b6_rate,
+                Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="spillway-b6-"))),
             ),
         }
         if (
