@@ -20,9 +20,10 @@ published lines, sampled every 0.25 s). Each round:
    reference (per key count and sum of sequence numbers; every record once on ``side``).
 
 The two paths differ in direction (2 → 4 whole-job, 4 → 2 live; both hand over the same
-state). The other order (live first) leaves the job unable to finish today: after a live
-2 → 4 and a savepoint restart at 2, the sink's checkpointed writer count (4, from the
-width message) outlives the restart and it waits for two writers that no longer exist.
+state). The measured run took this order because the other one (live first) could not
+finish then: after a live 2 → 4 and a savepoint restart at 2 the sink waited for writers
+that no longer existed; a savepoint rescale now announces its width in-band too
+(recovery.savepoint, tests/integration/test_live_rescale.py), so both orders work.
 Results: ``bench/results/rescale-<UTC time>.json``, medians with min–max.
 """
 
