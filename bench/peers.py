@@ -244,7 +244,7 @@ def _spillway_subtask(
 def run_spillway(job: Job) -> None:
     """Every subtask in its own (spawned) process; DONE when all of them have finished."""
     from channels.config import KafkaSettings
-    from spark_jobs.driver import prepare_topics
+    from spark_jobs.submit import prepare_topics
 
     plan = _plan(job)
     prepare_topics(plan, KafkaSettings(job.bootstrap))

@@ -94,9 +94,16 @@ def await_answer(
         time.sleep(0.5)
 
 
-def announce_width(settings: KafkaSettings, plan: JobPlan, operator: str) -> int:
+def announce_width(
+    settings: KafkaSettings,
+    plan: JobPlan,
+    operator: str,
+    existing: Mapping[str, int] | None = None,
+) -> int:
     """Write ``operator``'s new writer count (its parallelism in ``plan``) to every
     partition of its output channels, in one transaction; returns the messages written.
+    ``existing`` (topic → partition count): write only to partitions that exist there —
+    a channel or partition made for this run has no reader that counted other writers.
 
     Call it after the operator's old subtasks are fenced and before new ones start.
     """
@@ -107,7 +114,10 @@ def announce_width(settings: KafkaSettings, plan: JobPlan, operator: str) -> int
         producer.start()
         producer.begin()
         for e in plan.outputs_of(op.name):
-            for p in range(plan.partitions_of(e)):
+            n = plan.partitions_of(e)
+            if existing is not None:
+                n = min(n, existing.get(plan.topic_of(e), 0))
+            for p in range(n):
                 producer.produce(
                     plan.topic_of(e),
                     p,

@@ -95,7 +95,8 @@ def prepare_rescale(
         # Downstream readers may have checkpointed another writer count (a live rescale
         # announced it in-band): announce this one the same way, after every old writer's
         # messages and before any new one's, or they would wait for writers that are gone.
-        announce_width(settings, plan, name)
+        # Only where the channel exists already: topics are made after this (prepare_topics).
+        announce_width(settings, plan, name, counts)
     log.info(
         "job %s rescale %d: %s",
         plan.job,

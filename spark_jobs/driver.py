@@ -22,39 +22,29 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from confluent_kafka import KafkaException
-
 from channels.config import MAX_RECORD_BYTES, ChannelSettings, KafkaSettings
 from channels.errors import (
     ConfigError,
-    EvolutionError,
     JobAbortedError,
     ProducerFencedError,
     SpillwayError,
 )
-from channels.kafka.admin import Admin
 from recovery import jobconf
-from recovery.deadletter import MAX_MESSAGE_BYTES, dead_letter_spec
 from recovery.events import (
-    events_topic_spec,
     newer_incarnation,
     record_job_event,
 )
-from recovery.evolution import evolution_of, topology_doc
 from recovery.failures import abort_message
-from recovery.globalckpt import Coordinator, checkpoints_topic_spec
-from recovery.heartbeat import heartbeats_topic_spec
-from recovery.jobconf import forwarded_env, masked
+from recovery.globalckpt import Coordinator
+from recovery.jobconf import forwarded_env
 from recovery.loader import load_plan
 from recovery.ownership import keep_recorded_max_parallelism
 from recovery.phases import PhaseClock, process_start_time
 from recovery.plan import JobPlan
 from recovery.plandoc import PlanDoc
-from recovery.progress import progress_topic_spec
 from recovery.rescale import PlanShape, Rescale, with_parallelism
 from recovery.runner import GUARANTEES, RunOptions, SubtaskResult, SubtaskRunner
-from recovery.savepoint import LastRun, keep_retired_slots, last_run_shape, shape_for_run
-from recovery.state import CHANGELOG_TOPIC_CONFIG
+from recovery.savepoint import last_run_shape, shape_for_run
 from spark_jobs.attempts import AttemptWatcher
 from spark_jobs.failfast import FailureWatch
 from spark_jobs.liverescale import LiveRescaler
@@ -62,14 +52,9 @@ from spark_jobs.observe import observed
 from spark_jobs.opjobs import OperatorJobs, operator_groups
 from spark_jobs.opruns import OperatorRuns
 from spark_jobs.shipcode import ModuleCode, deployed, install
-from spark_jobs.usertopics import check_user_topics
+from spark_jobs.submit import check_evolution, prepare_topics, record_submission
 
 log = logging.getLogger("spark_jobs.driver")
-
-# Channel data must outlive every retained checkpoint; -1 (forever) is the safe default,
-# operators shorten it once they know their checkpoint retention.
-CHANNEL_TOPIC_CONFIG = {"retention.ms": "-1", "cleanup.policy": "delete"}
-
 
 @dataclass(frozen=True)
 class JobConfig:
@@ -174,42 +159,6 @@ def subtask_count(
     return len(with_parallelism(plan, parallelism or {}).subtasks())
 
 
-def prepare_topics(plan: JobPlan, settings: KafkaSettings, dead_letter: bool = False) -> None:
-    """Create (or verify) every topic of the job before any subtask starts; the user's
-    topics (read_kafka, write_kafka) must exist."""
-    admin = Admin(settings)
-    admin.check_reachable()
-    existing = admin.partition_counts()
-    check_user_topics(plan, existing)
-    if dead_letter:
-        spec = dead_letter_spec(plan.job)
-        admin.ensure_topics([spec])
-        if spec.name in existing:  # made by an older version: maybe the broker's 1 MB limit
-            _raise_dead_letter_limit(admin, spec.name)
-    admin.ensure_topics([checkpoints_topic_spec(plan.job)])
-    specs = [
-        *plan.topics(CHANGELOG_TOPIC_CONFIG, CHANNEL_TOPIC_CONFIG),
-        events_topic_spec(plan.job),
-        heartbeats_topic_spec(plan.job),
-    ]
-    admin.ensure_topics(keep_retired_slots(plan, specs, existing))
-    progress = [progress_topic_spec(plan.job, op.name, op.parallelism) for op in plan.operators]
-    admin.ensure_topics(keep_retired_slots(plan, progress, existing))
-
-
-def _raise_dead_letter_limit(admin: Admin, topic: str) -> None:
-    try:
-        admin.raise_topic_config(topic, "max.message.bytes", MAX_MESSAGE_BYTES)
-    except (KafkaException, SpillwayError) as e:  # e.g. no DescribeConfigs/AlterConfigs ACL
-        log.warning(
-            "could not check or raise max.message.bytes of %s to %d (%s): dead letters "
-            "bigger than its limit will fail their transaction; raise it by hand",
-            topic,
-            MAX_MESSAGE_BYTES,
-            e,
-        )
-
-
 def run_on_spark(
     config: JobConfig,
     from_checkpoint: int | None = None,
@@ -227,17 +176,9 @@ def run_on_spark(
     rescaled from the stopped job's checkpoints (:mod:`recovery.savepoint`).
     """
     forwarded = forwarded_env(config.forward_env)
-    plan = load_plan(config.pipeline, config.job_id, config.conf)
     settings = config.settings()
     options = config.options(from_checkpoint)
-    last = last_run_shape(settings, plan.job)
-    recorded = last.plan
-    plan = with_parallelism(keep_recorded_max_parallelism(plan, recorded), config.parallelism)
-    evolved_from = _check_evolution(plan, last, config.allow_dropped_state)
-    rescale = shape_for_run(settings, plan, recorded, last.rescale, rewind_to, evolved_from)
-    prepare_topics(plan, settings, config.dead_letter)
-    run_id = uuid.uuid4().hex
-    _record_submission(config, plan, settings, run_id, from_checkpoint, rewind_to, rescale)
+    plan, rescale, run_id = _prepare_run(config, settings, from_checkpoint, rewind_to)
     subtasks = plan.subtasks()
     n = len(subtasks)
 
@@ -301,61 +242,25 @@ def run_on_spark(
     return results
 
 
-def _check_evolution(plan: JobPlan, last: LastRun, allow_dropped_state: bool) -> str | None:
-    """If the code's topology changed since the last run: print the compatibility report
-    (:mod:`recovery.evolution`) and return the fingerprint the last run's checkpoints
-    carry; :class:`EvolutionError` with the report if a change is not allowed."""
-    if last.plan is None:
-        return None
-    found = evolution_of(
-        plan,
-        {op.name: op.parallelism for op in last.plan.operators},
-        {op.name: op.max_parallelism for op in last.plan.operators},
-        last.topology,
-        allow_dropped_state,
-    )
-    if found is None:
-        return None
-    report, evolved_from = found
-    if not report.allowed:
-        raise EvolutionError(report.render())
-    print(report.render(), file=sys.stderr, flush=True)
-    return evolved_from
-
-
-def _record_submission(
+def _prepare_run(
     config: JobConfig,
-    plan: JobPlan,
     settings: KafkaSettings,
-    run_id: str,
     from_checkpoint: int | None,
     rewind_to: int | None,
-    rescale: Rescale | None,
-) -> None:
-    """Append the ``submitted`` event: this run's settings and its plan, which status,
-    replay and the status page read without the pipeline's code or environment (and the
-    job's latest rescale, which every later run continues)."""
-    record_job_event(
-        settings,
-        plan.job,
-        "submitted",
-        run=run_id,
-        pipeline=config.pipeline,
-        checkpoint_interval_s=config.checkpoint_interval_s,
-        master=config.master,
-        subtasks=[str(s) for s in plan.subtasks()],
-        from_checkpoint=from_checkpoint,
-        rewound_to=rewind_to,
-        dead_letter=config.dead_letter,
-        checkpoint_mode=config.checkpoint_mode,
-        guarantee=config.guarantee,
-        # What status and replay need without the pipeline's code or environment.
-        plan=PlanDoc.of(plan).to_json(),
-        rescale=rescale.to_json() if rescale else None,
-        topology=topology_doc(plan),  # what the next run compares (recovery.evolution)
-        conf=masked(config.conf),
-        env=list(config.forward_env),
-    )
+) -> tuple[JobPlan, Rescale | None, str]:
+    """Before Spark starts: the plan at this run's widths, the compatibility report of
+    changed code, the rescale to continue, the topics, the ``submitted`` event; returns
+    the plan, the rescale and the new run's id."""
+    plan = load_plan(config.pipeline, config.job_id, config.conf)
+    last = last_run_shape(settings, plan.job)
+    recorded = last.plan
+    plan = with_parallelism(keep_recorded_max_parallelism(plan, recorded), config.parallelism)
+    evolved_from = check_evolution(plan, last, config.allow_dropped_state)
+    rescale = shape_for_run(settings, plan, recorded, last.rescale, rewind_to, evolved_from)
+    prepare_topics(plan, settings, config.dead_letter)
+    run_id = uuid.uuid4().hex
+    record_submission(config, plan, settings, run_id, from_checkpoint, rewind_to, rescale)
+    return plan, rescale, run_id
 
 
 def _spark_session(config: JobConfig) -> Any:

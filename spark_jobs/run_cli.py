@@ -26,6 +26,34 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument(
         "--checkpoint-interval", type=float, default=1.0, help="seconds between checkpoints"
     )
+    _add_restart_options(p)
+    _add_checkpoint_options(p)
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        metavar="N",
+        help="serve Prometheus metrics of the run on http://HOST:N/metrics (driver)",
+    )
+    p.add_argument(
+        "--metrics-host", default="127.0.0.1", help="address the metrics endpoint binds to"
+    )
+    p.add_argument(
+        "--progress",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="progress line on stderr (auto: on; redrawn in place on a terminal, "
+        "a plain line every 10 s otherwise)",
+    )
+    p.add_argument("--replication-factor", type=int, default=1)
+    p.add_argument("--min-insync-replicas", type=int, default=1)
+    add_pipeline_conf(p, env=True)
+    add_bootstrap(p)
+    p.set_defaults(run=_run)
+
+
+def _add_restart_options(p: Any) -> None:
+    """Where a run starts: a rewind, a savepoint, other widths, changed code."""
     p.add_argument(
         "--from-checkpoint",
         type=int,
@@ -56,6 +84,10 @@ def add_parser(subparsers: Any) -> None:
         help="restart with changed code even if it drops state: a removed stateful "
         "operator, one made stateless, a removed channel (see README, Rescaling)",
     )
+
+
+def _add_checkpoint_options(p: Any) -> None:
+    """Bad records, checkpoints, guarantees and the channels' encoding and limits."""
     p.add_argument(
         "--dead-letter",
         action="store_true",
@@ -98,28 +130,6 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument(
         "--global-interval", type=float, default=2.0, help="seconds between global checkpoints"
     )
-    p.add_argument(
-        "--metrics-port",
-        type=int,
-        default=None,
-        metavar="N",
-        help="serve Prometheus metrics of the run on http://HOST:N/metrics (driver)",
-    )
-    p.add_argument(
-        "--metrics-host", default="127.0.0.1", help="address the metrics endpoint binds to"
-    )
-    p.add_argument(
-        "--progress",
-        choices=("auto", "on", "off"),
-        default="auto",
-        help="progress line on stderr (auto: on; redrawn in place on a terminal, "
-        "a plain line every 10 s otherwise)",
-    )
-    p.add_argument("--replication-factor", type=int, default=1)
-    p.add_argument("--min-insync-replicas", type=int, default=1)
-    add_pipeline_conf(p, env=True)
-    add_bootstrap(p)
-    p.set_defaults(run=_run)
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -15,7 +15,8 @@ from channels.ids import JobId, OperatorName, TopicPartition
 from offsets.store import CheckpointStore
 from recovery.events import read_events
 from recovery.loader import load_plan
-from spark_jobs.driver import JobConfig, prepare_topics, run_on_spark
+from spark_jobs.driver import JobConfig, run_on_spark
+from spark_jobs.submit import prepare_topics
 from tests.integration.deadletters import read_dlq
 from tests.integration.pipelines import make_event
 
