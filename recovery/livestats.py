@@ -28,8 +28,8 @@ from channels.ids import Offset, TopicPartition
 
 if TYPE_CHECKING:
     from channels.reader import ChannelReader
+    from recovery.options import SubtaskResult
     from recovery.plan import Source
-    from recovery.runner import SubtaskResult
     from recovery.state import ChangelogState
 
 
