@@ -100,15 +100,17 @@ def test_five_megabyte_records_through_a_keyed_channel_with_kills(
         "events:0:after-produce-spanning:0:2,count:1:after-commit-inside-record:0:1",
     )
     # A checkpoint falls inside a record only while the reader holds some of its parts:
-    # fetching one part per partition and request, and checkpointing every 0.1 s, make
-    # that happen every few records rather than by luck.
+    # fetching one part per partition and request, prefetching little more than that
+    # (librdkafka otherwise queues up to 64 MB ahead, so one poll on an idle machine
+    # returned all 21 parts at once) and checkpointing every 20 ms make that happen every
+    # few records rather than by luck.
     config = JobConfig(
         REF,
         unique,
         kafka_bootstrap,
         master="local[4,3]",
-        checkpoint_interval_s=0.1,
-        client={"max.partition.fetch.bytes": 256 * 1024},
+        checkpoint_interval_s=0.02,
+        client={"max.partition.fetch.bytes": 256 * 1024, "queued.max.messages.kbytes": 512},
     )
     results = run_on_spark(config)
 
