@@ -6,6 +6,7 @@ import glob
 import json
 import os
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from channels.config import KafkaSettings
 from channels.ids import JobId, OperatorName
 from offsets.checkpoint import Checkpoint
 from offsets.store import CheckpointStore
+from recovery.events import last_submission, read_events
 from spark_jobs.pipeline import Pipeline
 
 KEYS = 101  # keys k0..k100: every one of the 16 key groups holds some
@@ -124,3 +126,14 @@ def count_checkpoints(settings: KafkaSettings, job: JobId, p: int) -> list[Check
         return [store.latest(i) for i in range(p)]
     finally:
         store.close()
+
+
+def last_run_starts(settings: KafkaSettings, job: JobId) -> Counter[tuple[str, int]]:
+    """How often each (operator[index], attempt) started in the job's last run."""
+    submitted = last_submission(settings, job)
+    assert submitted is not None
+    return Counter(
+        (f"{e['operator']}[{e['index']}]", int(e["attempt"]))
+        for e in read_events(settings, job)
+        if e.get("event") == "started" and e.get("run") == submitted["run"]
+    )

@@ -22,6 +22,7 @@ from spark_jobs.driver import JobConfig, run_on_spark
 from spark_jobs.opruns import OperatorRuns
 from tests.integration.keygroupjobs import (
     count_checkpoints,
+    last_run_starts,
     read_output,
     reference,
     wait_until,
@@ -85,13 +86,7 @@ def test_a_keyed_count_rescaled_live_two_four_one_with_a_kill(
     assert read_output(out) == reference(RECORDS)
     assert {r.status for r in results} == {"finished"}
 
-    submitted = last_submission(settings, job)
-    assert submitted is not None
-    starts = Counter(
-        (f"{e['operator']}[{e['index']}]", e["attempt"])
-        for e in read_events(settings, job)
-        if e.get("event") == "started" and e.get("run") == submitted["run"]
-    )
+    starts = last_run_starts(settings, job)
     # Nothing but count restarted; count ran as 2, then 4 (count[3] twice), then 1.
     assert starts == Counter(
         {

@@ -25,10 +25,10 @@ from channels.config import KafkaSettings
 from channels.ids import JobId, OperatorName
 from offsets.store import CheckpointStore
 from recovery.cli import main as recovery_main
-from recovery.events import last_submission, read_events
+from recovery.events import read_events
 from spark_jobs.driver import JobConfig, run_on_spark
 from spark_jobs.opruns import OperatorRuns
-from tests.integration.keygroupjobs import wait_until
+from tests.integration.keygroupjobs import last_run_starts, wait_until
 
 RECORDS = 4000
 MODULE = "upgradable_pipeline"
@@ -165,13 +165,7 @@ def test_an_upgraded_map_function_takes_over_exactly_once_with_a_kill(
     (refused,) = events_of(settings, job, "upgrade-failed")
     assert "output to out: schema" in refused["error"]
     assert "release" in refused["error"]
-    submitted = last_submission(settings, job)
-    assert submitted is not None
-    starts = Counter(
-        (f"{e['operator']}[{e['index']}]", e["attempt"])
-        for e in events_of(settings, job, "started")
-        if e.get("run") == submitted["run"]
-    )
+    starts = last_run_starts(settings, job)
     # Only tag restarted: once for the upgrade, and tag[0] once more after the SIGKILL.
     assert starts == Counter(
         {
