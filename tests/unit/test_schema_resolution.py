@@ -246,20 +246,31 @@ def test_a_reader_resolves_old_records_in_its_channel_then_reads_new_ones(codec:
         assert [r for d in blind.poll() for r in d.records] == AS_V2 + new
 
 
-def test_parts_of_a_record_that_spans_messages_carry_the_schema_id() -> None:
-    big = record("Big", b={"type": "bytes"})
+@pytest.mark.parametrize("codec", ["arrow", "avro"])
+def test_a_record_of_the_old_schema_that_spans_messages_is_resolved(codec: str) -> None:
+    big1 = record("Big", n={"type": "int"}, b={"type": "bytes"})
+    big2 = record("Big", n={"type": "long"}, b={"type": "string"}, t={"type": "int", "default": 5})
     producer = FakeProducer()
     writer = ChannelWriter(
         cast(Any, producer),
-        OutputChannel("ch", big, Forward(0, 1), 1),
+        OutputChannel("ch", big1, Forward(0, 1), 1),
         0,
-        ChannelSettings(max_batch_bytes=1024, linger_s=60),
+        ChannelSettings(max_batch_bytes=1024, codec=codec, linger_s=60),
         lambda: 0.0,
     )
-    writer.write_many([{"b": b"x" * 5000}])
+    writer.write_many([{"n": 1, "b": b"x" * 5000}, {"n": 2, "b": b"y"}])
     writer.flush_batches()
-    assert len(producer.sent) > 1
-    assert all((H_SCHEMA, schema_id(big)) in h for _, _, _, h in producer.sent)
+    assert len(producer.sent) > 2  # the first record in parts
+    assert all((H_SCHEMA, schema_id(big1)) in h for _, _, _, h in producer.sent)
+    log = [LogMsg(p, n, k, v, h) for n, (p, k, v, h) in enumerate(producer.sent)]
+    reader = ChannelReader(
+        cast(Any, ScriptedLog(log)), [InputChannel("ch", 0, big2, 1, "", (big1,))]
+    )
+    reader.start()
+    assert [r for d in reader.poll() for r in d.records] == [
+        {"n": 1, "b": "x" * 5000, "t": 5},
+        {"n": 2, "b": "y", "t": 5},
+    ]
 
 
 # How a run learns a channel's earlier schemas: from the job's recorded topologies.
