@@ -12,14 +12,15 @@ and slice a message's records) work as they do for dicts, and a slice stays a ba
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, overload
 
 import pyarrow as pa
 
 from channels.arrowcodec import arrow_schema
-from channels.envelope import VERSION, RecordCodec
+from channels.envelope import VERSION, Decoders
 from channels.errors import PipelineDefinitionError, SchemaMismatchError
+from channels.resolve import resolved_batch
 
 
 class ArrowRows(Sequence[Any]):
@@ -71,7 +72,7 @@ class BatchDecoders:
     decoded is a :class:`SchemaMismatchError`), with batches in place of dicts.
     """
 
-    def __init__(self, schema: dict[str, Any]) -> None:
+    def __init__(self, schema: dict[str, Any], earlier: Iterable[dict[str, Any]] = ()) -> None:
         flat = arrow_schema(schema)
         if flat is None:
             raise PipelineDefinitionError(
@@ -80,19 +81,22 @@ class BatchDecoders:
                 "records upstream"
             )
         self.schema = flat
+        self._avro_schema = schema
         self._name = schema.get("name", "?")
-        self._avro = RecordCodec(schema)
+        self._avro = Decoders(schema, earlier)
 
-    def decode(self, version: bytes, value: bytes) -> ArrowRows:
-        """The message's rows as one batch of the channel's Arrow schema."""
+    def decode(self, version: bytes, value: bytes, writer: bytes | None = None) -> ArrowRows:
+        """The message's rows as one batch of the channel's Arrow schema (a message written
+        with an older schema of the channel resolved to it, :mod:`channels.resolve`)."""
         if version == VERSION:
-            records = self._avro.decode_batch(value)
+            records = self._avro.decode(version, value, writer)
             return ArrowRows(pa.RecordBatch.from_pylist(records, schema=self.schema))
         try:
             reader = pa.ipc.open_stream(value)
+            batches = list(reader)
             if not reader.schema.equals(self.schema):
-                raise ValueError(f"its schema is {reader.schema}, expected {self.schema}")
-            return ArrowRows(one_batch(list(reader), self.schema))
+                batches = [resolved_batch(b, self._avro_schema, self.schema) for b in batches]
+            return ArrowRows(one_batch(batches, self.schema))
         except (pa.ArrowException, ValueError, OSError) as e:
             raise SchemaMismatchError(
                 f"cannot decode an Arrow batch of {len(value)} bytes with schema "

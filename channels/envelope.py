@@ -15,8 +15,12 @@ A Kafka message in a channel is one of:
 
 Headers: ``spw.v`` (format version: ``b"1"``, ``b"2"`` for Arrow data, ``b"3"`` for a
 part) and ``spw.k`` (kind: ``d``, ``e``, ``w``, ``i``, ``b``); a part has three more
-(channels.spanning). The message key is the writer's subtask index in ASCII, so channel
-``i → j`` is "partition j, key i". A reader rejects versions it does not know instead of
+(channels.spanning). A data message and a part also carry ``spw.s``, the id of the
+schema they were written with (:mod:`channels.schemaid`): a reader decodes each message
+with its writer's schema and resolves it to its own (:mod:`channels.resolve`), so a
+channel may hold records of an older schema of it after a restart with changed code.
+The message key is the writer's subtask index in ASCII, so channel ``i → j`` is
+"partition j, key i". A reader rejects versions it does not know instead of
 guessing; every reader decodes both data encodings, whatever its own writers use, so
 changing the codec needs no migration.
 """
@@ -26,16 +30,19 @@ from __future__ import annotations
 import enum
 import io
 import struct
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
+import pyarrow as pa
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
 from channels.arrowcodec import ArrowCodec, arrow_schema, short_repr
 from channels.config import CODECS
 from channels.errors import ConfigError, SchemaMismatchError
 from channels.mismatch import describe
+from channels.resolve import ResolvingDecoder, resolved_rows
+from channels.schemaid import WriterSchemas, schema_id_of
 
 VERSION = b"1"
 ARROW_VERSION = b"2"
@@ -217,33 +224,74 @@ def writer_codec(schema: dict[str, Any], codec: str) -> BlockCodec:
 
 
 class Decoders:
-    """Decodes a channel's data messages in whichever encoding each message says it has."""
+    """Decodes a channel's data messages in whichever encoding each message says it has,
+    each with the schema it was written with, resolved to the reader's (``schema``).
 
-    def __init__(self, schema: dict[str, Any]) -> None:
+    ``earlier``: the schemas the channel had in the job's earlier runs, which records
+    still in it may have been written with (:mod:`channels.schemaid`)."""
+
+    def __init__(self, schema: dict[str, Any], earlier: Iterable[dict[str, Any]] = ()) -> None:
         self.schema = schema
         self._avro = RecordCodec(schema)
-        flat = arrow_schema(schema)
-        self._arrow = ArrowBlockCodec(schema, flat) if flat is not None else None
+        self._flat = arrow_schema(schema)
+        self._writers = WriterSchemas(schema, earlier)
+        self._resolving: dict[bytes, ResolvingDecoder] = {}
 
-    def decode(self, version: bytes, value: bytes) -> list[Any]:
+    def decode(self, version: bytes, value: bytes, writer: bytes | None = None) -> list[Any]:
         """The records of a data message of format ``version`` (1 or 2: a part, version 3,
-        is decoded once its record is reassembled)."""
+        is decoded once its record is reassembled) written with schema id ``writer``
+        (None: a message from before schema ids, read with the reader's schema)."""
         if version == PART_VERSION:
             raise SchemaMismatchError(_PART_ALONE)
         if version == VERSION:
-            return self._avro.decode_batch(value)
-        if self._arrow is None:
+            if writer is None or self._writers.is_own(writer):
+                return self._avro.decode_batch(value)
+            return self.resolver(writer).decode_batch(value)
+        return self._decode_arrow(value)
+
+    def resolver(self, writer: bytes) -> ResolvingDecoder:
+        """The decoder of Avro messages written with schema id ``writer`` (kept per id);
+        :class:`SchemaMismatchError` if the id is not one of the channel's schemas."""
+        found = self._resolving.get(writer)
+        if found is None:
+            found = ResolvingDecoder(self._writers.get(writer), self.schema)
+            self._resolving[writer] = found
+        return found
+
+    def _decode_arrow(self, value: bytes) -> list[Any]:
+        # An Arrow message carries its own schema: the reader's is the fast path; another
+        # (an older schema of the channel) is resolved column by column.
+        name = self.schema.get("name", "?")
+        try:
+            stream = pa.ipc.open_stream(value)
+            batches = list(stream)
+        except (pa.ArrowException, OSError) as e:
             raise SchemaMismatchError(
-                f"an Arrow data message for schema {self.schema.get('name', '?')!r}, which "
-                "is not flat: the writer's schema differs from this reader's"
-            )
-        return self._arrow.decode_batch(value)
+                f"cannot decode an Arrow batch of {len(value)} bytes for schema {name!r}: {e}"
+            ) from e
+        out: list[Any] = []
+        if self._flat is not None and stream.schema.equals(self._flat):
+            for batch in batches:
+                out.extend(batch.to_pylist())
+            return out
+        try:
+            for batch in batches:
+                out.extend(resolved_rows(batch, self.schema))
+        except (pa.ArrowException, ValueError) as e:
+            raise SchemaMismatchError(
+                f"cannot read an Arrow batch of schema {stream.schema} as schema {name!r}: {e}"
+            ) from e
+        return out
 
 
 def decode_data(
-    raw_headers: Sequence[tuple[str, bytes | None]] | None, value: bytes, schema: dict[str, Any]
+    raw_headers: Sequence[tuple[str, bytes | None]] | None,
+    value: bytes,
+    schema: dict[str, Any],
+    earlier: Iterable[dict[str, Any]] = (),
 ) -> list[Any]:
-    """The records of one data message (any encoding), given the channel's schema.
+    """The records of one data message (any encoding), given the channel's schema (and
+    its ``earlier`` ones, see :class:`Decoders`).
 
     For tools and tests that read a channel topic directly; a reader keeps a
     :class:`Decoders` per input instead.
@@ -251,7 +299,7 @@ def decode_data(
     kind, version = read_header(raw_headers)
     if kind is not Kind.DATA:
         raise SchemaMismatchError(f"not a data message: {kind.name}")
-    return Decoders(schema).decode(version, value)
+    return Decoders(schema, earlier).decode(version, value, schema_id_of(raw_headers))
 
 
 _PART_ALONE = (

@@ -32,6 +32,7 @@ from channels.inputmarks import InputMark, WriterMark, combine, input_mark
 from channels.kafka.consumer import AssignedConsumer
 from channels.progress import ReaderState as ReaderState  # re-exported
 from channels.progress import Spans as Spans
+from channels.schemaid import schema_id_of
 from channels.spanning import Assembler, read_mark
 
 
@@ -45,6 +46,9 @@ class InputChannel:
     schema: dict[str, Any]
     upstream_parallelism: int
     input: str = ""
+    # The schemas the channel had in the job's earlier runs: records still in it may have
+    # been written with one (resolved to ``schema``, channels.resolve).
+    earlier_schemas: tuple[dict[str, Any], ...] = ()
 
     @property
     def tp(self) -> TopicPartition:
@@ -101,7 +105,7 @@ class ChannelReader:
         self._tolerate_bad = tolerate_bad
         self._inputs = {i.tp: i for i in inputs}
         decoders = BatchDecoders if batches else Decoders
-        self._codecs = {i.tp: decoders(i.schema) for i in inputs}
+        self._codecs = {i.tp: decoders(i.schema, i.earlier_schemas) for i in inputs}
         self._positions: dict[TopicPartition, Offset] = {}
         self._pending: list[Any] = []  # consumed, not yet returned (after a barrier)
         self._parts = Assembler(resends=resends)  # records that span messages
@@ -252,13 +256,14 @@ class ChannelReader:
             whole = self._parts.add(tp, writer, off, read_mark(raw_headers), value)
             if whole is None:
                 return None
-            records = self._codecs[tp].decode(whole.version, whole.value)
+            records = self._codecs[tp].decode(whole.version, whole.value, schema_id_of(raw_headers))
             return Delivery(tp, whole.first, writer, Kind.DATA, records)
         self._parts.other(tp, writer, off)
         if kind is Kind.DATA:
             if value is None:
                 raise SchemaMismatchError("data message without a value")
-            return Delivery(tp, off, writer, kind, self._codecs[tp].decode(version, value))
+            records = self._codecs[tp].decode(version, value, schema_id_of(raw_headers))
+            return Delivery(tp, off, writer, kind, records)
         v = decode_i64(value)
         if kind is Kind.END_OF_STREAM:
             self.state.ended.setdefault(tp, set()).add(writer)

@@ -24,6 +24,7 @@ from channels.errors import RecordError
 from channels.ids import TopicPartition
 from channels.output import MessageOutput
 from channels.partitioners import KeyHash, Partitioner
+from channels.schemaid import schema_header
 from channels.spanning import check_record_size, part_headers, split
 from channels.spread import Spread
 
@@ -62,7 +63,10 @@ class ChannelWriter:
             # A wide schema's Arrow schema message (in every message) would leave little or
             # no room for records in a small batch: Avro frames with 20 bytes.
             self._codec = writer_codec(channel.schema, "avro")
-        self._data_headers = headers(Kind.DATA, self._codec.version)
+        # Every data message and part names its writer schema (channels.schemaid): after a
+        # restart with changed code, readers resolve old records by it.
+        self._schema_header = schema_header(channel.schema)
+        self._data_headers = [*headers(Kind.DATA, self._codec.version), self._schema_header]
         self._key = writer_key(writer_index)
         self._batcher = Batcher(
             settings.max_batch_bytes,
@@ -327,7 +331,11 @@ class ChannelWriter:
         self.spanned += 1
         for mark, chunk in split(value, self._batcher.max_bytes, self._codec.version):
             self._producer.produce(
-                self.channel.topic, partition, self._key, chunk, part_headers(mark)
+                self.channel.topic,
+                partition,
+                self._key,
+                chunk,
+                [*part_headers(mark), self._schema_header],
             )
 
 

@@ -15,14 +15,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from channels.resolve import PROMOTIONS  # the rules readers apply (channels.resolve)
+
 PRIMITIVES = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
-PROMOTIONS: Mapping[str, frozenset[str]] = {
-    "int": frozenset({"long", "float", "double"}),
-    "long": frozenset({"float", "double"}),
-    "float": frozenset({"double"}),
-    "string": frozenset({"bytes"}),
-    "bytes": frozenset({"string"}),
-}
 
 
 def _names(schema: Any, out: dict[str, Any]) -> dict[str, Any]:

@@ -15,9 +15,11 @@ resulting :class:`EvolutionReport`; the run goes ahead when every change is allo
   its reader had not consumed at the savepoint: refused likewise.
 * A changed **channel schema** must resolve under Avro's rules (old schema = writer,
   new = reader, :mod:`recovery.avrocompat`); otherwise refused, naming channel and field.
-  A changed partitioning (edge kind) is refused. Readers decode with their own (new)
-  schema only, so records of the old schema still unread in the channel are not resolved:
-  the report says so; a run-time check of that is not written.
+  A changed partitioning (edge kind) is refused. Records of the old schema still unread
+  in the channel are read with it and resolved to the new one: every message names its
+  writer schema (:mod:`channels.schemaid`), and the run's readers get every schema the
+  channel had in the job's recorded runs (:func:`channel_history`,
+  :func:`with_earlier_schemas`; resolution in :mod:`channels.resolve`).
 * A changed **parallelism** is reported and done by the rescale path (:mod:`recovery.rescale`).
 
 The old topology comes from the job's ``submitted`` event (``topology``: the plan's
@@ -28,13 +30,15 @@ changed them since the submission).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import dataclasses
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from channels.ids import OperatorName
 from offsets.checkpoint import fingerprint
 from recovery.avrocompat import resolution_problems
-from recovery.plan import JobPlan
+from recovery.plan import EdgePlan, JobPlan, OperatorPlan
 
 
 @dataclass(frozen=True)
@@ -177,8 +181,8 @@ def _channel_changes(old: Mapping[str, Any], new: JobPlan, allow_dropped: bool) 
             else:
                 out.append(Change(
                     subject, "schema changed, compatible under Avro resolution",
-                    fix="readers decode with the new schema only: the channel must hold no "
-                    "unread records of the old one",
+                    fix="records of the old schema still in the channel are resolved to the "
+                    "new one as they are read",
                 ))  # fmt: skip
     return out
 
@@ -212,3 +216,79 @@ def evolution_of(
     if old == recorded_fingerprint(topology_doc(plan), widths, key_groups):
         return None
     return compare(str(plan.job), recorded, plan, allow_dropped_state), old
+
+
+Channel = tuple[str, str]  # (upstream, downstream) operator names
+
+
+def recorded_topologies(events: Iterable[Mapping[str, Any]]) -> tuple[Mapping[str, Any], ...]:
+    """The topology each ``submitted`` event of a job's ``events`` recorded, oldest first
+    (runs by versions that did not record one are left out)."""
+    return tuple(
+        e["topology"] for e in events if e.get("event") == "submitted" and e.get("topology")
+    )
+
+
+def channel_history(
+    topologies: Iterable[Mapping[str, Any]],
+) -> dict[Channel, tuple[dict[str, Any], ...]]:
+    """Every schema each channel had in recorded topologies ``topologies``
+    (:func:`topology_doc` of each run, oldest first), each once, oldest first."""
+    out: dict[Channel, list[dict[str, Any]]] = {}
+    for doc in topologies:
+        for e in doc.get("description", {}).get("edges", ()):
+            schemas = out.setdefault((str(e["from"]), str(e["to"])), [])
+            if e.get("schema") is not None and e["schema"] not in schemas:
+                schemas.append(e["schema"])
+    return {k: tuple(v) for k, v in out.items()}
+
+
+def with_earlier_schemas(
+    plan: JobPlan, history: Mapping[Channel, tuple[dict[str, Any], ...]]
+) -> JobPlan:
+    """``plan`` whose channels know the schemas ``history`` recorded for them other than
+    their own (:attr:`recovery.plan.EdgePlan.earlier_schemas`)."""
+    edges = []
+    for e in plan.edges:
+        earlier = tuple(s for s in history.get((e.upstream, e.downstream), ()) if s != e.schema)
+        edges.append(dataclasses.replace(e, earlier_schemas=earlier) if earlier else e)
+    return dataclasses.replace(plan, edges=tuple(edges))
+
+
+def _no_partitioner(writer: int, p: int) -> Any:
+    raise AssertionError("a recorded plan only rewinds: it writes no channel")
+
+
+def recorded_plan(
+    new: JobPlan,
+    doc: Mapping[str, Any],
+    widths: Mapping[str, int],
+    key_groups: Mapping[str, int | None],
+) -> JobPlan:
+    """The plan of recorded topology ``doc`` (:func:`topology_doc`) at the last run's
+    ``widths`` and ``key_groups``, for the job of plan ``new``: operators and channels without
+    code, enough to rewind the job to a savepoint its checkpoints took
+    (:func:`recovery.rewind.rewind_job`). Its fingerprint is :func:`recorded_fingerprint`'s."""
+    desc, stateful = doc["description"], set(doc.get("stateful", ()))
+    ops = []
+    for op in desc["operators"]:
+        name = str(op["name"])
+        ops.append(OperatorPlan(
+            name=OperatorName(name),
+            parallelism=int(widths.get(name, op["p"])),
+            kind=str(op["kind"]),
+            stateful=name in stateful,
+            description={k: v for k, v in op.items() if k not in ("name", "p", "kind", "M")},
+            max_parallelism=key_groups.get(name, op.get("M")),
+        ))  # fmt: skip
+    edges = tuple(
+        EdgePlan(
+            OperatorName(str(e["from"])),
+            OperatorName(str(e["to"])),
+            e["schema"],
+            _no_partitioner,
+            str(e["kind"]),
+        )
+        for e in desc["edges"]
+    )
+    return JobPlan(new.job, tuple(ops), edges, new.bounded)

@@ -173,6 +173,10 @@ class EdgePlan:
     # The name the downstream's logic knows this input by (the declared upstream
     # operator, which may sit inside the chain ``upstream``); None: ``upstream``.
     input: str | None = None
+    # The schemas this channel had in the job's earlier runs (recovery.evolution, from the
+    # recorded topologies): records still in it may have been written with one, and its
+    # readers resolve them to ``schema`` (channels.resolve). Not part of the description.
+    earlier_schemas: tuple[dict[str, Any], ...] = ()
 
     @property
     def input_name(self) -> str:

@@ -14,6 +14,7 @@ from channels.config import KafkaSettings
 from channels.errors import ConfigError
 from channels.ids import SubtaskId, job_id, operator_name
 from recovery.events import last_submission, read_events
+from recovery.evolution import channel_history, recorded_topologies, with_earlier_schemas
 from recovery.jobconf import replay_conf
 from recovery.liverescale import latest_shape
 from recovery.loader import load_plan
@@ -59,7 +60,10 @@ def replay_subtask(
         checkpoint_interval_s = float(submitted.get("checkpoint_interval_s", checkpoint_interval_s))
     plan = load_plan(ref, job, replay_conf(job, submitted, conf or {}))
     if submitted is not None:  # with the plan as a live rescale may have left it
-        shape = latest_shape(read_events(settings, jid)) or submitted
+        events = list(read_events(settings, jid))
+        shape = latest_shape(events) or submitted
+        # Channel schemas of earlier runs: records of them may still be in the channels.
+        plan = with_earlier_schemas(plan, channel_history(recorded_topologies(events)))
         submitted = {**submitted, "plan": shape.get("plan"), "rescale": shape.get("rescale")}
     recorded = submitted.get("plan") if submitted else None
     origin = f"submitted event of job {job}"

@@ -42,6 +42,7 @@ from channels.ids import CheckpointId, Offset, OperatorName, SubtaskId, TopicPar
 from channels.keygroups import MAX_PARALLELISM_LIMIT
 from channels.progress import Spans
 from offsets.checkpoint import Checkpoint
+from recovery.evolution import with_earlier_schemas
 from recovery.ownership import adopted_max_parallelism, owned_partitions, with_max_parallelism
 from recovery.plan import EdgePlan, JobPlan, OperatorPlan
 from recovery.plandoc import PlanDoc
@@ -109,11 +110,15 @@ class Rescale:
 @dataclass(frozen=True)
 class PlanShape:
     """What a task applies to the plan it rebuilds from the pipeline, so it runs the plan
-    the driver decided: key-group counts, parallelism per operator, the latest rescale."""
+    the driver decided: key-group counts, parallelism per operator, the latest rescale,
+    and the earlier schemas of each channel (upstream, downstream) its readers resolve."""
 
     key_groups: Mapping[str, int]
     parallelism: Mapping[str, int]
     rescale: Rescale | None = None
+    earlier_schemas: Mapping[tuple[str, str], tuple[dict[str, Any], ...]] = dataclasses.field(
+        default_factory=dict
+    )
 
     @staticmethod
     def of(plan: JobPlan, rescale: Rescale | None) -> PlanShape:
@@ -121,11 +126,16 @@ class PlanShape:
         return PlanShape(
             adopted_max_parallelism(plan), {op.name: op.parallelism for op in plan.operators},
             rescale,
+            {(e.upstream, e.downstream): e.earlier_schemas for e in plan.edges
+             if e.earlier_schemas},
         )  # fmt: skip
 
     def apply(self, plan: JobPlan) -> JobPlan:
         """``plan`` in this shape."""
-        return with_parallelism(with_max_parallelism(plan, self.key_groups), self.parallelism)
+        shaped = with_max_parallelism(plan, self.key_groups)
+        return with_parallelism(
+            with_earlier_schemas(shaped, self.earlier_schemas), self.parallelism
+        )
 
 
 def with_parallelism(plan: JobPlan, parallelism: Mapping[str, int]) -> JobPlan:

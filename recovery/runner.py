@@ -99,6 +99,7 @@ def input_channels(
             e.schema,
             plan.operator(e.upstream).parallelism,
             e.input_name,
+            e.earlier_schemas,
         )
         for e in plan.inputs_of(op.name)
         for part in owned.of_topic(plan.topic_of(e))

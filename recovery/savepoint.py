@@ -29,6 +29,7 @@ from channels.naming import checkpoint_topic
 from offsets.checkpoint import Checkpoint
 from offsets.store import CheckpointStore
 from recovery.events import events_topic, read_events
+from recovery.evolution import recorded_plan, recorded_topologies
 from recovery.liverescale import announce_width, latest_shape
 from recovery.plan import JobPlan
 from recovery.plandoc import PlanDoc
@@ -145,22 +146,34 @@ def shape_for_run(
     recorded_rescale: Rescale | None,
     rewind_to: int | None,
     evolved_from: str | None = None,
+    topology: Mapping[str, Any] | None = None,
 ) -> Rescale | None:
     """Before a run of ``plan``: rewind the job to global checkpoint ``rewind_to`` (if
     given) in the shape it last ran with (``recorded``), then hand over every operator
     whose parallelism changed since. Returns the job's rescale record for this run.
-    ``evolved_from``: as :func:`prepare_rescale`; refused with a rewind (the rewind needs
-    the code that took the savepoint)."""
+    ``evolved_from``: as :func:`prepare_rescale`; with a rewind, the rewind runs on the
+    recorded topology that took the savepoint (``topology``, the last run's
+    :func:`recovery.evolution.topology_doc`) and the new code then continues from it as
+    from the latest checkpoints."""
     before = previous_parallelism(plan, recorded)
     if rewind_to is not None:
-        if evolved_from is not None:
+        if evolved_from is None:
+            rewind_job(settings, with_parallelism(plan, before), rewind_to)
+        elif topology is None or recorded is None:
             raise EvolutionError(
-                f"job {plan.job}: --from-savepoint {rewind_to} with changed code is not "
-                "supported: the rewind needs the topology that took it. Run the old code "
-                f"with --from-savepoint {rewind_to}, stop it, then run the new code with "
-                "--from-savepoint latest"
+                f"job {plan.job}: --from-savepoint {rewind_to} with changed code needs the "
+                "topology of the code that took it, which the last run did not record (an "
+                f"older Spillway): run the old code with --from-savepoint {rewind_to}, stop "
+                "it, then run the new code with --from-savepoint latest"
             )
-        rewind_job(settings, with_parallelism(plan, before), rewind_to)
+        else:
+            old = recorded_plan(
+                plan,
+                topology,
+                {op.name: op.parallelism for op in recorded.operators},
+                {op.name: op.max_parallelism for op in recorded.operators},
+            )
+            rewind_job(settings, old, rewind_to)
     return prepare_rescale(settings, plan, before, recorded_rescale, evolved_from)
 
 
@@ -174,6 +187,9 @@ class LastRun:
     plan: PlanDoc | None = None
     rescale: Rescale | None = None
     topology: Mapping[str, Any] | None = None
+    # Every recorded topology of the job's runs, oldest first: the schemas its channels
+    # had (recovery.evolution.channel_history).
+    topologies: tuple[Mapping[str, Any], ...] = ()
 
 
 def last_run_shape(settings: KafkaSettings, job: JobId) -> LastRun:
@@ -191,4 +207,5 @@ def last_run_shape(settings: KafkaSettings, job: JobId) -> LastRun:
         PlanDoc.from_json(doc, origin) if doc else None,
         Rescale.from_json(rescale, origin) if rescale else None,
         submitted[-1].get("topology") if submitted else None,
+        recorded_topologies(events),
     )

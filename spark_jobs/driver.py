@@ -34,6 +34,7 @@ from recovery.events import (
     newer_incarnation,
     record_job_event,
 )
+from recovery.evolution import channel_history, with_earlier_schemas
 from recovery.failures import abort_message
 from recovery.globalckpt import Coordinator
 from recovery.jobconf import forwarded_env
@@ -55,6 +56,7 @@ from spark_jobs.shipcode import ModuleCode, deployed, install
 from spark_jobs.submit import check_evolution, prepare_topics, record_submission
 
 log = logging.getLogger("spark_jobs.driver")
+
 
 @dataclass(frozen=True)
 class JobConfig:
@@ -256,7 +258,11 @@ def _prepare_run(
     recorded = last.plan
     plan = with_parallelism(keep_recorded_max_parallelism(plan, recorded), config.parallelism)
     evolved_from = check_evolution(plan, last, config.allow_dropped_state)
-    rescale = shape_for_run(settings, plan, recorded, last.rescale, rewind_to, evolved_from)
+    # Records of a channel's earlier schemas may still be in it: its readers resolve them.
+    plan = with_earlier_schemas(plan, channel_history(last.topologies))
+    rescale = shape_for_run(
+        settings, plan, recorded, last.rescale, rewind_to, evolved_from, last.topology
+    )
     prepare_topics(plan, settings, config.dead_letter)
     run_id = uuid.uuid4().hex
     record_submission(config, plan, settings, run_id, from_checkpoint, rewind_to, rescale)

@@ -1,8 +1,10 @@
-"""A scripted channel message of one partition, shared by the reader tests (no broker)."""
+"""Scripted channel messages and logs, and a recording producer, shared by the reader and
+writer tests (no broker)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from channels.envelope import Kind, RecordCodec, encode_i64, frame_batch, headers, writer_key
 from channels.ids import Offset, TopicPartition
@@ -54,4 +56,64 @@ class ScriptedConsumer:
 
     def consume(self, n: int, timeout: float) -> list[Msg]:
         out, self.pending = self.pending, []
+        return out
+
+
+@dataclass
+class LogMsg:
+    """A message as the consumer returns it."""
+
+    part: int
+    off: int
+    k: bytes
+    v: bytes
+    h: list[tuple[str, bytes]]
+    t: str = "ch"  # topic
+
+    def topic(self) -> str:
+        return self.t
+
+    def partition(self) -> int:
+        return self.part
+
+    def offset(self) -> int:
+        return self.off
+
+    def key(self) -> bytes:
+        return self.k
+
+    def value(self) -> bytes:
+        return self.v
+
+    def headers(self) -> list[tuple[str, bytes]]:
+        return self.h
+
+    def error(self) -> None:
+        return None
+
+
+class FakeProducer:
+    """What a ChannelWriter produces, in order."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[int, bytes, bytes, list[tuple[str, bytes]]]] = []
+
+    def produce(self, topic: str, partition: int, key: bytes, value: bytes, headers: Any) -> None:
+        self.sent.append((partition, key, value, list(headers)))
+
+
+class ScriptedLog:
+    """Replays a partition log from the assigned offset."""
+
+    def __init__(self, log: list[LogMsg]) -> None:
+        self.log = log
+        self.next: dict[int, int] = {}
+
+    def assign(self, starts: dict[TopicPartition, Offset]) -> None:
+        self.next = {tp.partition: int(o) for tp, o in starts.items()}
+
+    def consume(self, n: int, timeout: float) -> list[LogMsg]:
+        out = [m for m in self.log if m.off >= self.next.get(m.part, 0)][:n]
+        for m in out:
+            self.next[m.part] = m.off + 1
         return out

@@ -129,11 +129,18 @@ def test_readers_decode_both_encodings_by_header() -> None:
     assert d.decode(VERSION, avro.frame([avro.encode_block(ROWS)]))[1]["small"] == 2**31 - 1
     arrow = writer_codec(FLAT, "arrow")
     assert d.decode(ARROW_VERSION, arrow.frame([arrow.encode_block(ROWS)]))[0]["id"] == 2**62
+    # A reader whose schema is not flat reads an Arrow message of an earlier, flat schema of
+    # the channel resolved to its own (channels.resolve): the new field takes its default.
     avro_only = Decoders(
         {**FLAT, "fields": [*FLAT["fields"], {"name": "t", "type": "long", "default": 0}]}
     )
-    with pytest.raises(SchemaMismatchError, match="not flat"):
-        avro_only.decode(ARROW_VERSION, arrow.frame([arrow.encode_block(ROWS)]))
+    got = avro_only.decode(ARROW_VERSION, arrow.frame([arrow.encode_block(ROWS)]))
+    assert got == [
+        {**r, "t": 0} for r in d.decode(ARROW_VERSION, arrow.frame([arrow.encode_block(ROWS)]))
+    ]
+    no_default = Decoders({**FLAT, "fields": [*FLAT["fields"], {"name": "t", "type": "long"}]})
+    with pytest.raises(SchemaMismatchError, match="field 't' is not in the message"):
+        no_default.decode(ARROW_VERSION, arrow.frame([arrow.encode_block(ROWS)]))
 
 
 def test_corrupt_or_foreign_arrow_messages_are_schema_mismatches() -> None:

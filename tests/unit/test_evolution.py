@@ -160,8 +160,8 @@ def test_compatible_schema_changes_are_allowed() -> None:
         assert report.allowed, report.render()
         assert [c.line().strip() for c in report.changes if "channel" in c.subject] == [
             "ok      channel count -> out: schema changed, compatible under Avro resolution "
-            "(readers decode with the new schema only: the channel must hold no unread "
-            "records of the old one)"
+            "(records of the old schema still in the channel are resolved to the new one "
+            "as they are read)"
         ]
 
 

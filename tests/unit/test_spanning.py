@@ -18,6 +18,7 @@ from channels.reader import ChannelReader, InputChannel
 from channels.spanning import Assembler, PartMark, part_headers, read_mark, split
 from channels.writer import ChannelWriter, OutputChannel
 from recovery.checkpointer import cut_inside_message
+from tests.unit.channelfakes import FakeProducer, LogMsg, ScriptedLog
 
 SCHEMA = {
     "type": "record",
@@ -31,65 +32,6 @@ SCHEMA = {
 TOPIC = "ch"
 TP0 = TopicPartition(TOPIC, 0)
 PART = 1024  # max_batch_bytes in these tests
-
-
-@dataclass
-class Msg:
-    """A message as the consumer returns it."""
-
-    part: int
-    off: int
-    k: bytes
-    v: bytes
-    h: list[tuple[str, bytes]]
-
-    def topic(self) -> str:
-        return TOPIC
-
-    def partition(self) -> int:
-        return self.part
-
-    def offset(self) -> int:
-        return self.off
-
-    def key(self) -> bytes:
-        return self.k
-
-    def value(self) -> bytes:
-        return self.v
-
-    def headers(self) -> list[tuple[str, bytes]]:
-        return self.h
-
-    def error(self) -> None:
-        return None
-
-
-class FakeProducer:
-    """What a ChannelWriter produces, in order."""
-
-    def __init__(self) -> None:
-        self.sent: list[tuple[int, bytes, bytes, list[tuple[str, bytes]]]] = []
-
-    def produce(self, topic: str, partition: int, key: bytes, value: bytes, headers: Any) -> None:
-        self.sent.append((partition, key, value, list(headers)))
-
-
-class ScriptedConsumer:
-    """Replays a partition log from the assigned offset."""
-
-    def __init__(self, log: list[Msg]) -> None:
-        self.log = log
-        self.next: dict[int, int] = {}
-
-    def assign(self, starts: dict[TopicPartition, Offset]) -> None:
-        self.next = {tp.partition: int(o) for tp, o in starts.items()}
-
-    def consume(self, n: int, timeout: float) -> list[Msg]:
-        out = [m for m in self.log if m.off >= self.next.get(m.part, 0)][:n]
-        for m in out:
-            self.next[m.part] = m.off + 1
-        return out
 
 
 def blob(key: str, seq: int, size: int) -> dict[str, Any]:
@@ -122,21 +64,21 @@ def reference(writer: int) -> list[dict[str, Any]]:
     return [*records_of(writer), blob("tail", 0, 10), blob("tail", 1, 3000), blob("tail", 2, 10)]
 
 
-def interleaved_log(codec: str) -> list[Msg]:
+def interleaved_log(codec: str) -> list[LogMsg]:
     """Two writers' messages of partition 0, alternating: parts interleave."""
     sent = [write(codec, w, records_of(w)).sent for w in (0, 1)]
-    log: list[Msg] = []
+    log: list[LogMsg] = []
     while any(sent):
         for s in sent:
             if s:
                 p, k, v, h = s.pop(0)
-                log.append(Msg(p, len(log), k, v, h))
+                log.append(LogMsg(p, len(log), k, v, h))
     return log
 
 
-def reader_on(log: list[Msg], *, batches: bool = False) -> ChannelReader:
+def reader_on(log: list[LogMsg], *, batches: bool = False) -> ChannelReader:
     return ChannelReader(
-        cast(Any, ScriptedConsumer(log)),
+        cast(Any, ScriptedLog(log)),
         [InputChannel(TOPIC, 0, SCHEMA, 2)],
         batches=batches,
     )
@@ -342,9 +284,9 @@ def read_partitions(sent: list[Any], partitions: int, *, batches: bool = False) 
     """Per partition, the records a reader gets from what a writer sent."""
     out = []
     for p in range(partitions):
-        log = [Msg(p, n, k, v, h) for n, (q, k, v, h) in enumerate(x for x in sent if x[0] == p)]
+        log = [LogMsg(p, n, k, v, h) for n, (q, k, v, h) in enumerate(x for x in sent if x[0] == p)]
         r = ChannelReader(
-            cast(Any, ScriptedConsumer(log)),
+            cast(Any, ScriptedLog(log)),
             [InputChannel(TOPIC, p, SCHEMA, 1)],
             batches=batches,
         )
@@ -422,9 +364,9 @@ def test_an_at_least_once_reader_takes_a_resent_record_once() -> None:
     sent = write("avro", 0, [blob("k", 0, 3000)]).sent
     assert read_header(sent[0][3])[1] == PART_VERSION
     cut = sent[:2]
-    log = [Msg(p, n, k, v, h) for n, (p, k, v, h) in enumerate(cut + sent)]
+    log = [LogMsg(p, n, k, v, h) for n, (p, k, v, h) in enumerate(cut + sent)]
     r = ChannelReader(
-        cast(Any, ScriptedConsumer(log)), [InputChannel(TOPIC, 0, SCHEMA, 1)], resends=True
+        cast(Any, ScriptedLog(log)), [InputChannel(TOPIC, 0, SCHEMA, 1)], resends=True
     )
     r.start()
     got = [rec for d in r.poll(10_000) for rec in d.records]
@@ -434,7 +376,7 @@ def test_an_at_least_once_reader_takes_a_resent_record_once() -> None:
         blob("tail", 1, 3000),
         blob("tail", 2, 10),
     ]
-    strict = ChannelReader(cast(Any, ScriptedConsumer(log)), [InputChannel(TOPIC, 0, SCHEMA, 1)])
+    strict = ChannelReader(cast(Any, ScriptedLog(log)), [InputChannel(TOPIC, 0, SCHEMA, 1)])
     strict.start()
     with pytest.raises(SchemaMismatchError, match=r"ch\[0\]@2: a new record's first part"):
         strict.poll(10_000)
