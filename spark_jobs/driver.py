@@ -194,7 +194,9 @@ def run_on_spark(
         code: list[ModuleCode | None] = [None]  # set by a live upgrade, shipped with tasks
         runs = _operator_runs(sc, plan, (config, from_checkpoint, env, run_id, shape, code))
         mode = config.checkpoint_mode
-        rescaler = LiveRescaler(settings, mode, plan, rescale, run_id, runs, shape)
+        rescaler = LiveRescaler(
+            settings, mode, plan, rescale, run_id, runs, shape, lambda: int(sc.defaultParallelism)
+        )
         rescaler.upgrades(lambda: deployed(config.pipeline, config.job_id, config.conf), code)
         # Started first: a deterministic failure cancels the Spark jobs (spark_jobs.failfast).
         watch = FailureWatch(settings, plan.job, run_id, runs.cancel_all, rescaler.offer)

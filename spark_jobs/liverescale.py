@@ -55,11 +55,23 @@ Deployed = Callable[[], tuple[ModuleCode, JobPlan]]
 log = logging.getLogger("spark_jobs.liverescale")
 
 
-def check_live(plan: JobPlan, operator: str, previous: int, checkpoint_mode: str) -> None:
+def check_live(
+    plan: JobPlan, operator: str, previous: int, checkpoint_mode: str, slots: int | None = None
+) -> None:
     """:class:`RescaleError` unless ``operator`` can go from ``previous`` subtasks to its
-    width in ``plan`` while the rest of the job runs (the module's step 1)."""
+    width in ``plan`` while the rest of the job runs (the module's step 1). ``slots``: the
+    task slots Spark offers (None: not checked); an unbounded job needs one per subtask."""
     check_rescalable(plan, operator, previous)
     where = f"operator {operator!r} of job {plan.job}"
+    needed = len(plan.subtasks())
+    if slots is not None and not plan.bounded and slots < needed:
+        # Checked before anything stops: a new subtask without a slot would wait forever
+        # (an unbounded job's subtasks never free theirs) while its key groups stand still.
+        raise RescaleError(
+            f"{where}: the job is unbounded and would need a task slot for each of its "
+            f"{needed} subtasks at once, but Spark offers {slots}; add executor cores "
+            "(e.g. `spillway cluster start --worker-cores N`) or rescale to fewer subtasks"
+        )
     if checkpoint_mode != "interval":
         raise RescaleError(
             f"{where}: a running job with --checkpoint-mode {checkpoint_mode} cannot be "
@@ -87,9 +99,11 @@ class LiveRescaler:
         run_id: str,
         runs: OperatorRuns,
         shape: list[PlanShape],
+        slots: Callable[[], int] | None = None,
     ) -> None:
         """``shape``: a one-item box the driver launches operator jobs with; a rescale
-        replaces its item."""
+        replaces its item. ``slots``: the task slots Spark offers now (executor cores on a
+        cluster), checked before a rescale stops anything."""
         self._settings = settings
         self._mode = checkpoint_mode
         self.plan = plan
@@ -97,6 +111,7 @@ class LiveRescaler:
         self._run_id = run_id
         self._runs = runs
         self._shape = shape
+        self._slots = slots
         self._requests: queue.Queue[Mapping[str, Any] | None] = queue.Queue()
         self._thread = threading.Thread(target=self._serve, name="live-rescale", daemon=True)
         self._deployed: Deployed | None = None
@@ -183,7 +198,8 @@ class LiveRescaler:
                 raise RescaleError(f"rescale request {rid}: parallelism {n!r} is not a number")
             new = with_parallelism(self.plan, {op: n})
             previous = self.plan.operator(op).parallelism
-            check_live(new, op, previous, self._mode)
+            slots = self._slots() if self._slots is not None else None
+            check_live(new, op, previous, self._mode, slots)
             t0 = time.monotonic()
             log.info("rescaling %s of %s: %d -> %d subtasks", op, job, previous, n)
             self._runs.stop_operator(op)

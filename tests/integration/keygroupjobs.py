@@ -128,6 +128,19 @@ def count_checkpoints(settings: KafkaSettings, job: JobId, p: int) -> list[Check
         store.close()
 
 
+def first_starts(
+    events: list[dict[str, Any]], operator: str, width: int, after: float
+) -> dict[int, float]:
+    """Wall time at which each of ``operator``'s subtasks 0..width-1 first started after
+    ``after`` (a live rescale's or upgrade's answer): subtasks not started yet are absent."""
+    firsts: dict[int, float] = {}
+    for e in events:
+        if (e.get("event") == "started" and e.get("operator") == operator
+                and e["time"] > after and e["index"] < width):  # fmt: skip
+            firsts.setdefault(e["index"], e["time"])
+    return firsts
+
+
 def last_run_starts(settings: KafkaSettings, job: JobId) -> Counter[tuple[str, int]]:
     """How often each (operator[index], attempt) started in the job's last run."""
     submitted = last_submission(settings, job)

@@ -22,6 +22,7 @@ from spark_jobs.driver import JobConfig, run_on_spark
 from spark_jobs.opruns import OperatorRuns
 from tests.integration.keygroupjobs import (
     count_checkpoints,
+    first_starts,
     last_run_starts,
     read_output,
     reference,
@@ -123,11 +124,7 @@ def print_pauses(events: list[dict[str, Any]]) -> None:
         done = next(e for e in events if e.get("event") == "rescaled"
                     and e.get("request") == req["request"])  # fmt: skip
         width = done["parallelism"]
-        firsts: dict[int, float] = {}
-        for e in events:
-            if (e.get("event") == "started" and e.get("operator") == "count"
-                    and e["time"] > done["time"] and e["index"] < width):  # fmt: skip
-                firsts.setdefault(e["index"], e["time"])
+        firsts = first_starts(events, "count", width, done["time"])
         print(
             f"rescale {done['previous']} -> {width}: handed over after "
             f"{done['time'] - req['time']:.1f} s, all {width} new subtasks started after "

@@ -286,6 +286,17 @@ def test_live_rescale_needs_keyed_inputs_and_interval_checkpoints() -> None:
         check_live(plan(count=4), "count", 2, "unaligned")
 
 
+def test_live_rescale_of_an_unbounded_job_needs_a_slot_for_every_subtask() -> None:
+    # src 2 + count 4 + tag 2 + out 1 = 9 subtasks after count goes 2 -> 4.
+    unbounded = dataclasses.replace(plan(count=4), bounded=False)
+    check_live(unbounded, "count", 2, "interval", slots=9)
+    check_live(unbounded, "count", 2, "interval", slots=None)  # not known: not checked
+    with pytest.raises(RescaleError, match=r"each of its 9 subtasks at once, but Spark offers 8"):
+        check_live(unbounded, "count", 2, "interval", slots=8)
+    # A bounded job may queue subtasks: upstream ones finish and free their slots.
+    check_live(plan(count=4), "count", 2, "interval", slots=2)
+
+
 def test_handed_over_checkpoints_stay_until_every_new_subtask_checkpointed_above_the_floor() -> (
     None
 ):
