@@ -6,7 +6,7 @@ import glob
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Message
 
@@ -27,6 +27,9 @@ from spark_jobs.lines import (
 )
 from spark_jobs.tombstones import DELETED, KeyedDecoder
 from spark_jobs.watermarks import Watermarks, WatermarkTracker, event_time
+
+if TYPE_CHECKING:
+    from spark_jobs.batchavro import AvroRecords
 
 
 class GeneratorSource:
@@ -362,8 +365,10 @@ class KafkaTopicSource:
         watermarks: Watermarks | None = None,
         key_field: str | None = None,
         tombstones: bool = False,
+        avro: AvroRecords | None = None,
     ) -> None:
         self.topic, self.p, self.bounded = topic, parallelism, bounded
+        self._avro = avro  # Avro values (spark_jobs.batchavro), else JSON
         self.timestamp, self.watermarks = timestamp, watermarks
         self._fields = field_types(schema)
         self._keys = (
@@ -407,7 +412,7 @@ class KafkaTopicSource:
             self._tracker.restore(position.get("watermarks", {}))
 
     def read(self, max_records: int) -> list[Record] | None:
-        """Decoded values (JSON) of the next committed messages; ``None`` at the bounded end."""
+        """Decoded values (JSON or Avro) of the next committed messages; ``None`` at the end."""
         assert self._consumer is not None
         self._rejected = []
         origins = self._origins = topic_runs(self.topic)
@@ -423,7 +428,9 @@ class KafkaTopicSource:
             self._next[p] = off + 1
             value = m.value()
             try:
-                if self._keys is None:
+                if self._avro is not None:
+                    record = self._avro.read(value)
+                elif self._keys is None:
                     record = parse_json_value(value, fields)
                 else:
                     record = self._keys.decode(m.key(), value, fields)
