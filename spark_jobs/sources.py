@@ -6,7 +6,7 @@ import glob
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from confluent_kafka import TIMESTAMP_NOT_AVAILABLE, Message
 
@@ -17,6 +17,7 @@ from channels.kafka.consumer import AssignedConsumer
 from offsets.store import check_retention
 from recovery.origins import UNKNOWN, FileLine, Origins, Runs, TopicOffset, line_runs, topic_runs
 from recovery.plan import Context, Record, Rejected
+from spark_jobs.batchavro import AvroRecords
 from spark_jobs.lines import (
     LineError,
     field_types,
@@ -27,9 +28,6 @@ from spark_jobs.lines import (
 )
 from spark_jobs.tombstones import DELETED, KeyedDecoder
 from spark_jobs.watermarks import Watermarks, WatermarkTracker, event_time
-
-if TYPE_CHECKING:
-    from spark_jobs.batchavro import AvroRecords
 
 
 class GeneratorSource:

@@ -21,6 +21,7 @@ from recovery.options import RunOptions, SubtaskResult
 from recovery.origins import UNKNOWN, Origins, Same, TopicOffset
 from recovery.pollfold import PollFold, Spans
 from recovery.processor import Processor
+from spark_jobs.batchops import process_batch
 from tests.unit.test_processor import FakeTriggers, ScriptedReader
 
 SUB = SubtaskId(JobId("j"), OperatorName("agg"), 0)
@@ -81,7 +82,13 @@ class FoldingSum:
 
     def run_batch(self, b: pa.RecordBatch, origins: Origins, dead_letters: Any) -> list[Any]:
         self.calls.append((b.column("v").to_pylist(), [origins.at(k) for k in range(b.num_rows)]))
-        return [pa.RecordBatch.from_pydict({"v": [sum(b.column("v").to_pylist())]})]
+        return process_batch(self.total, b, origins, dead_letters, "operator 'agg'")
+
+    def total(self, b: pa.RecordBatch) -> list[pa.RecordBatch]:
+        values = b.column("v").to_pylist()
+        if 13 in values:
+            raise ValueError("13 is poison")
+        return [pa.RecordBatch.from_pydict({"v": [sum(values)]})]
 
     def set_aside(self) -> list[Any]:
         return []
@@ -99,14 +106,26 @@ def arrow(offset: int, *values: int) -> Delivery:
     return Delivery(TP, offset, 0, Kind.DATA, ArrowRows(batch(*values)))
 
 
-def run(cadence: Any, polls: list[list[Delivery]]) -> tuple[FoldingSum, BatchWriter]:
+@dataclass
+class DeadLetters:
+    sent: list[tuple[str, Any, Any]] = field(default_factory=list)
+
+    def send(
+        self, *, stage: str, error: Any, origin: Any, record: Any = None, raw: Any = None
+    ) -> None:
+        self.sent.append((stage, origin, record))
+
+
+def run(
+    cadence: Any, polls: list[list[Delivery]], dead: DeadLetters | None = None
+) -> tuple[FoldingSum, BatchWriter]:
     logic = FoldingSum()
     p = Processor(
         SUB,
         SUB.operator,
         RunOptions(trigger_chunk=100),
         (None, cast(Any, logic), None),
-        None,
+        cast(Any, dead),
         SetAsides(SUB, None),
         CrashPoints(Faults(SUB, 1, "")),
         SubtaskResult(str(SUB), 1, "running"),
@@ -128,6 +147,14 @@ def test_the_processor_folds_each_poll_in_one_call_with_each_rows_origin() -> No
     at = [TopicOffset(TP.topic, TP.partition, o) for o in (10, 10, 11, 12, 12, 12)]
     assert logic.calls == [([1, 2, 3, 4, 5, 6], at), ([7], [TopicOffset(TP.topic, 3, 13)])]
     assert writer.written == [21, 7]  # emitted within the poll: nothing held past its end
+
+
+def test_a_bad_row_of_a_fold_is_dead_lettered_with_its_own_message_as_origin() -> None:
+    dead = DeadLetters()
+    polls = [[arrow(20, 1, 2), arrow(21, 13, 4), arrow(22, 5)]]
+    _, writer = run(IntervalCadence(), polls, dead)
+    assert dead.sent == [("process", TopicOffset(TP.topic, 3, 21), {"v": 13})]
+    assert sum(writer.written) == 1 + 2 + 4 + 5  # the rest of the fold goes on
 
 
 def test_the_unaligned_mode_does_not_fold() -> None:
