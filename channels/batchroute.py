@@ -95,7 +95,15 @@ def split_by_key_group(batch: pa.RecordBatch, key: str, max_parallelism: int) ->
         raise ConfigError(
             f"key column {key!r} is not in the batch; its columns are {batch.schema.names}"
         )
-    groups = key_groups(batch.column(key), max_parallelism, key)
+    return split_by_keys(batch, batch.column(key), max_parallelism, key)
+
+
+def split_by_keys(
+    batch: pa.RecordBatch, keys: pa.Array, max_parallelism: int, name: str = "key"
+) -> list[GroupSlice]:
+    """As :func:`split_by_key_group`, by ``keys`` (one per row, e.g. a key function's
+    result) instead of a column; ``name`` names them in errors."""
+    groups = key_groups(keys, max_parallelism, name)
     if batch.num_rows == 0:
         return []
     order = pc.sort_indices(groups)  # stable: equal groups keep their row order

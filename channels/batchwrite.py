@@ -13,6 +13,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from channels.batchkey import BatchKeyHash
 from channels.batchroute import split_by_key_group
 from channels.partitioners import Broadcast, Forward, Partitioner, RoundRobin, stable_hash
 
@@ -76,4 +77,6 @@ def route_batch(
     if isinstance(partitioner, ColumnKeyHash):
         slices = split_by_key_group(batch, partitioner.column, downstream_parallelism)
         return [(s.key_group, s.batch) for s in slices]
+    if isinstance(partitioner, BatchKeyHash):  # key_by(batch function): RecordError if it fails
+        return partitioner.route(batch)
     return None

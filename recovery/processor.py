@@ -20,7 +20,7 @@ from channels.ids import SubtaskId, TopicPartition
 from channels.reader import ChannelReader
 from channels.writer import ChannelWriter
 from recovery.batchpath import as_batch_logic, count_rows, rows_of, write_batches
-from recovery.cadence import Cadence
+from recovery.cadence import Cadence, UnalignedCadence
 from recovery.crashpoints import CrashPoints
 from recovery.deadletter import DeadLetters
 from recovery.eventtime import IdleAnnouncer, SetAsides
@@ -29,6 +29,7 @@ from recovery.inputs import Call, input_call
 from recovery.options import RunOptions, SubtaskResult
 from recovery.origins import UNKNOWN, Origins, Same, TopicOffset
 from recovery.plan import Logic, Record, Sink, Source
+from recovery.pollfold import PollFold
 from recovery.progress import ProgressLog, Replay, SourceReplay
 
 
@@ -53,6 +54,8 @@ class Processor:
         self.options = options
         self.source, self.logic, self.sink = parts
         self.batch_logic = as_batch_logic(self.logic)  # takes Arrow batches (batchpath)
+        # A batch logic that folds what one poll returned in one call (recovery.pollfold).
+        self._fold = PollFold() if getattr(self.logic, "folds_per_poll", False) else None
         self.dead_letters = dead_letters
         self.aside = aside
         self.crash = crash
@@ -92,6 +95,7 @@ class Processor:
                 if self.replay.pending:
                     self.replay.count(d.tp, d.offset, len(records))
                 cadence.deliver(records, d.tp, d.offset, done, self._deliver)
+        self._run_fold()  # before anything below may checkpoint
         if (
             self.replay.pending
             and self.result.catchup_s is None
@@ -150,6 +154,10 @@ class Processor:
         batch_logic = self.batch_logic
         if isinstance(records, ArrowRows) and batch_logic is not None:  # recovery.batchpath
             origins = Same(TopicOffset(tp.topic, tp.partition, offset))
+            # Unaligned checkpoints fall between chunks of a message: nothing may be held.
+            if self._fold is not None and not isinstance(self.cadence, UnalignedCadence):
+                self._fold.add(records.batch, origins)
+                return
             self.emit(batch_logic.run_batch(records.batch, origins, self.dead_letters), origins)
         elif self.logic is not None:
             origins = Same(TopicOffset(tp.topic, tp.partition, offset))
@@ -160,6 +168,13 @@ class Processor:
             if self.crash.armed and records:
                 self.crash.before_output()
             self.sink.write(records)
+
+    def _run_fold(self) -> None:
+        """The batches of this poll held by :class:`PollFold`, in one call."""
+        taken = self._fold.take() if self._fold is not None else None
+        if taken is not None and self.batch_logic is not None:
+            batch, rows, outputs = taken
+            self.emit(self.batch_logic.run_batch(batch, rows, self.dead_letters), outputs)
 
     def _process(
         self, records: Sequence[Record], origins: Origins, call: Call | None = None

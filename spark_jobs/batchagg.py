@@ -371,6 +371,10 @@ class BatchAggregateLogic:
     the input batch as it arrived and returns the batches to emit.
     """
 
+    # The runtime hands it all the messages of one poll as one batch (recovery.pollfold):
+    # a group_by and a state read per distinct key per poll, not per message.
+    folds_per_poll = True
+
     def __init__(self, agg: BatchAggregate) -> None:
         self.agg = agg
         self._ctx: Context | None = None

@@ -39,6 +39,7 @@ from channels.errors import PipelineDefinitionError
 from channels.ids import TopicPartition
 from recovery.origins import Origin, Origins, Runs, TopicOffset
 from recovery.plan import Context, Rejected
+from spark_jobs.batchavro import AvroDecoder, decode_kafka_avro
 from spark_jobs.batchfiles import FileBatch, read_csv_batches, read_parquet_batches
 from spark_jobs.batchjson import decode_kafka_json
 from spark_jobs.sources import FileSource, KafkaTopicSource
@@ -154,7 +155,8 @@ class Chained:
 
 
 class BatchKafkaSource(KafkaTopicSource):
-    """JSON values of an existing Kafka topic as Arrow batches of the (flat) schema."""
+    """JSON (or Avro: ``framing``, :mod:`spark_jobs.batchavro`) values of an existing
+    Kafka topic as Arrow batches of the (flat) schema."""
 
     def __init__(
         self,
@@ -164,6 +166,7 @@ class BatchKafkaSource(KafkaTopicSource):
         schema: Mapping[str, Any],
         timestamp: str | None = None,
         watermarks: Watermarks | None = None,
+        framing: str | None = None,
     ):
         super().__init__(topic, parallelism, bounded, schema, None, watermarks)
         flat = arrow_schema(dict(schema))
@@ -176,6 +179,7 @@ class BatchKafkaSource(KafkaTopicSource):
         self._arrow = flat
         self._ts_column = timestamp
         self._batch_origins: Origins = Chained([])
+        self._columns = None if framing is None else AvroDecoder(dict(schema), framing)
 
     def read(self, max_records: int) -> list[pa.RecordBatch] | None:
         """One batch of the next committed messages' values, up to
@@ -206,7 +210,11 @@ class BatchKafkaSource(KafkaTopicSource):
         parts: list[Runs] = []
         now = time.monotonic()
         for p, (offsets, values) in runs.items():
-            decoded = decode_kafka_json(self.topic, p, offsets, values, self._arrow)
+            decoded = (
+                decode_kafka_json(self.topic, p, offsets, values, self._arrow)
+                if self._columns is None
+                else decode_kafka_avro(self._columns, self.topic, p, offsets, values)
+            )
             self._rejected += decoded.rejected
             if decoded.batch.num_rows:
                 batches.append(decoded.batch)

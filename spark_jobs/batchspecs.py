@@ -12,6 +12,7 @@ from typing import Any
 import pyarrow as pa
 
 from channels.arrowcodec import arrow_schema
+from channels.batchkey import BatchKey
 from channels.errors import PipelineDefinitionError
 from spark_jobs.batchagg import Agg, BatchAggregate, BatchAggregateLogic, Derive
 from spark_jobs.batchops import FilterBatchesLogic, MapBatchesLogic
@@ -72,23 +73,53 @@ def filter_batches(
 
 def aggregate_batches(
     name: str,
-    key: str,
+    key: str | BatchKey,
     aggs: Mapping[str, Agg],
     derive: Mapping[str, Derive] | None,
     emit: str,
     input_schema: Schema | None,
 ) -> BatchSpec:
-    """``aggregate_batches`` keyed by column ``key``: the definition checked against the
-    input's Arrow schema now; the aggregates in the description (restored slots are
-    positional, so a changed definition must change the plan fingerprint)."""
+    """``aggregate_batches`` keyed by column ``key``, or by a key function over batches
+    (:class:`channels.batchkey.BatchKey`, its keys the column ``key.name``): the definition
+    checked against the input's Arrow schema now; the aggregates in the description
+    (restored slots are positional, so a changed definition must change the plan
+    fingerprint)."""
     where = f"operator {name!r}"
-    spec = partial(BatchAggregate, name, key, aggs, batch_input(input_schema, where),
-                   derive=derive, emit=emit)  # fmt: skip
+    flat = batch_input(input_schema, where)
+    column = key if isinstance(key, str) else key.name
+    if isinstance(key, BatchKey):  # the aggregate sees each batch with its keys added
+        flat = keyed_schema(flat, key)
+    spec = partial(BatchAggregate, name, column, aggs, flat, derive=derive, emit=emit)
     agg = spec()
     avro = avro_schema(agg.output_schema, where=where, name=name)
     description = {
-        "op": "aggregate_batches", "batch": True, "key": key, "emit": emit,
+        "op": "aggregate_batches", "batch": True, "key": column, "emit": emit,
         "aggs": {out: [a.kind, describe_of(a.of)] for out, a in agg.aggs.items()},
         "derive": {out: describe_of(fn) for out, fn in agg.derive.items()},
     }  # fmt: skip
+    if isinstance(key, BatchKey):
+        description["key_fn"] = describe_of(key.fn)
+        batch_key = key
+        return BatchSpec(lambda: KeyedBatchAggregateLogic(spec(), batch_key), avro, description)
     return BatchSpec(lambda: BatchAggregateLogic(spec()), avro, description)
+
+
+def keyed_schema(schema: pa.Schema, key: BatchKey) -> pa.Schema:
+    """``schema`` with ``key``'s column (its function's type) replacing or appended."""
+    fld = pa.field(key.name, key.key_type)
+    index = schema.get_field_index(key.name)
+    return schema.set(index, fld) if index >= 0 else schema.append(fld)
+
+
+class KeyedBatchAggregateLogic(BatchAggregateLogic):
+    """:class:`BatchAggregateLogic` keyed by a function over batches: each batch gets its
+    keys as a column first (so a row whose key fails is bisected out and dead-lettered
+    like a row whose aggregate fails)."""
+
+    def __init__(self, agg: BatchAggregate, key: BatchKey) -> None:
+        super().__init__(agg)
+        self.key = key
+
+    def process_batch(self, batch: pa.RecordBatch) -> list[pa.RecordBatch]:
+        """Fold ``batch`` keyed by the key function; the updates to emit."""
+        return super().process_batch(self.key.with_key(batch))

@@ -13,6 +13,7 @@ from functools import partial
 from typing import Any
 
 from channels import keygroups
+from channels.batchkey import BatchKey, BatchKeyHash
 from channels.batchwrite import ColumnKey, ColumnKeyHash
 from channels.errors import PipelineDefinitionError
 from channels.ids import JobId, OperatorName, job_id, operator_name
@@ -379,6 +380,9 @@ def _partitioner_factory(
     if routing == "hash" and isinstance(key_fn, ColumnKey):  # key_by(column): batches too
         column = key_fn.column
         return lambda _i, p: ColumnKeyHash(column, p)
+    if routing == "hash" and isinstance(key_fn, BatchKey):  # a key function over batches
+        batch_key = key_fn
+        return lambda _i, p: BatchKeyHash(batch_key, p)
     if routing == "hash":
         assert key_fn is not None
         fn = key_fn

@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 from typing import Any
 
+from channels.batchkey import BatchKey
 from channels.batchwrite import ColumnKey
 from channels.errors import PipelineDefinitionError
 from recovery.plan import Record
@@ -96,6 +97,7 @@ class KeyedStream(Stream):
         derive: Mapping[str, Derive] | None = None,
         emit: str = "final",
         parallelism: int | None = None,
+        key_name: str = "key",
     ) -> Stream:
         """Columnar keyed aggregation after ``key_by(column)`` (spark_jobs.batchagg): per
         key, ``aggs`` (output column -> ``Agg(kind, column or expression)``, kinds count,
@@ -103,16 +105,26 @@ class KeyedStream(Stream):
         (checkpointed through the changelog, as :meth:`aggregate`'s); ``derive`` adds
         columns computed from the aggregated table. ``emit`` as :meth:`aggregate`, except
         that ``"updates"`` emits one row per key and input batch; ``"rows"`` (count, sum,
-        mean) emits one row per input row, as :meth:`aggregate`'s ``"updates"`` does."""
-        if not isinstance(self.key_fn, ColumnKey):
-            raise PipelineDefinitionError(
-                f"operator {name!r}: aggregate_batches needs a key column: use "
-                "key_by('column'), not a key function"
-            )
-        spec = batchspecs.aggregate_batches(
-            name, self.key_fn.column, aggs, derive, emit, self._schema()
-        )
-        return self._then(
+        mean) emits one row per input row, as :meth:`aggregate`'s ``"updates"`` does.
+
+        After ``key_by(fn)``, ``fn`` takes a whole ``pyarrow.RecordBatch`` and returns one
+        key per row (an Arrow array, numpy array or pandas/Polars Series), e.g.
+        ``lambda b: pc.utf8_lower(b["user"])``: batches are routed by it vectorised
+        (:mod:`channels.batchkey`) and the output's key column is ``key_name``. It is
+        checked now on an empty batch: a per-record function is refused, saying what to
+        pass. It must be row-wise (a row's key depends on that row alone)."""
+        stream: KeyedStream = self
+        if isinstance(self.key_fn, ColumnKey):
+            key: str | BatchKey = self.key_fn.column
+        else:
+            flat = batchspecs.batch_input(self._schema(), f"operator {name!r}")
+            try:
+                key = BatchKey(self.key_fn, key_name, flat)
+            except PipelineDefinitionError as e:
+                raise PipelineDefinitionError(f"operator {name!r}: {e}") from e
+            stream = KeyedStream(self._p, self.name, key, self.max_parallelism, self._also)
+        spec = batchspecs.aggregate_batches(name, key, aggs, derive, emit, self._schema())
+        return stream._then(
             name, spec.factory, spec.schema, parallelism, stateful=True,
             description=spec.description,
         )  # fmt: skip

@@ -35,6 +35,7 @@ from typing import Any
 from channels.errors import PipelineDefinitionError
 from recovery.jobconf import conf as conf  # re-exported: pipelines read their settings
 from recovery.plan import Record
+from spark_jobs.batchavro import AvroRecords, avro_framing
 from spark_jobs.batchsources import BatchFileSource, BatchKafkaSource
 from spark_jobs.coprocess import connect as connect  # re-exported: two-input operators
 from spark_jobs.graph import Graph
@@ -140,11 +141,14 @@ class Pipeline(Graph):
         bounded: bool,
         timestamp: str | None,
         watermarks: Watermarks | None,
+        framing: str | None = None,
     ) -> Stream:
         schema = avro_schema(spec, where=f"source {name!r}", name=name)
-        args = (topic, parallelism, bounded, schema, timestamp, watermarks)
+        args = (topic, parallelism, bounded, schema, timestamp, watermarks, framing)
         BatchKafkaSource(*args)  # checks the schema and the timestamp column now
         description = {"source": "kafka", "topic": topic, "bounded": bounded, "batch": True}
+        if framing is not None:
+            description["values"] = "avro" if framing == "none" else "avro-confluent"
         node = self._add(
             name, parallelism, "source", schema, partial(BatchKafkaSource, *args),
             description=description,
@@ -186,8 +190,9 @@ class Pipeline(Graph):
         batches: bool = False,
         key_field: str | None = None,
         tombstones: bool = False,
+        value_format: str = "json",
     ) -> Stream:
-        """JSON records of an existing topic (read_committed); offsets live in checkpoints.
+        """JSON (or Avro) records of an existing topic (read_committed); offsets in checkpoints.
 
         ``bounded=True`` reads up to the end offsets seen when the job first starts.
 
@@ -209,30 +214,40 @@ class Pipeline(Graph):
         ``{"id": key, "_deleted": True}`` (other fields ``None``; rows get ``"_deleted":
         False``), which a lookup join's table input applies by deleting the row
         (:mod:`spark_jobs.tombstones`). Without it a tombstone is a bad record.
+
+        ``value_format="avro"``: each value is one Avro datum of ``schema`` (as
+        ``fastavro.schemaless_writer`` writes it); ``"avro-confluent"``: behind the Schema
+        Registry's 5-byte header. With ``batches=True`` (flat schema) a read's values are
+        decoded column by column into one Arrow batch (:mod:`spark_jobs.batchavro`).
         """
         where = f"source {name!r}"
+        framing = avro_framing(value_format, where, key_field is not None or tombstones)
         if batches:
             if key_field is not None or tombstones:
                 raise PipelineDefinitionError(
                     f"{where}: batches=True reads values only; drop key_field/tombstones or batches"
                 )
             ts_col = _batch_event_time(name, timestamp, watermarks, required=False)
-            return self._batch_kafka(name, topic, schema, parallelism, bounded, *ts_col)
+            return self._batch_kafka(
+                name, topic, schema, parallelism, bounded, *ts_col, framing=framing
+            )
         ts = _event_time_args(name, timestamp, watermarks, required=False)
         avro = avro_schema(schema, where=where, name=name)
         source = partial(KafkaTopicSource, topic, parallelism, bounded, avro, _typed(ts[0]), ts[1])
+        values = None if framing is None else AvroRecords(avro, framing)
         node = self._add(
             name,
             parallelism,
             "source",
             keyed_schema(avro, key_field, tombstones, where),
-            partial(source, key_field, tombstones),
+            partial(source, key_field, tombstones, values),
             description={
                 "source": "kafka",
                 "topic": topic,
                 "bounded": bounded,
                 **({"key_field": key_field} if key_field is not None else {}),
                 **({"tombstones": True} if tombstones else {}),
+                **({"values": value_format} if framing is not None else {}),
             },
         )
         node.bounded = bounded

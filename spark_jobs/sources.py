@@ -17,6 +17,7 @@ from channels.kafka.consumer import AssignedConsumer
 from offsets.store import check_retention
 from recovery.origins import UNKNOWN, FileLine, Origins, Runs, TopicOffset, line_runs, topic_runs
 from recovery.plan import Context, Record, Rejected
+from spark_jobs.batchavro import AvroRecords
 from spark_jobs.lines import (
     LineError,
     field_types,
@@ -362,8 +363,10 @@ class KafkaTopicSource:
         watermarks: Watermarks | None = None,
         key_field: str | None = None,
         tombstones: bool = False,
+        avro: AvroRecords | None = None,
     ) -> None:
         self.topic, self.p, self.bounded = topic, parallelism, bounded
+        self._avro = avro  # Avro values (spark_jobs.batchavro), else JSON
         self.timestamp, self.watermarks = timestamp, watermarks
         self._fields = field_types(schema)
         self._keys = (
@@ -407,7 +410,7 @@ class KafkaTopicSource:
             self._tracker.restore(position.get("watermarks", {}))
 
     def read(self, max_records: int) -> list[Record] | None:
-        """Decoded values (JSON) of the next committed messages; ``None`` at the bounded end."""
+        """Decoded values (JSON or Avro) of the next committed messages; ``None`` at the end."""
         assert self._consumer is not None
         self._rejected = []
         origins = self._origins = topic_runs(self.topic)
@@ -423,7 +426,9 @@ class KafkaTopicSource:
             self._next[p] = off + 1
             value = m.value()
             try:
-                if self._keys is None:
+                if self._avro is not None:
+                    record = self._avro.read(value)
+                elif self._keys is None:
                     record = parse_json_value(value, fields)
                 else:
                     record = self._keys.decode(m.key(), value, fields)

@@ -269,8 +269,10 @@ def test_aggregate_batches_definitions_that_cannot_work_are_refused() -> None:
 
     p = Pipeline("t")
     s = p.generate("g", make=lambda i: rows(1, i)[0], schema=SCHEMA, count=10)
-    with pytest.raises(PipelineDefinitionError, match="needs a key column"):
-        s.key_by(lambda r: r["key"]).aggregate_batches("a", {"n": Agg("count")})
+    with pytest.raises(
+        PipelineDefinitionError, match=r"once per batch with a pyarrow\.RecordBatch"
+    ):
+        s.key_by(lambda r: r["key"].upper()).aggregate_batches("a", {"n": Agg("count")})
     with pytest.raises(PipelineDefinitionError, match="not in the input"):
         s.key_by("nope").aggregate_batches("b", {"n": Agg("count")})
     with pytest.raises(PipelineDefinitionError):
