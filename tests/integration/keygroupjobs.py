@@ -137,3 +137,23 @@ def last_run_starts(settings: KafkaSettings, job: JobId) -> Counter[tuple[str, i
         for e in read_events(settings, job)
         if e.get("event") == "started" and e.get("run") == submitted["run"]
     )
+
+
+def print_pauses(events: list[dict[str, Any]], operator: str) -> None:
+    """Measured, not asserted (`pytest -s` shows it): per live rescale of ``operator``,
+    seconds from the request to the last new subtask's first started event, and to its
+    ``rescaled`` record."""
+    for req in (e for e in events if e.get("event") == "rescale-requested"):
+        done = next(e for e in events if e.get("event") == "rescaled"
+                    and e.get("request") == req["request"])  # fmt: skip
+        width = done["parallelism"]
+        firsts: dict[int, float] = {}
+        for e in events:
+            if (e.get("event") == "started" and e.get("operator") == operator
+                    and e["time"] > done["time"] and e["index"] < width):  # fmt: skip
+                firsts.setdefault(e["index"], e["time"])
+        print(
+            f"rescale {done['previous']} -> {width}: handed over after "
+            f"{done['time'] - req['time']:.1f} s, all {width} new subtasks started after "
+            f"{max(firsts.values()) - req['time']:.1f} s"
+        )
