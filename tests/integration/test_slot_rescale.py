@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,8 @@ from channels.ids import JobId, OperatorName
 from channels.kafka.admin import Admin
 from channels.naming import channel_topic
 from recovery.cli import main as recovery_main
-from recovery.events import read_events
+from recovery.events import last_submission, read_events, record_job_event
+from recovery.options import SubtaskResult
 from spark_jobs.driver import JobConfig, run_on_spark
 from spark_jobs.opruns import OperatorRuns
 from tests.integration.keygroupjobs import last_run_starts, print_pauses, read_output, wait_until
@@ -114,3 +116,82 @@ def test_a_round_robin_fed_map_rescaled_live_two_three_one_with_a_kill(
     capsys.readouterr()
     assert recovery_main(["status", "--job", unique, "--bootstrap", kafka_bootstrap]) == 0
     assert "rescale 2: tag 3 -> 1 subtasks" in capsys.readouterr().out
+
+
+def run_until(
+    bootstrap: str, job: str, tag_p: int, stop_when: Callable[[KafkaSettings], bool] | None
+) -> list[SubtaskResult]:
+    """Run the job with tag at ``tag_p`` subtasks (a savepoint rescale when that changed);
+    once ``stop_when`` holds, stop it as SIGTERM to `spillway run` does (None: to the end)."""
+    errors: list[BaseException] = []
+
+    def operate(runs: OperatorRuns) -> None:
+        try:
+            assert stop_when is not None
+            settings = KafkaSettings(bootstrap)
+            wait_until("the stop condition", lambda: stop_when(settings))
+            submitted = last_submission(settings, JobId(job))
+            assert submitted is not None
+            record_job_event(settings, JobId(job), "stop-requested", run=submitted["run"])
+            runs.stop_all()
+        except BaseException as e:  # reported by the test's thread, below
+            errors.append(e)
+            runs.stop_all()
+
+    def on_running(runs: OperatorRuns) -> None:
+        if stop_when is not None:
+            threading.Thread(target=operate, args=(runs,), daemon=True).start()
+
+    config = JobConfig(
+        REF, job, bootstrap, master=f"local[{tag_p + 5},3]", parallelism={"tag": tag_p}
+    )
+    results = run_on_spark(config, on_running=on_running)
+    assert errors == []
+    return results
+
+
+def test_a_round_robin_fed_map_restarted_from_savepoints_at_three_then_one(
+    kafka_bootstrap: str, unique: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """tag runs with 2 subtasks, is stopped, resumes with 3 (the new tag[2] SIGKILLed while
+    it restores, so it restores from the handover twice), is stopped again once each new
+    subtask checkpointed, and finishes with 1: `--parallelism tag=N` both ways."""
+    out = tmp_path / "out"
+    monkeypatch.setenv("SPILLWAY_TEST_OUT", str(out))
+    monkeypatch.setenv("SPILLWAY_TEST_RECORDS", str(RECORDS))
+    monkeypatch.setenv("SPILLWAY_TEST_RATE", str(RECORDS / 2 / 40))  # about 40 s of input
+    monkeypatch.setenv("SPILLWAY_CRASH_AT", "tag:2:restore:0")
+    job = JobId(unique)
+
+    def checkpointed(p: int) -> Callable[[KafkaSettings], bool]:
+        def ready(settings: KafkaSettings) -> bool:
+            submitted = last_submission(settings, job)
+            handover = ((submitted or {}).get("rescale") or {}).get("operators", {}).get("tag")
+            floor = int(handover["floor"]) if handover else 0
+            ids = checkpoint_ids(settings, job, "tag", p)
+            return all(c is not None and c > floor for c in ids)
+
+        return ready
+
+    first = run_until(kafka_bootstrap, unique, 2, checkpointed(2))
+    second = run_until(kafka_bootstrap, unique, 3, checkpointed(3))
+    third = run_until(kafka_bootstrap, unique, 1, None)
+    assert {r.status for r in first} == {r.status for r in second} == {"stopped"}
+    assert {r.status for r in third} == {"finished"}
+    assert read_output(out) == tagged_reference(RECORDS)
+    settings = KafkaSettings(kafka_bootstrap)
+    rescales = [
+        (e["rescale"]["number"], e["rescale"]["operators"]["tag"]["previous"])
+        for e in read_events(settings, job)
+        if e.get("event") == "submitted" and e.get("rescale")
+    ]
+    assert rescales == [(1, 2), (2, 3)]
+    # tag[2] ran only in the second run, and only its retry started: attempt 0 was killed.
+    tag2 = [
+        e["attempt"]
+        for e in read_events(settings, job)
+        if e.get("event") == "started" and e.get("operator") == "tag" and e.get("index") == 2
+    ]
+    assert tag2 == [1]
+    counts = Admin(settings).partition_counts()
+    assert counts[channel_topic(job, OperatorName("events"), OperatorName("tag"))] == 32
