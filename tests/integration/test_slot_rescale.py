@@ -21,11 +21,16 @@ from channels.ids import JobId, OperatorName
 from channels.kafka.admin import Admin
 from channels.naming import channel_topic
 from recovery.cli import main as recovery_main
-from recovery.events import last_submission, read_events, record_job_event
-from recovery.options import SubtaskResult
+from recovery.events import last_submission, read_events
 from spark_jobs.driver import JobConfig, run_on_spark
 from spark_jobs.opruns import OperatorRuns
-from tests.integration.keygroupjobs import last_run_starts, print_pauses, read_output, wait_until
+from tests.integration.keygroupjobs import (
+    last_run_starts,
+    print_pauses,
+    read_output,
+    run_stopped,
+    wait_until,
+)
 from tests.integration.slotjobs import checkpoint_ids, tagged_reference
 
 REF = "tests.integration.slotjobs:rebalanced_tag"
@@ -118,38 +123,6 @@ def test_a_round_robin_fed_map_rescaled_live_two_three_one_with_a_kill(
     assert "rescale 2: tag 3 -> 1 subtasks" in capsys.readouterr().out
 
 
-def run_until(
-    bootstrap: str, job: str, tag_p: int, stop_when: Callable[[KafkaSettings], bool] | None
-) -> list[SubtaskResult]:
-    """Run the job with tag at ``tag_p`` subtasks (a savepoint rescale when that changed);
-    once ``stop_when`` holds, stop it as SIGTERM to `spillway run` does (None: to the end)."""
-    errors: list[BaseException] = []
-
-    def operate(runs: OperatorRuns) -> None:
-        try:
-            assert stop_when is not None
-            settings = KafkaSettings(bootstrap)
-            wait_until("the stop condition", lambda: stop_when(settings))
-            submitted = last_submission(settings, JobId(job))
-            assert submitted is not None
-            record_job_event(settings, JobId(job), "stop-requested", run=submitted["run"])
-            runs.stop_all()
-        except BaseException as e:  # reported by the test's thread, below
-            errors.append(e)
-            runs.stop_all()
-
-    def on_running(runs: OperatorRuns) -> None:
-        if stop_when is not None:
-            threading.Thread(target=operate, args=(runs,), daemon=True).start()
-
-    config = JobConfig(
-        REF, job, bootstrap, master=f"local[{tag_p + 5},3]", parallelism={"tag": tag_p}
-    )
-    results = run_on_spark(config, on_running=on_running)
-    assert errors == []
-    return results
-
-
 def test_a_round_robin_fed_map_restarted_from_savepoints_at_three_then_one(
     kafka_bootstrap: str, unique: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -173,9 +146,14 @@ def test_a_round_robin_fed_map_restarted_from_savepoints_at_three_then_one(
 
         return ready
 
-    first = run_until(kafka_bootstrap, unique, 2, checkpointed(2))
-    second = run_until(kafka_bootstrap, unique, 3, checkpointed(3))
-    third = run_until(kafka_bootstrap, unique, 1, None)
+    def config(tag_p: int) -> JobConfig:
+        return JobConfig(
+            REF, unique, kafka_bootstrap, master=f"local[{tag_p + 5},3]", parallelism={"tag": tag_p}
+        )
+
+    first = run_stopped(config(2), checkpointed(2))
+    second = run_stopped(config(3), checkpointed(3))
+    third = run_stopped(config(1), None)
     assert {r.status for r in first} == {r.status for r in second} == {"stopped"}
     assert {r.status for r in third} == {"finished"}
     assert read_output(out) == tagged_reference(RECORDS)
