@@ -6,18 +6,24 @@ counts messages, 256 records per call as the channel benchmark does, and prints 
 best of three runs' process CPU time per record for 1, 16, 32 and 128 partitions. It
 isolates what partitioning costs the writer's Python (routing, splitting, encoding)
 from the broker and librdkafka, whose share ``make bench-channels`` includes.
+
+``python -m bench.writercost --rebalance`` measures a round-robin edge instead: per
+record over 2 partitions (a non-keyed edge before slots, downstream width 2), per record
+over 32, and a batch at a time over 32 slots (:class:`channels.partitioners.Sticky`,
+what a round-robin edge into a slotted operator does now).
 """
 
 from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from typing import Any, cast
 
 from bench.channels import SCHEMA, _key_of, make_records
 from channels.config import ChannelSettings
 from channels.ids import TopicPartition
-from channels.partitioners import KeyHash
+from channels.partitioners import KeyHash, Partitioner, RoundRobin, Sticky
 from channels.writer import ChannelWriter, OutputChannel
 
 
@@ -32,12 +38,19 @@ class _CountingProducer:
         return None
 
 
-def cost(records: list[dict[str, Any]], partitions: int, runs: int = 3) -> tuple[float, int]:
-    """(best CPU seconds per record over ``runs``, messages written) for ``partitions``."""
+def cost(
+    records: list[dict[str, Any]],
+    partitions: int,
+    runs: int = 3,
+    route: Callable[[int], Partitioner] | None = None,
+) -> tuple[float, int]:
+    """(best CPU seconds per record over ``runs``, messages written) for ``partitions``,
+    routed by ``route(partitions)`` (default: by key)."""
     best, messages = float("inf"), 0
     for _ in range(runs):
         producer = _CountingProducer()
-        channel = OutputChannel("t", SCHEMA, KeyHash(_key_of, partitions), partitions)
+        part = route(partitions) if route is not None else KeyHash(_key_of, partitions)
+        channel = OutputChannel("t", SCHEMA, part, partitions)
         writer = ChannelWriter(cast(Any, producer), channel, 0, ChannelSettings())
         start = time.process_time()
         for i in range(0, len(records), 256):
@@ -50,12 +63,24 @@ def cost(records: list[dict[str, Any]], partitions: int, runs: int = 3) -> tuple
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Print the table; ``argv``: partition counts (default 1 16 32 128)."""
-    counts = [int(a) for a in (argv if argv is not None else sys.argv[1:])] or [1, 16, 32, 128]
+    """Print the table; ``argv``: partition counts (default 1 16 32 128), or
+    ``--rebalance`` for the round-robin table."""
+    args = list(argv if argv is not None else sys.argv[1:])
     records, _ = make_records(300_000, 200)
     with open("/proc/loadavg") as f:
         load = f.read().split()[:3]
     print(f"writer CPU per record, best of 3, 300k records; load average {' '.join(load)}")
+    if args == ["--rebalance"]:
+        rows: list[tuple[str, int, Callable[[int], Partitioner]]] = [
+            ("round-robin per record", 2, lambda n: RoundRobin(0, n)),
+            ("round-robin per record", 32, lambda n: RoundRobin(0, n)),
+            ("sticky slots", 32, lambda n: Sticky(0, n)),
+        ]
+        for name, n, route in rows:
+            per, messages = cost(records, n, route=route)
+            print(f"{name:>22}, {n:>3} partitions: {per * 1e6:.3f} µs/record, {messages} messages")
+        return 0
+    counts = [int(a) for a in args] or [1, 16, 32, 128]
     for n in counts:
         per, messages = cost(records, n)
         print(f"{n:>4} partitions: {per * 1e6:.3f} µs/record, {messages} messages")

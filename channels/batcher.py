@@ -93,6 +93,19 @@ class Batcher:
         """True if ``size`` encoded bytes fit in one batch."""
         return size <= self.max_record
 
+    def room(self, partition: int, size: int) -> bool:
+        """True if a block of ``size`` bytes joins ``partition``'s open batch without
+        filling it past the limit (or the partition has no batch open)."""
+        batch = self._open.get(partition)
+        return batch is None or not batch.count or batch.size + size <= self.max_record
+
+    def take(self, partition: int) -> bytes | None:
+        """Take ``partition``'s open batch (framed); None if it holds no record."""
+        batch = self._open.get(partition)
+        if batch is None or not batch.count:
+            return None
+        return self._take(partition)
+
     def _room(self, partition: int, n: int, now: float) -> tuple[_Open, bytes | None]:
         batch = self._open.get(partition)
         if batch is None:

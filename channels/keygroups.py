@@ -8,9 +8,11 @@ changelog. Subtask ``i`` of ``p`` owns the contiguous range of key groups
 (``p`` changes, ``M`` does not) moves whole partitions between subtasks and never
 rewrites data already in a channel.
 
-A non-keyed edge has one partition per downstream subtask (``M == p``), for which the
-same rule gives subtask ``i`` exactly partition ``i``; so every subtask's ownership is
-written in one form, :class:`Ownership`.
+A round-robin edge into an operator that is neither keyed nor stateful has ``M`` *slots*
+(:class:`channels.partitioners.Sticky`), owned by the same rule. Any other non-keyed edge
+has one partition per downstream subtask (``M == p``), for which the same rule gives
+subtask ``i`` exactly partition ``i``; so every subtask's ownership is written in one
+form, :class:`Ownership`.
 """
 
 from __future__ import annotations

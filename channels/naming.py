@@ -17,7 +17,8 @@ _LEGAL = re.compile(r"^[A-Za-z0-9._-]+$")
 
 
 def channel_topic(job: JobId, upstream: OperatorName, downstream: OperatorName) -> str:
-    """The topic of the edge ``upstream → downstream``; partition j feeds downstream subtask j."""
+    """The topic of the edge ``upstream → downstream``; its partitions are owned by the
+    downstream subtasks (recovery.ownership: one each, or ranges of key groups or slots)."""
     return _checked(f"{PREFIX}.{job}.ch.{upstream}.{downstream}")
 
 

@@ -123,6 +123,51 @@ class RoundRobin:
         return (p,)
 
 
+class Sticky:
+    """Round-robin over ``slots`` partitions, one batch at a time (DESIGN §10, non-keyed
+    edges): every record goes to the current slot until the writer has sent that slot's
+    batch and calls :meth:`advance`. A round-robin edge into an operator with slots has
+    one partition per slot, a number fixed when the job first ran, so what a writer does
+    never depends on the downstream width; and a batch fills as on a single partition,
+    however many slots there are.
+
+    The slots are visited in bit-reversed order (0, 16, 8, 24, ... of 32), so consecutive
+    batches go to slots far apart, which contiguous slot ranges give to different
+    downstream subtasks; each writer starts at its own place in that cycle.
+    """
+
+    def __init__(self, writer_index: int, slots: int) -> None:
+        if slots < 1:
+            raise ConfigError(f"a round-robin edge needs at least one slot, got {slots}")
+        bits = (slots - 1).bit_length()
+        self._order = sorted(range(slots), key=lambda s: _reversed_bits(s, bits))
+        self._at = writer_index % slots
+        self.slots = slots
+
+    @property
+    def current(self) -> int:
+        """The slot records go to now."""
+        return self._order[self._at]
+
+    def targets(self, record: Any) -> Sequence[int]:
+        """The current slot."""
+        return (self._order[self._at],)
+
+    def advance(self) -> int:
+        """Move to the next slot of the cycle (the current one's batch was sent); returns it."""
+        self._at = (self._at + 1) % self.slots
+        return self._order[self._at]
+
+
+def _reversed_bits(value: int, bits: int) -> int:
+    """``value``'s lowest ``bits`` bits in reverse order (a bijection on ``0..2**bits-1``)."""
+    out = 0
+    for _ in range(bits):
+        out = (out << 1) | (value & 1)
+        value >>= 1
+    return out
+
+
 @dataclass(frozen=True)
 class Broadcast:
     """Every downstream subtask receives every record."""

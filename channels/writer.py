@@ -23,7 +23,7 @@ from channels.envelope import VERSION, Kind, encode_i64, headers, writer_codec, 
 from channels.errors import RecordError
 from channels.ids import TopicPartition
 from channels.output import MessageOutput
-from channels.partitioners import KeyHash, Partitioner
+from channels.partitioners import KeyHash, Partitioner, Sticky
 from channels.schemaid import schema_header
 from channels.spanning import check_record_size, part_headers, split
 from channels.spread import Spread
@@ -78,10 +78,15 @@ class ChannelWriter:
         self._clock = clock
         self._max_record = settings.max_record_bytes
         self.spanned = 0  # records written as parts, one per oversized record (_send_parts)
+        # Round-robin over slots: a batch at a time to one slot (channels.partitioners).
+        part = channel.partitioner
+        self._sticky = part if isinstance(part, Sticky) else None
         # Arrow over several partitions: convert each call's records once, split later.
         self._spread = (
             Spread(SPREAD_BATCHES * settings.max_batch_bytes, settings.linger_s)
-            if self._codec.version != VERSION and channel.downstream_parallelism > 1
+            if self._codec.version != VERSION
+            and channel.downstream_parallelism > 1
+            and self._sticky is None
             else None
         )
         self._counts = [0] * channel.downstream_parallelism
@@ -121,6 +126,11 @@ class ChannelWriter:
         All-or-nothing: every record is encoded before any is buffered, so a record that
         does not fit the schema (or the size limit) raises and leaves the writer unchanged.
         """
+        if self._sticky is not None:
+            batch = records if isinstance(records, list) else list(records)
+            if batch:
+                self._write_sticky(self._sticky, lambda slot: self._blocks(slot, batch))
+            return
         if self._spread is not None:
             records = records if isinstance(records, list) else list(records)
             if self._spread_many(records):
@@ -220,6 +230,10 @@ class ChannelWriter:
             self._split()  # records held across partitions go first: order per partition
         parts = None
         fit = conform(batch, self._codec.schema) if isinstance(self._codec, ArrowCodec) else None
+        if fit is not None and self._sticky is not None:
+            if fit.num_rows:
+                self._write_sticky(self._sticky, lambda slot: self._batch_blocks(slot, fit))
+            return
         if fit is not None:
             parts = route_batch(fit, self.channel.partitioner, len(self._counts))
         if parts is None:
@@ -245,6 +259,31 @@ class ChannelWriter:
         return self._batch_blocks(partition, part.slice(0, half)) + self._batch_blocks(
             partition, part.slice(half)
         )
+
+    def _write_sticky(
+        self, sticky: Sticky, encode: Callable[[int], list[tuple[bytes, int]]]
+    ) -> None:
+        """Add the blocks ``encode(slot)`` makes to the current slot's batch; when one would
+        overfill it, send that batch (as full as it gets) and go on in the next slot. Only
+        the current slot ever has a batch open, so batches are as large as on one partition."""
+        slot = sticky.current
+        blocks = encode(slot)  # every record encoded first: all-or-nothing
+        now = self._clock()
+        for block, n in blocks:
+            if not self._batcher.room(slot, len(block)):
+                full = self._batcher.take(slot)
+                if full is not None:
+                    self._send(slot, full)
+                slot = sticky.advance()
+            full = self._batcher.add_block(slot, block, n, now)
+            if full is not None:  # not after room(): kept for the batcher's contract
+                self._send(slot, full)
+            self._counts[slot] += n
+
+    def _sent(self, partition: int) -> None:
+        """A batch of ``partition`` went out by linger or flush: a sticky writer moves on."""
+        if self._sticky is not None and partition == self._sticky.current:
+            self._sticky.advance()
 
     def _targets(self, record: Any) -> Sequence[int]:
         try:
@@ -272,6 +311,7 @@ class ChannelWriter:
             self._split()
         for p, batch in self._batcher.due(now):
             self._send(p, batch)
+            self._sent(p)
 
     def flush_batches(self) -> None:
         """Write every buffered record now (before a control record or a checkpoint)."""
@@ -279,6 +319,7 @@ class ChannelWriter:
             self._split()
         for p, batch in self._batcher.drain():
             self._send(p, batch)
+            self._sent(p)
 
     def end_of_stream(self) -> None:
         """Tell every downstream subtask that this writer will send nothing more."""

@@ -3,8 +3,9 @@
 The one place the runtime decides what a subtask reads and restores: its input channels'
 partitions and its changelog's. A keyed edge or a keyed operator's changelog has one
 partition per key group and subtask ``i`` owns the key-group range
-:func:`channels.keygroups.key_group_range` gives it; any other edge has one partition
-per downstream subtask, of which the same rule gives subtask ``i`` partition ``i``.
+:func:`channels.keygroups.key_group_range` gives it; a round-robin edge into a slotted
+operator has one partition per slot, owned by the same rule; any other edge has one
+partition per downstream subtask, of which the same rule gives subtask ``i`` partition ``i``.
 """
 
 from __future__ import annotations
@@ -70,8 +71,10 @@ def keep_recorded_max_parallelism(plan: JobPlan, recorded: PlanDoc | None) -> Jo
     ``recorded``: the plan of the job's last submission (None: first run). An operator
     whose count was left to the default takes the recorded one, so a new default never
     reshapes a running job; one recorded before key groups existed had one group per
-    subtask. A count the pipeline sets and that differs from the recorded one is a
-    :class:`ConfigError`: the channel and changelog partitions hold the old key groups.
+    subtask. A slotted operator recorded without slots (a job first run before them) keeps
+    one partition per subtask on its round-robin inputs: it runs without slots. A count
+    the pipeline sets and that differs from the recorded one is a :class:`ConfigError`:
+    the channel and changelog partitions hold the old key groups.
     """
     if recorded is None:
         return plan
@@ -81,6 +84,9 @@ def keep_recorded_max_parallelism(plan: JobPlan, recorded: PlanDoc | None) -> Jo
         old = before.get(op.name)
         if op.max_parallelism is None or old is None:
             ops.append(op)
+            continue
+        if op.slotted and old.max_parallelism is None:  # its topics have one partition per subtask
+            ops.append(dataclasses.replace(op, max_parallelism=None, slotted=False))
             continue
         kept = old.max_parallelism if old.max_parallelism is not None else old.parallelism
         if kept != op.max_parallelism:
@@ -98,17 +104,20 @@ def keep_recorded_max_parallelism(plan: JobPlan, recorded: PlanDoc | None) -> Jo
 
 
 def adopted_max_parallelism(plan: JobPlan) -> dict[str, int]:
-    """Key-group counts by operator (for tasks that rebuild ``plan``; see
+    """Key-group and slot counts by operator (for tasks that rebuild ``plan``; see
     :func:`with_max_parallelism`)."""
     return {op.name: op.max_parallelism for op in plan.operators if op.max_parallelism is not None}
 
 
 def with_max_parallelism(plan: JobPlan, counts: Mapping[str, int]) -> JobPlan:
-    """``plan`` with the key-group counts ``counts`` (what the driver kept)."""
-    ops = tuple(
-        dataclasses.replace(op, max_parallelism=counts[op.name])
-        if op.max_parallelism is not None and op.name in counts
-        else op
-        for op in plan.operators
-    )
-    return dataclasses.replace(plan, operators=ops)
+    """``plan`` with the key-group and slot counts ``counts`` (what the driver kept); a
+    slotted operator absent from ``counts`` runs without slots, as the driver decided
+    (:func:`keep_recorded_max_parallelism`)."""
+    ops = []
+    for op in plan.operators:
+        if op.max_parallelism is not None and op.name in counts:
+            op = dataclasses.replace(op, max_parallelism=counts[op.name])
+        elif op.slotted:
+            op = dataclasses.replace(op, max_parallelism=None, slotted=False)
+        ops.append(op)
+    return dataclasses.replace(plan, operators=tuple(ops))

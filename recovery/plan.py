@@ -16,7 +16,7 @@ from channels.config import KafkaSettings
 from channels.ids import JobId, OperatorName, SubtaskId
 from channels.kafka.admin import TopicSpec
 from channels.naming import changelog_topic, channel_topic, checkpoint_topic
-from channels.partitioners import Partitioner
+from channels.partitioners import Partitioner, Sticky
 from offsets.checkpoint import fingerprint
 from offsets.store import CHECKPOINT_TOPIC_CONFIG
 from recovery.origins import Origin, Origins
@@ -203,6 +203,11 @@ class OperatorPlan:
     # A keyed operator's state key → the record key it belongs to (the changelog
     # partition of a state entry is that key's group); None: the state key itself.
     key_of_state: Callable[[Any], Any] | None = None
+    # Not keyed, no state, a round-robin input: ``max_parallelism`` counts *slots*, the
+    # partitions of its round-robin input channels, owned in ranges as key groups are
+    # (so its width can change without its writers noticing). False with
+    # ``max_parallelism`` None: one partition per subtask (a job first run before slots).
+    slotted: bool = False
 
 
 @dataclass(frozen=True)
@@ -235,11 +240,28 @@ class JobPlan:
 
     def partitions_of(self, edge: EdgePlan) -> int:
         """Partitions of ``edge``'s topic: the downstream key-group count on a keyed
-        (hash) edge, else one per downstream subtask."""
+        (hash) edge, its slot count on a round-robin edge into a slotted operator, else
+        one per downstream subtask."""
         down = self.operator(edge.downstream)
-        if edge.kind == "hash" and down.max_parallelism is not None:
+        if down.max_parallelism is not None and self.width_free(edge):
             return down.max_parallelism
         return down.parallelism
+
+    def width_free(self, edge: EdgePlan) -> bool:
+        """True if ``edge``'s partitions do not depend on the downstream width: key groups
+        of a keyed edge, slots of a round-robin edge into a slotted operator."""
+        down = self.operator(edge.downstream)
+        if down.max_parallelism is None:
+            return False
+        return edge.kind == "hash" or (edge.kind == "rebalance" and down.slotted)
+
+    def partitioner_of(self, edge: EdgePlan, writer_index: int) -> Partitioner:
+        """How writer ``writer_index`` routes ``edge``'s records: round-robin over slots a
+        batch at a time (:class:`Sticky`) on a slotted edge, else the edge's own rule."""
+        n = self.partitions_of(edge)
+        if edge.kind == "rebalance" and self.width_free(edge):
+            return Sticky(writer_index, n)
+        return edge.make_partitioner(writer_index, n)
 
     def changelog_partitions(self, op: OperatorPlan) -> int:
         """Partitions of ``op``'s changelog: its key-group count, else one per subtask."""

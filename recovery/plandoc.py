@@ -16,8 +16,10 @@ Format (JSON, ``version`` 1)::
 Operators are in the plan's order (sources first). An input channel of ``partitions``
 partitions feeds subtask ``i`` the key-group range ``channels.keygroups.key_group_range``
 gives it (partition ``i`` when ``partitions`` equals the parallelism; more on a keyed
-edge). ``max_parallelism``: a keyed operator's key-group count (absent: not keyed);
-a later submission of the same job must keep it.
+edge and on a round-robin edge into a slotted operator). ``max_parallelism``: a keyed
+operator's key-group count or a slotted one's slot count (absent: neither; a slotted
+operator recorded without it keeps one partition per subtask); a later submission of the
+same job must keep it.
 """
 
 from __future__ import annotations
@@ -129,7 +131,7 @@ class PlanDoc:
                         inputs=tuple(
                             InputDoc(str(i["topic"]), int(i["partitions"])) for i in op["inputs"]
                         ),
-                        # Absent before key groups, and for operators that are not keyed.
+                        # Absent before key groups (slots), and for operators without them.
                         max_parallelism=_optional_int(op.get("max_parallelism")),
                     )
                     for op in doc["operators"]

@@ -12,12 +12,16 @@ What moves between owners is whole partitions (ownership never splits one), so:
 * **Keyed edges** (``max_parallelism`` partitions, partition = key group): any
   parallelism up to the key-group count, up or down.
 * **Keyed state** moves with its changelog partitions (one per key group).
-* **Non-keyed edges** (forward, round-robin: one partition per downstream subtask) may
-  grow: the topic gets partitions for the new subtasks (empty, read from 0), the old
-  ones keep their owners. They cannot shrink: the retired subtasks' partitions still hold
-  records no subtask would read, and handing them to another subtask would mix writers
-  across partitions behind the watermark (rescaling never rewrites data already in a
-  channel, DESIGN §10). Refused (:class:`RescaleError`).
+* **Round-robin edges into a slotted operator** (not keyed, no state: ``max_parallelism``
+  partitions, *slots*, each written a batch at a time, ``channels.partitioners.Sticky``)
+  move like key groups: any parallelism up to the slot count, up or down.
+* **Other non-keyed edges** (forward; round-robin of a job first run before slots: one
+  partition per downstream subtask) may grow: the topic gets partitions for the new
+  subtasks (empty, read from 0), the old ones keep their owners. They cannot shrink: the
+  retired subtasks' partitions still hold records no subtask would read, and handing them
+  to another subtask would mix writers across partitions behind the watermark
+  (rescaling never rewrites data already in a channel, DESIGN §10). Refused
+  (:class:`RescaleError`).
 * **Refused** as well: a *broadcast* input (a new subtask would miss what was broadcast
   before), a source (its position belongs to one subtask's split of the input), state
   without key groups (it cannot be divided), an operator with a finished subtask, and a
@@ -44,7 +48,7 @@ from channels.progress import Spans
 from offsets.checkpoint import Checkpoint
 from recovery.evolution import with_earlier_schemas
 from recovery.ownership import adopted_max_parallelism, owned_partitions, with_max_parallelism
-from recovery.plan import EdgePlan, JobPlan, OperatorPlan
+from recovery.plan import JobPlan, OperatorPlan
 from recovery.plandoc import PlanDoc
 
 
@@ -156,7 +160,8 @@ def with_parallelism(plan: JobPlan, parallelism: Mapping[str, int]) -> JobPlan:
         p = parallelism.get(op.name, op.parallelism)
         limit = op.max_parallelism if op.max_parallelism is not None else MAX_PARALLELISM_LIMIT
         if isinstance(p, bool) or not isinstance(p, int) or not 1 <= p <= limit:
-            why = " (its key-group count, fixed since the job first ran)"
+            unit = "slot" if op.slotted else "key-group"
+            why = f" (its {unit} count, fixed since the job first ran)"
             raise RescaleError(
                 f"operator {op.name!r} of job {plan.job}: parallelism {p!r} must be between 1 "
                 f"and {limit}{why if op.max_parallelism is not None else ''}"
@@ -187,11 +192,6 @@ def previous_parallelism(plan: JobPlan, recorded: PlanDoc | None) -> dict[str, i
     }
 
 
-def keyed(plan: JobPlan, edge: EdgePlan) -> bool:
-    """True if ``edge``'s partitions are key groups (fixed under any parallelism)."""
-    return edge.kind == "hash" and plan.operator(edge.downstream).max_parallelism is not None
-
-
 def check_rescalable(plan: JobPlan, operator: str, previous: int) -> None:
     """:class:`RescaleError` unless ``operator`` of ``plan`` can continue at its plan
     parallelism from ``previous`` subtasks (the rules of the module docstring that the plan
@@ -204,13 +204,13 @@ def check_rescalable(plan: JobPlan, operator: str, previous: int) -> None:
             f"{where}: a source cannot be rescaled (each subtask's position belongs to its own "
             "share of the input); keep its parallelism"
         )
-    if op.stateful and op.max_parallelism is None:
+    if op.stateful and (op.max_parallelism is None or op.slotted):
         raise RescaleError(
             f"{where}: its state is not divided into key groups, so it cannot be divided among "
             "another number of subtasks; keep its parallelism"
         )
     for e in plan.inputs_of(op.name):
-        if keyed(plan, e):
+        if plan.width_free(e):  # key groups or slots: whole partitions move
             continue
         if e.kind == "broadcast":
             raise RescaleError(
@@ -218,8 +218,14 @@ def check_rescalable(plan: JobPlan, operator: str, previous: int) -> None:
                 "was broadcast before. Keep its parallelism"
             )
         if now < previous:
+            legacy = (
+                " (one partition per subtask: the job first ran before round-robin slots; "
+                "under a new --job-id it gets them)"
+                if e.kind == "rebalance"
+                else ""
+            )
             raise RescaleError(
-                f"{where}: input {e.upstream} is not keyed ({e.kind}); partitions "
+                f"{where}: input {e.upstream} is not keyed ({e.kind}){legacy}; partitions "
                 f"{now}..{previous - 1} of {plan.topic_of(e)} belong to the retired subtasks "
                 "and would be read by nobody. Key the input (key_by), or keep the parallelism"
             )

@@ -342,9 +342,10 @@ class SubtaskRunner:
         for e in self.plan.outputs_of(self.op.name):
             p = self.plan.partitions_of(e)  # key groups on a keyed edge (ownership.py)
             topic = self.plan.topic_of(e)
+            route = self.plan.partitioner_of(e, self.subtask.index)  # by slot: a batch at a time
             w = ChannelWriter(
                 self.out,
-                OutputChannel(topic, e.schema, e.make_partitioner(self.subtask.index, p), p),
+                OutputChannel(topic, e.schema, route, p),
                 self.subtask.index,
                 self.options.channel,
             )

@@ -36,7 +36,6 @@ from recovery.plandoc import PlanDoc
 from recovery.progress import progress_topic
 from recovery.rescale import (
     Rescale,
-    keyed,
     plan_rescale,
     previous_parallelism,
     with_parallelism,
@@ -116,7 +115,7 @@ def _grown(plan: JobPlan, before: Mapping[str, int]) -> dict[str, int]:
         out[checkpoint_topic(plan.job, op.name)] = op.parallelism
         out[progress_topic(plan.job, op.name)] = op.parallelism
         for e in plan.inputs_of(op.name):
-            if not keyed(plan, e):
+            if not plan.width_free(e):
                 out[plan.topic_of(e)] = plan.partitions_of(e)
     return out
 

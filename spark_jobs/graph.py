@@ -7,6 +7,7 @@ compiled :class:`~recovery.plan.JobPlan` (chains, routing, partitioners).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -246,7 +247,7 @@ class Graph:
             if head[e.upstream] != head[e.downstream]
         )
         bounded = all(n.bounded for n in self._nodes.values() if n.kind == "source")
-        return JobPlan(jid, ops, edges, bounded)
+        return JobPlan(jid, tuple(_with_slots(op, edges) for op in ops), edges, bounded)
 
     def _chains(self) -> list[list[Node]]:
         """Operators grouped into chains (single operators without ``chaining``), in
@@ -340,6 +341,23 @@ def _max_parallelism(node: Node) -> int | None:
             max(keygroups.DEFAULT_MAX_PARALLELISM, node.parallelism), node.parallelism, where
         )
     return keygroups.max_parallelism(node.max_parallelism, node.parallelism, where)
+
+
+def _with_slots(op: OperatorPlan, edges: tuple[EdgePlan, ...]) -> OperatorPlan:
+    """``op`` with slots if it is not keyed, keeps no state and every input is round-robin:
+    those inputs then have ``max(32, p)`` partitions owned in ranges (DESIGN §10,
+    non-keyed edges), so its width can change while its writers keep writing. (With a
+    forward or broadcast input its width is fixed anyway: slots would only cost.)"""
+    if op.max_parallelism is not None or op.stateful or op.make_source is not None:
+        return op
+    if not all(e.kind == "rebalance" for e in edges if e.downstream == op.name):
+        return op
+    m = keygroups.max_parallelism(
+        max(keygroups.DEFAULT_MAX_PARALLELISM, op.parallelism),
+        op.parallelism,
+        f"operator {op.name!r}",
+    )
+    return dataclasses.replace(op, max_parallelism=m, slotted=True)
 
 
 def _operator_plan(chain: list[Node]) -> OperatorPlan:

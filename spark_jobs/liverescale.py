@@ -4,10 +4,11 @@ A request (``rescale-requested`` in the job's events, :mod:`recovery.liverescale
 served in a thread of its own, one at a time:
 
 1. check that the operator can change width while the job runs: what
-   :func:`recovery.rescale.check_rescalable` allows, every input keyed (an upstream
-   writes by key group, whatever the width; a round-robin upstream would need a restart
-   to write to more partitions), and checkpoints on each subtask's own clock (the
-   global-checkpoint coordinator counts a fixed set of subtasks);
+   :func:`recovery.rescale.check_rescalable` allows, every input keyed or round-robin
+   into slots (an upstream writes by key group or slot, whatever the width; any
+   other upstream would need a restart to write to other partitions), and checkpoints
+   on each subtask's own clock (the global-checkpoint coordinator counts a fixed set of
+   subtasks);
 2. stop only that operator (:meth:`OperatorRuns.stop_operator`): each subtask commits a
    last checkpoint and stops; upstream keeps writing into the durable channels and
    downstream keeps reading what was committed;
@@ -43,7 +44,7 @@ from recovery.events import record_job_event
 from recovery.liverescale import announce_width
 from recovery.plan import JobPlan
 from recovery.plandoc import PlanDoc
-from recovery.rescale import PlanShape, Rescale, check_rescalable, keyed, with_parallelism
+from recovery.rescale import PlanShape, Rescale, check_rescalable, with_parallelism
 from recovery.savepoint import prepare_rescale
 from recovery.upgrade import check_upgrade
 from spark_jobs.opruns import OperatorRuns
@@ -79,11 +80,11 @@ def check_live(
             "and run it with --parallelism"
         )
     for e in plan.inputs_of(operator):
-        if not keyed(plan, e):
+        if not plan.width_free(e):
             raise RescaleError(
-                f"{where}: input {e.upstream} is not keyed ({e.kind}); its writers would "
-                "have to restart to write to the new subtasks. Stop the job and run it "
-                "with --parallelism"
+                f"{where}: input {e.upstream} ({e.kind}) has one partition per subtask; its "
+                "writers would have to restart to write to the new subtasks. Stop the job "
+                "and run it with --parallelism"
             )
 
 

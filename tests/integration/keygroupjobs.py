@@ -5,6 +5,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -15,7 +16,10 @@ from channels.config import KafkaSettings
 from channels.ids import JobId, OperatorName
 from offsets.checkpoint import Checkpoint
 from offsets.store import CheckpointStore
-from recovery.events import last_submission, read_events
+from recovery.events import last_submission, read_events, record_job_event
+from recovery.options import SubtaskResult
+from spark_jobs.driver import JobConfig, run_on_spark
+from spark_jobs.opruns import OperatorRuns
 from spark_jobs.pipeline import Pipeline
 
 KEYS = 101  # keys k0..k100: every one of the 16 key groups holds some
@@ -150,3 +154,48 @@ def last_run_starts(settings: KafkaSettings, job: JobId) -> Counter[tuple[str, i
         for e in read_events(settings, job)
         if e.get("event") == "started" and e.get("run") == submitted["run"]
     )
+
+
+def print_pauses(events: list[dict[str, Any]], operator: str) -> None:
+    """Measured, not asserted (`pytest -s` shows it): per live rescale of ``operator``,
+    seconds from the request to the last new subtask's first started event, and to its
+    ``rescaled`` record."""
+    for req in (e for e in events if e.get("event") == "rescale-requested"):
+        done = next(e for e in events if e.get("event") == "rescaled"
+                    and e.get("request") == req["request"])  # fmt: skip
+        width = done["parallelism"]
+        firsts = first_starts(events, operator, width, done["time"])
+        print(
+            f"rescale {done['previous']} -> {width}: handed over after "
+            f"{done['time'] - req['time']:.1f} s, all {width} new subtasks started after "
+            f"{max(firsts.values()) - req['time']:.1f} s"
+        )
+
+
+def run_stopped(
+    config: JobConfig, stop_when: Callable[[KafkaSettings], bool] | None
+) -> list[SubtaskResult]:
+    """Run ``config``'s job on Spark; once ``stop_when`` holds, stop it as SIGTERM to
+    `spillway run` does: every subtask checkpoints and stops (None: run to the end)."""
+    errors: list[BaseException] = []
+    settings, job = config.settings(), JobId(config.job_id)
+
+    def operate(runs: OperatorRuns) -> None:
+        try:
+            assert stop_when is not None
+            wait_until("the stop condition", lambda: stop_when(settings))
+            submitted = last_submission(settings, job)
+            assert submitted is not None
+            record_job_event(settings, job, "stop-requested", run=submitted["run"])
+            runs.stop_all()
+        except BaseException as e:  # reported by the test's thread, below
+            errors.append(e)
+            runs.stop_all()
+
+    def on_running(runs: OperatorRuns) -> None:
+        if stop_when is not None:
+            threading.Thread(target=operate, args=(runs,), daemon=True).start()
+
+    results = run_on_spark(config, on_running=on_running)
+    assert errors == []
+    return results

@@ -22,8 +22,8 @@ from spark_jobs.driver import JobConfig, run_on_spark
 from spark_jobs.opruns import OperatorRuns
 from tests.integration.keygroupjobs import (
     count_checkpoints,
-    first_starts,
     last_run_starts,
+    print_pauses,
     read_output,
     reference,
     wait_until,
@@ -111,25 +111,10 @@ def test_a_keyed_count_rescaled_live_two_four_one_with_a_kill(
     ]
     assert (again["attempt"], again["restored_from"]) == (1, floor)
     with capsys.disabled():
-        print_pauses(list(read_events(settings, job)))
+        print_pauses(list(read_events(settings, job)), "count")
     capsys.readouterr()
     assert recovery_main(["status", "--job", unique, "--bootstrap", kafka_bootstrap]) == 0
     assert "rescale 2: count 4 -> 1 subtasks" in capsys.readouterr().out
-
-
-def print_pauses(events: list[dict[str, Any]]) -> None:
-    """Measured, not asserted (`pytest -s` shows it): per rescale, seconds from the request
-    to the last new subtask's first started event, and to its ``rescaled`` record."""
-    for req in (e for e in events if e.get("event") == "rescale-requested"):
-        done = next(e for e in events if e.get("event") == "rescaled"
-                    and e.get("request") == req["request"])  # fmt: skip
-        width = done["parallelism"]
-        firsts = first_starts(events, "count", width, done["time"])
-        print(
-            f"rescale {done['previous']} -> {width}: handed over after "
-            f"{done['time'] - req['time']:.1f} s, all {width} new subtasks started after "
-            f"{max(firsts.values()) - req['time']:.1f} s"
-        )
 
 
 def test_a_savepoint_restart_after_a_live_rescale_counts_the_new_writers(

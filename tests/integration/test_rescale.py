@@ -8,7 +8,6 @@ sum of sequence numbers, and a key whose records reached two subtasks gives two 
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,17 +20,16 @@ from channels.ids import JobId, OperatorName
 from channels.kafka.admin import Admin
 from channels.naming import checkpoint_topic
 from recovery.cli import main as recovery_main
-from recovery.events import last_submission, read_events, record_job_event
+from recovery.events import last_submission, read_events
 from recovery.globalckpt import read_completed
 from recovery.options import SubtaskResult
 from spark_jobs.cli import main as cli_main
 from spark_jobs.driver import JobConfig, run_on_spark
-from spark_jobs.opruns import OperatorRuns
 from tests.integration.keygroupjobs import (
     count_checkpoints,
     read_output,
     reference,
-    wait_until,
+    run_stopped,
 )
 
 REF = "tests.integration.keygroupjobs:keyed_count"
@@ -56,29 +54,10 @@ def run(
 ) -> tuple[list[SubtaskResult], dict[str, Any]]:
     """Run the job with count at ``p``; stop it once ``stop_when`` holds (None: to the end).
     Returns the results and the run's submitted event."""
-    errors: list[BaseException] = []
-
-    def operate(runs: OperatorRuns) -> None:
-        try:
-            assert stop_when is not None
-            settings = KafkaSettings(bootstrap)
-            wait_until("the stop condition", lambda: stop_when(settings))
-            # What SIGTERM to `spillway run` does: every subtask checkpoints and stops.
-            record_job_event(settings, JobId(job), "stop-requested", run=last_run(settings, job))
-            runs.stop_all()
-        except BaseException as e:  # reported by the test's thread, below
-            errors.append(e)
-            runs.stop_all()
-
-    def on_running(runs: OperatorRuns) -> None:
-        if stop_when is not None:
-            threading.Thread(target=operate, args=(runs,), daemon=True).start()
-
     job_config = JobConfig(
         REF, job, bootstrap, master=f"local[{p + 3},3]", parallelism={"count": p}, **config
     )
-    results = run_on_spark(job_config, on_running=on_running)
-    assert errors == []
+    results = run_stopped(job_config, stop_when)
     submitted = last_submission(KafkaSettings(bootstrap), JobId(job))
     assert submitted is not None
     return results, submitted

@@ -23,6 +23,7 @@ from confluent_kafka.admin import AdminClient
 
 from channels.config import KafkaSettings
 from channels.ids import JobId
+from channels.keygroups import key_group_range
 from recovery.events import last_submission, read_events
 from spark_jobs.cli import main
 
@@ -107,7 +108,9 @@ def test_status_needs_nothing_from_the_job_environment_and_shows_a_killed_subtas
         for r in rows.values():
             assert (r["state"], r["attempt"], r["host"], r["restarts"]) == ("running", 0, host, 0)
             assert isinstance(r["pid"], int)
-        assert set(rows["out[1]"]["replay_debt"]) == {f"spillway.{unique}.ch.events.out[1]"}
+        # out reads a round-robin edge: 32 slots, out[1] owns the second of 3 ranges.
+        slots = {f"spillway.{unique}.ch.events.out[{s}]" for s in key_group_range(1, WIDTH, 32)}
+        assert set(rows["out[1]"]["replay_debt"]) == slots
 
         driver.send_signal(signal.SIGTERM)  # every subtask checkpoints and stops
         assert driver.wait(180) == 0, log.read_text()[-3000:]

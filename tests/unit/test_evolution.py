@@ -77,10 +77,11 @@ def test_the_recorded_fingerprint_is_the_one_the_last_runs_checkpoints_carry() -
     # Recorded at submission with count at 2; a live rescale to 3 (or 4 = its key-group
     # count, where the description omits M) changed what later checkpoints carry.
     doc = topology_doc(plan())
+    groups = {"count": 4, "out": 32}  # out: slots behind its round-robin input
     for p in (1, 2, 3, 4):
         widths = {"count": p}
         assert (
-            recorded_fingerprint(doc, widths, {"count": 4})
+            recorded_fingerprint(doc, widths, groups)
             == with_parallelism(plan(), widths).fingerprint
         )
 

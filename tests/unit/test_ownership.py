@@ -53,8 +53,10 @@ def test_a_keyed_subtask_owns_its_range_of_channel_and_changelog_partitions() ->
             "spillway.j.ch.src.count": r,
             "spillway.j.changelog.count": r,
         }
-    # Not keyed: one partition per downstream subtask, the subtask's own.
-    assert owned_partitions(jp, sub("out", 1)).to_json() == {"spillway.j.ch.count.out": [1]}
+    # A round-robin input into a stateless sink: slots, owned in ranges as key groups.
+    assert owned_partitions(jp, sub("out", 1)).to_json() == {
+        "spillway.j.ch.count.out": list(range(16, 32))
+    }
     assert owned_partitions(jp, sub("src", 0)).to_json() == {}
 
 
@@ -125,7 +127,7 @@ def test_a_restart_keeps_the_recorded_key_group_count() -> None:
     assert keep_recorded_max_parallelism(plan(None), old).operator("count").max_parallelism == 3
     # What the driver hands its tasks, and how they rebuild the plan from it.
     counts = adopted_max_parallelism(kept)
-    assert counts == {"count": 16}
+    assert counts == {"count": 16, "out": 32}  # out: slots behind its round-robin input
     assert with_max_parallelism(plan(None), counts).fingerprint == kept.fingerprint
 
 
@@ -134,7 +136,10 @@ def test_plan_doc_gives_status_the_owned_input_partitions() -> None:
     count = next(op for op in doc.operators if op.name == "count")
     assert [tp.partition for tp in count.owned_inputs(2)] == [11, 12, 13, 14, 15]
     out = next(op for op in doc.operators if op.name == "out")
-    assert out.owned_inputs(1) == [TopicPartition("spillway.j.ch.count.out", 1)]
+    # A round-robin input into a stateless sink: slots, owned in ranges as key groups.
+    assert out.owned_inputs(1) == [
+        TopicPartition("spillway.j.ch.count.out", s) for s in range(16, 32)
+    ]
 
 
 class _Msg:

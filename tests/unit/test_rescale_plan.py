@@ -16,7 +16,7 @@ from channels.errors import ConfigError, RescaleError, TopologyMismatchError
 from channels.ids import CheckpointId, JobId, Offset, OperatorName, SubtaskId, TopicPartition
 from channels.keygroups import key_group_range
 from offsets.checkpoint import Checkpoint
-from recovery.ownership import owned_partitions
+from recovery.ownership import keep_recorded_max_parallelism, owned_partitions
 from recovery.plan import JobPlan
 from recovery.plandoc import PlanDoc
 from recovery.rescale import (
@@ -59,6 +59,16 @@ def plan(count: int = 2, tag: int = 2) -> JobPlan:
         "out", "/x", parallelism=1
     )
     return pipe.plan("j")
+
+
+def legacy(jp: JobPlan) -> JobPlan:
+    """``jp`` as restored for a job first run before round-robin slots: tag's recorded
+    plan has no slot count, so its input keeps one partition per subtask."""
+    doc = PlanDoc.of(jp).to_json()
+    for op in doc["operators"]:
+        if op["name"] == "tag":
+            op.pop("max_parallelism")
+    return keep_recorded_max_parallelism(jp, PlanDoc.from_json(doc, "t"))
 
 
 def sub(op: str, i: int) -> SubtaskId:
@@ -140,7 +150,7 @@ def test_rewrite_state_and_discards_follow_their_partitions() -> None:
 
 
 def test_non_keyed_input_grows_new_partitions_start_empty() -> None:
-    old, new = plan(tag=2), plan(tag=3)
+    old, new = legacy(plan(tag=2)), legacy(plan(tag=3))
     handed = {i: ckpt(old, "tag", i, 5) for i in range(2)}
     kept = handover_checkpoint(new, sub("tag", 1), 2, handed, 5)
     fresh = handover_checkpoint(new, sub("tag", 2), 2, handed, 5)
@@ -152,8 +162,10 @@ def test_non_keyed_input_grows_new_partitions_start_empty() -> None:
 
 
 def test_refused_cases_say_why() -> None:
-    with pytest.raises(RescaleError, match=r"not keyed \(rebalance\); partitions 1\.\.1"):
-        check_rescalable(plan(tag=1), "tag", 2)
+    legacy_shrink = r"not keyed \(rebalance\) \(one partition.*; partitions 1\.\.1"
+    with pytest.raises(RescaleError, match=legacy_shrink):
+        check_rescalable(legacy(plan(tag=1)), "tag", 2)
+    check_rescalable(plan(tag=1), "tag", 2)  # with slots (tests/unit/test_slots.py)
     with pytest.raises(RescaleError, match="a source cannot be rescaled"):
         check_rescalable(with_parallelism(plan(), {"src": 3}), "src", 2)
     old = plan(count=2)
@@ -280,8 +292,9 @@ def test_status_describes_the_latest_rescale() -> None:
 
 def test_live_rescale_needs_keyed_inputs_and_interval_checkpoints() -> None:
     check_live(plan(count=4), "count", 2, "interval")
-    with pytest.raises(RescaleError, match=r"not keyed \(rebalance\); its writers would"):
-        check_live(plan(tag=3), "tag", 2, "interval")
+    check_live(plan(tag=3), "tag", 2, "interval")  # round-robin into slots
+    with pytest.raises(RescaleError, match=r"\(rebalance\) has one partition per subtask; its"):
+        check_live(legacy(plan(tag=3)), "tag", 2, "interval")
     with pytest.raises(RescaleError, match="--checkpoint-mode unaligned cannot be rescaled live"):
         check_live(plan(count=4), "count", 2, "unaligned")
 
