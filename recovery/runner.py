@@ -164,7 +164,8 @@ class SubtaskRunner:
         self.dead_letters = DeadLetters(self.producer, subtask) if options.dead_letter else None
         self.progress = ProgressLog(settings, subtask)
         self.crash = CrashPoints(
-            Faults(subtask, attempt), [self.out.flush, self.producer.flush, self.progress.flush]
+            Faults(subtask, attempt, generation=options.generation),
+            [self.out.flush, self.producer.flush, self.progress.flush],
         )
         self.processor = self._make_processor(op)
         self.checkpointer = self._make_checkpointer()
