@@ -384,6 +384,7 @@ class SubtaskRunner:
             mark=p.mark,
             owned=self.owned,
             prunable=self._handover_released,
+            handing_over=self._signals.handing_over if self._signals else (lambda: False),
         )
 
     def _handover_released(self) -> bool:
@@ -409,6 +410,7 @@ class SubtaskRunner:
             replay_read_by={"attempt": mark.attempt, "time": mark.time} if mark else None,
             # A checkpoint taken inside a message: how many of its records were done.
             resumed_mid_message={str(tp): [o, d] for (tp, o), d in self.processor.resume.items()},
+            handover_unmarked=restored.unmarked.to_json() if restored.unmarked else None,
         )
         if restored.global_taken is not None:
             # The previous incarnation may have died between committing global checkpoint
