@@ -169,7 +169,8 @@ def change_mismatches(
     From the request to the driver's answer no subtask of run ``run`` starts (the
     operator's subtasks only stop). After the answer each of the operator's ``width``
     subtasks starts attempts ``0..k`` (``k``: its ``planned`` kills), announced as
-    :func:`kill_mismatches` says, and no subtask of another operator starts.
+    :func:`kill_mismatches` says, none reports a previous owner without the handed-over
+    mark, and no subtask of another operator starts.
     """
     evs = list(events)
     asked = _index(evs, request, ("rescale-requested", "upgrade-requested"))
@@ -198,6 +199,11 @@ def change_mismatches(
     problems += kill_mismatches(own, run, planned, silent, subtasks)
     beyond = sorted(set(attempts_by_subtask(own, run)) - set(subtasks))
     problems += [f"{s} started, but {operator} has {width} subtasks now" for s in beyond]
+    problems += [  # every old subtask stopped with its checkpoint marked (recovery.handover)
+        f"{subtask_of(e)} found no handed-over mark: {e['handover_unmarked']}"
+        for e in own
+        if e.get("event") == "started" and e.get("handover_unmarked")
+    ]
     return problems
 
 

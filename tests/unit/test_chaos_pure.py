@@ -190,6 +190,8 @@ def test_a_live_change_must_restart_only_the_new_subtasks_as_planned() -> None:
     early = [*events[:4], _ev("fencing", "f[1]", 1), *events[4:]]
     assert check(early) == ["f[1] attempt 1 started while f was stopping"]
     assert check(events, width=2) == ["f[2] started, but f has 2 subtasks now"]
+    unmarked = [*events[:-1], _ev("started", "f[2]", 1, handover_unmarked={"rescale": 1})]
+    assert check(unmarked) == ["f[2] found no handed-over mark: {'rescale': 1}"]
     refused = before + _change_events("q1", "rescale-failed")[:4]
     assert check(refused) == ["rescale-failed (f): no"]
     assert check(before + _change_events("q1")[:2]) == ["request q1 (f): no answer yet"]
