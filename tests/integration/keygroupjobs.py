@@ -5,18 +5,23 @@ from __future__ import annotations
 import glob
 import json
 import os
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from channels.config import KafkaSettings
 from channels.ids import JobId, OperatorName
 from offsets.checkpoint import Checkpoint
 from offsets.store import CheckpointStore
 from recovery.events import last_submission, read_events
+from recovery.options import SubtaskResult
 from spark_jobs.pipeline import Pipeline
+
+if TYPE_CHECKING:  # the driver is not imported where tasks import the pipelines above
+    from spark_jobs.driver import JobConfig
 
 KEYS = 101  # keys k0..k100: every one of the 16 key groups holds some
 MAX_PARALLELISM = 16
@@ -137,3 +142,24 @@ def last_run_starts(settings: KafkaSettings, job: JobId) -> Counter[tuple[str, i
         for e in read_events(settings, job)
         if e.get("event") == "started" and e.get("run") == submitted["run"]
     )
+
+
+def run_operated(config: JobConfig, operate: Callable[[], None]) -> list[SubtaskResult]:
+    """Run ``config``'s job on Spark with ``operate`` called in a thread of its own once
+    its operators run (a test's ``spillway rescale`` and the like); what ``operate``
+    raised fails the caller once the job has ended."""
+    from spark_jobs.driver import run_on_spark
+
+    errors: list[BaseException] = []
+
+    def body() -> None:
+        try:
+            operate()
+        except BaseException as e:  # reported in the caller's thread, below
+            errors.append(e)
+
+    results = run_on_spark(
+        config, on_running=lambda _runs: threading.Thread(target=body, daemon=True).start()
+    )
+    assert errors == []
+    return results
