@@ -8,12 +8,13 @@ new subtasks continue from them (:func:`recovery.rescale.handover_checkpoint`).
 A previous owner whose latest checkpoint lacks the mark ended after that checkpoint
 without committing its stop checkpoint: killed and not run again (a subtask killed while
 stopping is normally retried by Spark, and its retry commits the mark; one whose Spark
-job was cancelled, after a stop that timed out, is not). Continuing from it is still exactly-once:
-like every latest checkpoint it is part of a consistent cut (what the owner did after it
-was never committed; the inputs it had not checkpointed are still in the channels), so
-the runtime continues from it, as it would after any crash, and records the fact: the
-restorer finds it (:func:`unmarked`), the new subtask's ``started`` event carries it
-(``handover_unmarked``), and ``spillway status`` shows it (:func:`describe_unmarked`).
+job was cancelled, after a stop that timed out, is not). Continuing from it is still
+exactly-once: like every latest checkpoint it is part of a consistent cut (what the owner
+did after it was never committed; the inputs it had not checkpointed are still in the
+channels), so the runtime continues from it, as it would after any crash, and records
+the fact: the restorer finds it (:func:`unmarked`), the new subtask's ``started`` event
+carries it (``handover_unmarked``), and ``spillway status`` shows it
+(:func:`describe_unmarked`).
 """
 
 from __future__ import annotations
