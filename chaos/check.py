@@ -10,6 +10,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from recovery.liverescale import ANSWERS
+
 Row = tuple[str, int, int, int]  # (key, seq, n, total)
 
 
@@ -149,3 +151,63 @@ def replay_outside(
             if tp not in inputs.get(s, set()):
                 bad.append(f"{s} attempt {e['attempt']} replayed {tp}")
     return bad
+
+
+def change_mismatches(
+    events: Iterable[Mapping[str, Any]],
+    run: str,
+    request: str,
+    operator: str,
+    width: int,
+    planned: Mapping[str, int],
+    silent: Mapping[str, set[int]],
+) -> list[str]:
+    """Where the restarts around one live change differ from what it asked (empty: as
+    asked). ``request``: the id of a rescale or upgrade of ``operator``, which has
+    ``width`` subtasks after it.
+
+    From the request to the driver's answer no subtask of run ``run`` starts (the
+    operator's subtasks only stop). After the answer each of the operator's ``width``
+    subtasks starts attempts ``0..k`` (``k``: its ``planned`` kills), announced as
+    :func:`kill_mismatches` says, none reports a previous owner without the handed-over
+    mark, and no subtask of another operator starts.
+    """
+    evs = list(events)
+    asked = _index(evs, request, ("rescale-requested", "upgrade-requested"))
+    answered = _index(evs, request, ANSWERS)
+    if asked is None or answered is None:
+        what = "no answer yet" if asked is not None else "not in the event log"
+        return [f"request {request} ({operator}): {what}"]
+    answer = evs[answered]
+    if str(answer["event"]).endswith("-failed"):
+        return [f"{answer['event']} ({operator}): {answer.get('error')}"]
+
+    def starts(span: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+        # A subtask attempt announces itself with "fencing"; a driver's own fencing of
+        # old subtasks (recovery.rewind.fence_subtasks) carries no run.
+        return [e for e in span if e.get("event") == "fencing" and e.get("run") == run]
+
+    problems = [
+        f"{subtask_of(e)} attempt {e['attempt']} started while {operator} was stopping"
+        for e in starts(evs[asked:answered])
+    ]
+    after = evs[answered:]
+    others = sorted({subtask_of(e) for e in starts(after) if e["operator"] != operator})
+    problems += [f"{s} restarted during the {answer['event']} of {operator}" for s in others]
+    own = [e for e in after if e.get("operator") == operator]
+    subtasks = [f"{operator}[{i}]" for i in range(width)]
+    problems += kill_mismatches(own, run, planned, silent, subtasks)
+    beyond = sorted(set(attempts_by_subtask(own, run)) - set(subtasks))
+    problems += [f"{s} started, but {operator} has {width} subtasks now" for s in beyond]
+    problems += [  # every old subtask stopped with its checkpoint marked (recovery.handover)
+        f"{subtask_of(e)} found no handed-over mark: {e['handover_unmarked']}"
+        for e in own
+        if e.get("event") == "started" and e.get("handover_unmarked")
+    ]
+    return problems
+
+
+def _index(events: list[Mapping[str, Any]], request: str, kinds: Iterable[str]) -> int | None:
+    kinds = tuple(kinds)
+    found = (k for k, e in enumerate(events) if e.get("request") == request)
+    return next((k for k in found if events[k].get("event") in kinds), None)

@@ -4,6 +4,7 @@ transactions (last stable offset vs high watermark) and the job's events."""
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -22,6 +23,7 @@ from channels.kafka.consumer import AssignedConsumer
 from channels.naming import job_topic_prefix
 from chaos.check import Row
 from recovery.events import read_events
+from recovery.loader import load_plan
 from recovery.ownership import owned_partitions
 from recovery.plan import JobPlan
 
@@ -108,3 +110,15 @@ def input_partitions(plan: JobPlan) -> dict[str, set[str]]:
         }
         for s in plan.subtasks()
     }
+
+
+def plan_in(ref: str, env: dict[str, str], job: str) -> JobPlan:
+    """The plan of pipeline ``ref`` for ``job``, built with the ``SPILLWAY_CHAOS_*``
+    settings of ``env`` (the run's)."""
+    saved = dict(os.environ)
+    os.environ.update({k: v for k, v in env.items() if k.startswith("SPILLWAY_CHAOS_")})
+    try:
+        return load_plan(ref, job)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)

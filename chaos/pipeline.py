@@ -1,9 +1,13 @@
 """The keyed pipeline the chaos suite runs, and its batch reference.
 
 generate ``(key, seq, payload)`` (``seq`` dense per key) → ``weigh`` (map) → repartition
-by key → ``fold`` (keyed aggregate, one update per record) → ``sink`` (a Kafka topic,
-keyed). Every output record is ``(key, seq, n, total)``: the update after the record
-``seq`` of ``key``, with ``n`` records and ``total`` weight folded so far. So the output
+by key → ``fold`` (keyed aggregate, one update per record) → repartition by key →
+``sink`` (a Kafka topic, keyed). Both keyed edges let ``fold`` (and ``sink``) change
+width while the job runs (a forward edge ties two widths together); a key's updates
+still come from one fold subtask at a time, through one sink subtask, in order.
+
+Every output record is ``(key, seq, n, total)``: the update after the record ``seq`` of
+``key``, with ``n`` records and ``total`` weight folded so far. So the output
 shows a loss or a repeat both as a gap/repeat in ``seq`` and as a wrong ``n``.
 
 Configured through ``SPILLWAY_CHAOS_*`` variables (the driver forwards ``SPILLWAY_*`` to
@@ -49,6 +53,8 @@ UPDATE = {
     ],
 }
 OPERATORS = ("gen", "weigh", "fold", "sink")
+RESCALABLE = ("fold",)  # live: keyed input and keyed state; gen is a source, weigh forward-fed
+UPGRADABLE = ("weigh", "fold", "sink")
 
 
 def make_record(i: int, keys: int, seed: int) -> dict[str, Any]:
@@ -109,7 +115,9 @@ def pipeline() -> Pipeline:
         schema=UPDATE,
         emit="updates",
         parallelism=p,
-    ).write_kafka("sink", os.environ["SPILLWAY_CHAOS_OUT"], key=lambda r: r["key"])
+    ).key_by(lambda r: r["key"]).write_kafka(
+        "sink", os.environ["SPILLWAY_CHAOS_OUT"], key=lambda r: r["key"]
+    )
     return job
 
 

@@ -6,6 +6,8 @@ zombie copy of a subtask — and stops each by its PID. Faults, in order:
 
 1. the seeded subtask crash schedule (``SPILLWAY_CRASH_AT``), until the event log shows
    every planned kill and no other;
+1a. ``rescale`` and ``upgrade``: the schedule's live changes (:mod:`chaos.changes`), each
+   with a kill of one of the subtasks it starts, until only those subtasks have started;
 2. ``broker-kill``: SIGKILL of the broker, restarted on the same directory and ports;
 3. ``broker-term``: SIGTERM of the broker (clean shutdown), restarted;
 4. ``broker-stop``: SIGSTOP of the broker for longer than the transaction timeout, then
@@ -40,17 +42,18 @@ from channels.config import KafkaSettings
 from channels.ids import JobId, OperatorName, TopicPartition
 from channels.naming import channel_topic
 from chaos import observe
-from chaos.check import OutputReport, check_output, kill_mismatches, replay_outside
-from chaos.pipeline import OPERATORS, reference
-from chaos.schedule import Schedule, make_schedule
+from chaos.changes import inject_change, replays_outside
+from chaos.check import OutputReport, check_output, kill_mismatches
+from chaos.pipeline import OPERATORS, RESCALABLE, UPGRADABLE, reference
+from chaos.schedule import CHANGES, Schedule, make_schedule
 from devtools.localbroker import BrokerConfig, LocalBroker
-from recovery.loader import load_plan
 
 log = logging.getLogger("chaos")
 
 REF = "chaos.pipeline:pipeline"
 PARALLELISM = 2
-FAULTS = ("broker-kill", "broker-term", "broker-stop", "subtask-stop", "zombie", "driver-kill")
+FAULTS = (*CHANGES, "broker-kill", "broker-term", "broker-stop", "subtask-stop", "zombie",
+          "driver-kill")  # fmt: skip
 # The broker checks for timed-out transactions every 10 s
 # (transaction.abort.timed.out.transaction.cleanup.interval.ms): a stop must outlast the
 # transaction timeout plus that.
@@ -92,6 +95,8 @@ class Report:
     kills_planned: int = 0
     kills_by_point: dict[str, int] = field(default_factory=dict)
     kill_mismatches: list[str] = field(default_factory=list)
+    changes: list[str] = field(default_factory=list)  # live changes injected, in order
+    change_mismatches: list[str] = field(default_factory=list)  # restarts not asked for
     faults: dict[str, int] = field(default_factory=dict)  # other faults injected, by kind
     fault_notes: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # a fault without its expected effect
@@ -107,7 +112,11 @@ class Report:
     def exact(self) -> bool:
         """Every check passed: output exact, no open transaction, replay local, kills as planned."""
         return self.output.exact and not (
-            self.open_transactions or self.replay_outside or self.kill_mismatches or self.problems
+            self.open_transactions
+            or self.replay_outside
+            or self.kill_mismatches
+            or self.change_mismatches
+            or self.problems
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -128,8 +137,11 @@ class ChaosRun:
         self.job = f"chaos-{profile.name}-{seed}-{uuid.uuid4().hex[:6]}"
         self.out_topic = f"{self.job}.out"
         self.schedule: Schedule = make_schedule(
-            seed, profile.kills, OPERATORS, PARALLELISM, profile.max_kills_per_subtask
-        )
+            seed, profile.kills, OPERATORS, PARALLELISM, profile.max_kills_per_subtask,
+            changes=[c for c in CHANGES if c in profile.faults], rescalable=RESCALABLE,
+            upgradable=UPGRADABLE,
+        )  # fmt: skip
+        self._widths: dict[str, int] = {}  # operators rescaled live so far: their widths
         self.broker = LocalBroker(BrokerConfig.with_free_ports(workdir / "broker"))
         self.settings = KafkaSettings(self.broker.bootstrap)
         self.report = Report(profile.name, seed, guarantee, profile.records, self.job)
@@ -162,6 +174,14 @@ class ChaosRun:
         self._start_driver(crash_spec=self.schedule.spec())
         run1 = self._wait_for_run(0)
         self._wait_for_kills(run1)
+        for change in self.schedule.changes:
+            self._count(change.kind)
+            self.report.changes.append(change.describe())
+            self.report.change_mismatches += inject_change(
+                self.settings, JobId(self.job), run1, change, self._until, self._wait_checkpoints
+            )
+            if change.kind == "rescale":
+                self._widths[change.operator] = change.width
         if "broker-kill" in faults:
             self._broker_down(signal.SIGKILL, "broker-kill")
         if "broker-term" in faults:
@@ -327,8 +347,11 @@ class ChaosRun:
         # Planned kills + room for the other faults: a broker fault can fail every subtask
         # once or twice (timeouts while it is away).
         attempts = p.max_kills_per_subtask + 9
+        slots = self.schedule.slots(OPERATORS, PARALLELISM)
         cmd = [sys.executable, "-m", "spark_jobs.cli", "run", REF, "--job-id", self.job]
-        cmd += ["--bootstrap", self.broker.bootstrap, "--master", f"local[8,{attempts}]"]
+        cmd += ["--bootstrap", self.broker.bootstrap, "--master", f"local[{slots},{attempts}]"]
+        # A rerun keeps the widths live rescales gave (the code's would rescale back).
+        cmd += [f"--parallelism={op}={n}" for op, n in sorted(self._widths.items())]
         cmd += ["--task-attempts", str(attempts)]
         cmd += ["--checkpoint-interval", str(p.checkpoint_interval_s)]
         cmd += ["--transaction-timeout-ms", str(p.transaction_timeout_ms)]
@@ -417,8 +440,8 @@ class ChaosRun:
             self.settings, data, committed=False
         ) - observe.count_messages(self.settings, data, committed=True)
         events = observe.events(self.settings, JobId(self.job))
-        plan = load_plan_in(self._env(""), self.job)
-        r.replay_outside = replay_outside(events, observe.input_partitions(plan))
+        plan = observe.plan_in(REF, self._env(""), self.job)
+        r.replay_outside = replays_outside(plan, self._widths, events)
         r.restarts = sum(
             1 for e in events if e.get("event") == "started" and int(e.get("attempt", 0)) > 0
         )
@@ -471,14 +494,3 @@ class ChaosRun:
         if pid is not None:
             os.kill(pid, signal.SIGCONT)  # in case a failure left it stopped
         self.broker.stop()
-
-
-def load_plan_in(env: dict[str, str], job: str) -> Any:
-    """The job's plan, built with the run's ``SPILLWAY_CHAOS_*`` settings."""
-    saved = dict(os.environ)
-    os.environ.update({k: v for k, v in env.items() if k.startswith("SPILLWAY_CHAOS_")})
-    try:
-        return load_plan(REF, job)
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)

@@ -52,6 +52,10 @@ Contract:
 * ``set_aside[kind]``: input records the operator did not use (``"late"`` records of a
   window) since the job began; dead-lettered, with ``--dead-letter``, in the same
   transactions.
+* ``handed_over``: the last checkpoint of a subtask whose operator alone was stopped
+  while the job ran, for a live rescale or upgrade (DESIGN §12 step 1): its owner's
+  last word on its partitions, which the new subtasks continue from. False on every
+  other checkpoint, and in records written before the mark existed.
 
 The record is JSON so that ``kafka-console-consumer`` shows it. A reader accepts its own
 version and version 1 (converted on load) and rejects others with a clear message.
@@ -104,6 +108,7 @@ class Checkpoint:
     owned: Ownership = field(default_factory=Ownership)
     changelogs: Mapping[TopicPartition, Offset] = field(default_factory=dict)
     widths: Mapping[TopicPartition, int] = field(default_factory=dict)
+    handed_over: bool = False
 
     def changelog_positions(self) -> dict[TopicPartition, Offset]:
         """Next offset per changelog partition (``changelogs``, or the older ``changelog``)."""
@@ -165,6 +170,7 @@ class Checkpoint:
                 [tp.topic, tp.partition, int(o)] for tp, o in sorted(self.changelogs.items())
             ],
             "widths": [[tp.topic, tp.partition, n] for tp, n in sorted(self.widths.items())],
+            "handed_over": self.handed_over,
         }
         return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
 
@@ -230,6 +236,8 @@ class Checkpoint:
                 },
                 # Absent in records written before live rescaling.
                 widths={TopicPartition(t, p): int(n) for t, p, n in doc.get("widths", [])},
+                # Absent in records written before the handed-over mark.
+                handed_over=bool(doc.get("handed_over", False)),
             )
         except (KeyError, TypeError, ValueError) as e:
             raise CheckpointFormatError(f"corrupt checkpoint record {where}: {e!r}") from e

@@ -17,6 +17,7 @@ numbered global checkpoints of the aligned and unaligned modes.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -133,6 +134,9 @@ class Parts:
     owned: Ownership = field(default_factory=Ownership)  # recorded in every checkpoint
     # False while older checkpoints must stay (a rescale's handover still in use).
     prunable: Callable[[], bool] = lambda: True
+    # True when a stop hands the subtask over (its operator alone stopped: a live rescale
+    # or upgrade); the stop checkpoint then carries the mark (DESIGN §12 step 1).
+    handing_over: Callable[[], bool] = lambda: False
 
 
 @dataclass
@@ -221,6 +225,8 @@ class Checkpointer:
         sink_position = p.sink.prepare(int(cid)) if p.sink is not None else None
         self._flush_state()
         ckpt = self._build(cid, finished, global_id, partial, source_position, sink_position)
+        if stopping and p.handing_over():
+            ckpt = dataclasses.replace(ckpt, handed_over=True)
         check_forward(self._last_inputs, ckpt)
         p.mark()  # what this checkpoint read, in case the commit never happens
         crash = self._obs.crash

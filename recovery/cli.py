@@ -16,6 +16,7 @@ from channels.ids import job_id
 from channels.kafka.admin import Admin
 from recovery.events import last_submission
 from recovery.globalckpt import read_completed, savepoint
+from recovery.handover import describe_unmarked
 from recovery.heartbeat import LOST_AFTER_S
 from recovery.jobconf import parse_conf, recorded_conf
 from recovery.liverescale import await_answer, latest_shape, request_rescale, request_upgrade
@@ -279,7 +280,7 @@ def _status(args: argparse.Namespace) -> int:
         rescale = Rescale.from_json(submitted["rescale"], f"the submitted event of job {job}")
         print(describe(rescale, {op.name: op.parallelism for op in plan.operators}))
     if not args.json:
-        for line in describe_upgrades(events):
+        for line in describe_upgrades(events) + describe_unmarked(events):
             print(line)
     return 0
 

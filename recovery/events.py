@@ -235,6 +235,7 @@ class JobSignals:
         self._consumer = AssignedConsumer(settings, f"spillway.{job}.signals")
         self._consumer.assign({self._tp: Offset(0)})
         self._stop = False
+        self._handover = False  # the stop is of this operator alone: a rescale or upgrade
         self._trigger = -1
         self._every_s = every_s
         self._last = 0.0
@@ -252,8 +253,10 @@ class JobSignals:
             e = json.loads(m.value() or b"{}")
             if e.get("run") != self.run_id:
                 continue
-            if e.get("event") == "stop-requested" or operator_stop(e, self._operator):
+            if e.get("event") == "stop-requested":
                 self._stop = True
+            elif operator_stop(e, self._operator):
+                self._stop = self._handover = True
             elif e.get("event") == "checkpoint-trigger" and int(e["n"]) > self._trigger:
                 self._trigger = int(e["n"])
                 self._seen_at = (self._trigger, time.time())
@@ -265,6 +268,12 @@ class JobSignals:
         """True once the driver asked this run to stop."""
         self._poll()
         return self._stop
+
+    def handing_over(self) -> bool:
+        """True once the driver asked this operator alone to stop (a live rescale or
+        upgrade, spark_jobs.opruns.stop_operator): its last checkpoint hands it over."""
+        self._poll()
+        return self._handover
 
     def trigger(self) -> int:
         """The highest global checkpoint id triggered for this run so far (-1: none)."""

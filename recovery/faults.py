@@ -1,8 +1,11 @@
 """Named crash points for failure-injection tests (as Kafka's and Flink's EOS tests do).
 
 ``SPILLWAY_CRASH_AT`` lists where a subtask kills itself with SIGKILL — a real process
-death, not an exception — as comma-separated ``OPERATOR:INDEX:POINT:ATTEMPT[:N]``:
-die at the N-th (default 1st) time attempt ATTEMPT of ``OPERATOR[INDEX]`` reaches POINT.
+death, not an exception — as comma-separated ``OPERATOR:INDEX:POINT:ATTEMPT[:N[:GEN]]``:
+die at the N-th (default 1st) time attempt ATTEMPT of ``OPERATOR[INDEX]`` reaches POINT,
+in generation GEN of the operator's Spark job (default: in every generation). A live
+rescale or upgrade starts a new generation whose attempts count from 0 again
+(spark_jobs.opjobs), so a crash meant for the first generation names it.
 Points, in the order one checkpoint passes them:
 
 * ``restore`` — state restored, inputs not yet assigned;
@@ -84,6 +87,7 @@ class CrashPoint:
     point: str
     attempt: int
     nth: int = 1
+    generation: int | None = None  # of the operator's Spark job; None: every generation
 
 
 def parse(spec: str) -> list[CrashPoint]:
@@ -94,10 +98,13 @@ def parse(spec: str) -> list[CrashPoint]:
         try:
             op, index, point, attempt = parts[:4]
             nth = int(parts[4]) if len(parts) > 4 else 1
-            cp = CrashPoint(op, int(index), point, int(attempt), nth)
+            generation = int(parts[5]) if len(parts) > 5 else None
+            if len(parts) > 6:
+                raise ValueError(item)
+            cp = CrashPoint(op, int(index), point, int(attempt), nth, generation)
         except ValueError:
             raise ConfigError(
-                f"{ENV} item {item!r} must look like OPERATOR:INDEX:POINT:ATTEMPT[:N]"
+                f"{ENV} item {item!r} must look like OPERATOR:INDEX:POINT:ATTEMPT[:N[:GEN]]"
             ) from None
         if cp.point not in POINTS:
             raise ConfigError(f"{ENV} point {cp.point!r} is not one of {', '.join(POINTS)}")
@@ -108,7 +115,9 @@ def parse(spec: str) -> list[CrashPoint]:
 class Faults:
     """The crash points that apply to one incarnation of one subtask."""
 
-    def __init__(self, subtask: SubtaskId, attempt: int, spec: str | None = None) -> None:
+    def __init__(
+        self, subtask: SubtaskId, attempt: int, spec: str | None = None, generation: int = 0
+    ) -> None:
         spec = os.environ.get(ENV, "") if spec is None else spec
         self._points = {
             cp.point: cp.nth
@@ -116,6 +125,7 @@ class Faults:
             if cp.operator == subtask.operator
             and cp.index == subtask.index
             and cp.attempt == attempt
+            and cp.generation in (None, generation)
         }
         self._seen: dict[str, int] = {}
 

@@ -56,11 +56,14 @@ from recovery.plandoc import PlanDoc
 class OperatorHandover:
     """How one operator was rescaled: from ``previous`` subtasks, whose checkpoints
     ``checkpoints[j]`` (None: subtask j had none) were handed over; ``floor``: the newest
-    checkpoint id of any of its subtasks before the rescale."""
+    checkpoint id of any of its subtasks before the rescale; ``live``: while the job ran
+    (each previous subtask stopped with a checkpoint marked handed over,
+    :mod:`recovery.handover`)."""
 
     previous: int
     checkpoints: Mapping[int, int | None]
     floor: int
+    live: bool = False
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,7 @@ class Rescale:
                     "previous": h.previous,
                     "checkpoints": {str(j): c for j, c in sorted(h.checkpoints.items())},
                     "floor": h.floor,
+                    "live": h.live,
                 }
                 for name, h in sorted(self.operators.items())
             },
@@ -103,6 +107,7 @@ class Rescale:
                             for j, c in h["checkpoints"].items()
                         },
                         int(h["floor"]),
+                        bool(h.get("live", False)),  # absent: recorded before the mark
                     )
                     for name, h in doc["operators"].items()
                 },

@@ -18,6 +18,7 @@ from channels.kafka.consumer import AssignedConsumer
 from channels.progress import ReaderState
 from offsets.checkpoint import Checkpoint
 from offsets.store import CheckpointStore
+from recovery.handover import Unmarked, unmarked
 from recovery.plan import JobPlan
 from recovery.progress import ReadMark, read_last_mark
 from recovery.rescale import OperatorHandover, Rescale, accepts_fingerprint, handover_checkpoint
@@ -34,6 +35,8 @@ class Restored:
     checkpoint: Checkpoint | None
     mark: ReadMark | None
     global_taken: tuple[int, int] | None = None  # (global id, checkpoint id)
+    # A live rescale's previous owners whose latest checkpoint has no handed-over mark.
+    unmarked: Unmarked | None = None
 
     @property
     def finished(self) -> bool:
@@ -123,7 +126,8 @@ class Restorer:
         # Not checkpointed since the rescale (at or below its floor): from the handover.
         pending = handover is not None and (ckpt is None or ckpt.checkpoint_id <= handover.floor)
         if rescaled is not None and handover is not None and pending and from_checkpoint is None:
-            return Restored(self._handover(rescaled[0], rescaled[1], handover), None)
+            ckpt, missing = self._handover(rescaled[0], rescaled[1], handover)
+            return Restored(ckpt, None, unmarked=missing)
         mark = read_last_mark(self._store, self._progress_tp)  # how far the last attempt read
         if ckpt is None:
             return Restored(None, mark)
@@ -131,9 +135,12 @@ class Restorer:
             ckpt.check_topology(fingerprint)
         return Restored(ckpt, mark, _last_global(recent))
 
-    def _handover(self, plan: JobPlan, rescale: Rescale, handover: OperatorHandover) -> Checkpoint:
+    def _handover(
+        self, plan: JobPlan, rescale: Rescale, handover: OperatorHandover
+    ) -> tuple[Checkpoint, Unmarked | None]:
         """The checkpoint this subtask continues from after the rescale: built from the
-        previous subtasks' checkpoints that the rescale recorded as handed over."""
+        previous subtasks' checkpoints that the rescale recorded as handed over; and,
+        after a live rescale, those without the handed-over mark (recovery.handover)."""
         handed: dict[int, Checkpoint | None] = {}
         for j, cid in sorted(handover.checkpoints.items()):
             found = None if cid is None else self._store.get(j, cid)
@@ -155,7 +162,17 @@ class Restorer:
             plan.operator(self.subtask.operator).parallelism,
             dict(handover.checkpoints),
         )
-        return ckpt
+        missing = unmarked(rescale, self.subtask.operator, handed)
+        if missing is not None:
+            log.warning(
+                "%s: previous subtasks %s of rescale %d died before their handed-over "
+                "checkpoint; continuing from their latest checkpoints %s",
+                self.subtask,
+                sorted(missing.checkpoints),
+                rescale.number,
+                dict(missing.checkpoints),
+            )
+        return ckpt, missing
 
     def state(self, state: ChangelogState, restored: Restored) -> int:
         """Rebuild ``state`` from the changelog up to the checkpoint; return records read."""

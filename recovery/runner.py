@@ -165,7 +165,8 @@ class SubtaskRunner:
         self.dead_letters = DeadLetters(self.producer, subtask) if options.dead_letter else None
         self.progress = ProgressLog(settings, subtask)
         self.crash = CrashPoints(
-            Faults(subtask, attempt), [self.out.flush, self.producer.flush, self.progress.flush]
+            Faults(subtask, attempt, generation=options.generation),
+            [self.out.flush, self.producer.flush, self.progress.flush],
         )
         self.processor = self._make_processor(op)
         self.checkpointer = self._make_checkpointer()
@@ -385,6 +386,7 @@ class SubtaskRunner:
             mark=p.mark,
             owned=self.owned,
             prunable=self._handover_released,
+            handing_over=self._signals.handing_over if self._signals else (lambda: False),
         )
 
     def _handover_released(self) -> bool:
@@ -410,6 +412,7 @@ class SubtaskRunner:
             replay_read_by={"attempt": mark.attempt, "time": mark.time} if mark else None,
             # A checkpoint taken inside a message: how many of its records were done.
             resumed_mid_message={str(tp): [o, d] for (tp, o), d in self.processor.resume.items()},
+            handover_unmarked=restored.unmarked.to_json() if restored.unmarked else None,
         )
         if restored.global_taken is not None:
             # The previous incarnation may have died between committing global checkpoint

@@ -41,6 +41,7 @@ from typing import Any
 from channels.config import KafkaSettings
 from channels.errors import RescaleError, UpgradeError
 from recovery.events import record_job_event
+from recovery.handover import live_handover
 from recovery.liverescale import announce_width
 from recovery.plan import JobPlan
 from recovery.plandoc import PlanDoc
@@ -207,6 +208,7 @@ class LiveRescaler:
             stopped = True
             rescale = prepare_rescale(self._settings, new, {op: previous}, self.rescale)
             assert rescale is not None
+            rescale = live_handover(rescale, op)  # its new subtasks check the marks
         except Exception as e:  # refused, or failed before anything changed
             self._refused("rescale", request, e, stopped)
             return

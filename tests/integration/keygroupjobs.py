@@ -10,7 +10,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from channels.config import KafkaSettings
 from channels.ids import JobId, OperatorName
@@ -18,9 +18,11 @@ from offsets.checkpoint import Checkpoint
 from offsets.store import CheckpointStore
 from recovery.events import last_submission, read_events, record_job_event
 from recovery.options import SubtaskResult
-from spark_jobs.driver import JobConfig, run_on_spark
-from spark_jobs.opruns import OperatorRuns
 from spark_jobs.pipeline import Pipeline
+
+if TYPE_CHECKING:  # the driver is not imported where tasks import the pipelines above
+    from spark_jobs.driver import JobConfig
+    from spark_jobs.opruns import OperatorRuns
 
 KEYS = 101  # keys k0..k100: every one of the 16 key groups holds some
 MAX_PARALLELISM = 16
@@ -177,6 +179,8 @@ def run_stopped(
 ) -> list[SubtaskResult]:
     """Run ``config``'s job on Spark; once ``stop_when`` holds, stop it as SIGTERM to
     `spillway run` does: every subtask checkpoints and stops (None: run to the end)."""
+    from spark_jobs.driver import run_on_spark
+
     errors: list[BaseException] = []
     settings, job = config.settings(), JobId(config.job_id)
 
@@ -197,5 +201,26 @@ def run_stopped(
             threading.Thread(target=operate, args=(runs,), daemon=True).start()
 
     results = run_on_spark(config, on_running=on_running)
+    assert errors == []
+    return results
+
+
+def run_operated(config: JobConfig, operate: Callable[[], None]) -> list[SubtaskResult]:
+    """Run ``config``'s job on Spark with ``operate`` called in a thread of its own once
+    its operators run (a test's ``spillway rescale`` and the like); what ``operate``
+    raised fails the caller once the job has ended."""
+    from spark_jobs.driver import run_on_spark
+
+    errors: list[BaseException] = []
+
+    def body() -> None:
+        try:
+            operate()
+        except BaseException as e:  # reported in the caller's thread, below
+            errors.append(e)
+
+    results = run_on_spark(
+        config, on_running=lambda _runs: threading.Thread(target=body, daemon=True).start()
+    )
     assert errors == []
     return results

@@ -1,10 +1,13 @@
-"""The pipeline of test_spanning_records.py: 5 MB records among small ones through a
-keyed channel (generate → key_by → aggregate per key → files)."""
+"""The pipelines of test_spanning_records.py and test_spanning_rescale.py: 5 MB records
+among small ones through a keyed channel (generate → key_by → aggregate per key → files)."""
 
 from __future__ import annotations
 
+import glob
 import hashlib
+import json
 import os
+from pathlib import Path
 from typing import Any
 
 from spark_jobs.pipeline import Pipeline
@@ -65,7 +68,17 @@ def add(acc: list[int], r: dict[str, Any]) -> list[int]:
 
 
 def span_totals() -> Pipeline:
-    """generate (p=2, paced) → key_by → aggregate "count" (p=2) → files."""
+    """generate (p=2, paced) → key_by → aggregate "count" (p=2) → files (p=2)."""
+    return _totals(None)
+
+
+def span_totals_rescalable() -> Pipeline:
+    """As :func:`span_totals`, with one file subtask behind a rebalance edge, so that
+    count's width can change while the job runs (a forward edge would tie it to out's)."""
+    return _totals(1)
+
+
+def _totals(out_parallelism: int | None) -> Pipeline:
     p = Pipeline("spanning")
     events = p.generate(
         "events",
@@ -75,7 +88,7 @@ def span_totals() -> Pipeline:
         parallelism=2,
         rate=float(os.environ["SPILLWAY_TEST_RATE"]),
     )
-    events.key_by(lambda r: r["key"]).aggregate(
+    counted = events.key_by(lambda r: r["key"]).aggregate(
         "count",
         init=lambda: [0, 0, 0, 0],
         add=add,
@@ -88,7 +101,12 @@ def span_totals() -> Pipeline:
         },
         schema=TOTAL,
         parallelism=2,
-    ).write_jsonl("out", os.environ["SPILLWAY_TEST_OUT"])
+    )
+    out = os.environ["SPILLWAY_TEST_OUT"]
+    if out_parallelism is None:
+        counted.write_jsonl("out", out)
+    else:
+        counted.rebalance().write_jsonl("out", out, parallelism=out_parallelism)
     return p
 
 
@@ -100,3 +118,14 @@ def reference(records: int) -> dict[str, tuple[int, int, int, int]]:
         acc = out.setdefault(r["key"], [0, 0, 0, 0])
         out[r["key"]] = add(acc, r)
     return {k: (n, s, b, d) for k, (n, s, b, d) in out.items()}
+
+
+def read_output(out: Path) -> dict[str, tuple[int, int, int, int]]:
+    """The job's output rows by key (one row per key, asserted)."""
+    rows: dict[str, tuple[int, int, int, int]] = {}
+    for f in sorted(glob.glob(str(out / "out" / "*.jsonl"))):
+        for line in Path(f).read_text().splitlines():
+            r = json.loads(line)
+            assert r["key"] not in rows, f"two output rows for key {r['key']}"
+            rows[r["key"]] = (r["n"], r["seqs"], r["size"], r["digest"])
+    return rows

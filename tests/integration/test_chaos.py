@@ -29,6 +29,10 @@ def test_short_chaos_profile_loses_nothing_and_duplicates_nothing(tmp_path: Path
     assert set(report.kills_by_point) == set(CHAOS_POINTS)
     assert min(report.kills_by_point.values()) >= 1
     assert report.faults == dict.fromkeys(FAULTS, 1)
+    # A live rescale and a live upgrade, each with a kill of a subtask it started:
+    # nothing restarted but what each asked for.
+    assert [c.split()[0] for c in report.changes] == ["rescale", "upgrade"]
+    assert report.change_mismatches == []
     # The output equals the batch reference exactly, every key's seq dense and in order.
     out = report.output
     assert out.committed == out.expected == SHORT.records

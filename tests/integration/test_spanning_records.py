@@ -17,8 +17,6 @@ its content. A lost, repeated or altered record changes a row.
 
 from __future__ import annotations
 
-import glob
-import json
 from pathlib import Path
 from typing import Any
 
@@ -35,22 +33,12 @@ from channels.naming import channel_topic
 from channels.spanning import read_mark
 from recovery.events import read_events
 from spark_jobs.driver import JobConfig, run_on_spark
-from tests.integration.spanjobs import BIG_BYTES, is_big, make_event, reference
+from tests.integration.spanjobs import BIG_BYTES, is_big, make_event, read_output, reference
 
 REF = "tests.integration.spanjobs:span_totals"
 RECORDS = 3000  # 20 big ones
 RATE = 150.0  # records per second per generator subtask: about 10 s of input
 MAX_PARALLELISM = 32  # the default of key_by
-
-
-def read_output(out: Path) -> dict[str, tuple[int, int, int, int]]:
-    rows: dict[str, tuple[int, int, int, int]] = {}
-    for f in sorted(glob.glob(str(out / "out" / "*.jsonl"))):
-        for line in Path(f).read_text().splitlines():
-            r = json.loads(line)
-            assert r["key"] not in rows, f"two output rows for key {r['key']}"
-            rows[r["key"]] = (r["n"], r["seqs"], r["size"], r["digest"])
-    return rows
 
 
 def parts(bootstrap: str, topic: str, partitions: int, isolation: str) -> dict[Any, int]:

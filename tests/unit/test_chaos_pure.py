@@ -6,6 +6,7 @@ import pytest
 
 from chaos.check import (
     attempts_by_subtask,
+    change_mismatches,
     check_output,
     kill_mismatches,
     replay_outside,
@@ -125,3 +126,73 @@ def test_replay_of_a_partition_not_the_subtask_s_own_is_reported() -> None:
         _ev("finished", "f[1]", 1, replay={"ch[0]": [0, 10, 10]}),
     ]
     assert replay_outside(events, inputs) == ["f[1] attempt 1 replayed ch[0]"]
+
+
+def test_live_changes_are_seeded_and_kill_one_of_the_subtasks_they_start() -> None:
+    kw = {"changes": ("rescale", "upgrade"), "rescalable": ("fold",), "upgradable": ("fold",)}
+    a = make_schedule(1, 16, OPERATORS, 2, **kw)  # type: ignore[arg-type]
+    assert a == make_schedule(1, 16, OPERATORS, 2, **kw)  # type: ignore[arg-type]
+    # The crash schedule before the changes is the one without them, for the same seed.
+    assert a.crashes == make_schedule(1, 16, OPERATORS, 2).crashes
+    assert all(c.generation == 0 for c in a.crashes)
+    rescale, upgrade = a.changes
+    assert (rescale.kind, rescale.operator, rescale.generation) == ("rescale", "fold", 1)
+    assert rescale.width in (1, 3)
+    assert rescale.describe() == f"rescale fold {rescale.width}"
+    # The upgrade of the same operator keeps its new width, in its next generation.
+    assert (upgrade.kind, upgrade.width, upgrade.generation) == ("upgrade", rescale.width, 2)
+    assert upgrade.describe() == "upgrade fold"
+    for ch in a.changes:
+        (crash,) = ch.crashes
+        assert (crash.operator, crash.attempt, crash.generation) == ("fold", 0, ch.generation)
+        assert crash.index < ch.width
+    (crash,) = rescale.crashes
+    assert crash.point == "restore"
+    assert rescale.silent_attempts() == {f"fold[{crash.index}]": {0}}
+    assert parse(a.spec()) == [*a.crashes, *rescale.crashes, *upgrade.crashes]
+    assert a.widths(OPERATORS, 2) == {"gen": 2, "weigh": 2, "fold": rescale.width, "sink": 2}
+    assert a.slots(OPERATORS, 2) == 8 + max(0, rescale.width - 2)
+    with pytest.raises(ValueError, match="unknown change"):
+        make_schedule(1, 16, OPERATORS, 2, changes=("resize",))
+
+
+def _change_events(request: str, answer: str = "rescaled") -> list[dict[str, object]]:
+    return [
+        {"event": "rescale-requested", "request": request, "target": "f", "run": "r1"},
+        _ev("stopped", "f[0]", 0),
+        {"event": "fencing", "operator": "f", "index": 1, "by": "rescale"},  # the driver's
+        {"event": answer, "request": request, "target": "f", "run": "r1", "error": "no"},
+        _ev("fencing", "f[0]", 0),
+        _ev("fencing", "f[1]", 0),
+        _ev("fencing", "f[2]", 0),  # dies restoring: no "started"
+        _ev("fencing", "f[2]", 1),
+        _ev("started", "f[0]", 0),
+        _ev("started", "f[1]", 0),
+        _ev("started", "f[2]", 1),
+    ]
+
+
+def test_a_live_change_must_restart_only_the_new_subtasks_as_planned() -> None:
+    before = [_ev("fencing", "f[0]", 0), _ev("started", "f[0]", 0), _ev("started", "g[0]", 0)]
+    events = before + _change_events("q1")
+
+    def check(evs: list[dict[str, object]], width: int = 3) -> list[str]:
+        return change_mismatches(evs, "r1", "q1", "f", width, {"f[2]": 1}, {"f[2]": {0}})
+
+    assert check(events) == []
+    assert check(events[:-3]) == [
+        "f[0]: attempts [] started, [0] expected (the others die while restoring)",
+        "f[1]: attempts [] started, [0] expected (the others die while restoring)",
+        "f[2]: attempts [] started, [1] expected (the others die while restoring)",
+    ]
+    other = [*events, _ev("fencing", "g[0]", 1)]
+    assert check(other) == ["g[0] restarted during the rescaled of f"]
+    early = [*events[:4], _ev("fencing", "f[1]", 1), *events[4:]]
+    assert check(early) == ["f[1] attempt 1 started while f was stopping"]
+    assert check(events, width=2) == ["f[2] started, but f has 2 subtasks now"]
+    unmarked = [*events[:-1], _ev("started", "f[2]", 1, handover_unmarked={"rescale": 1})]
+    assert check(unmarked) == ["f[2] found no handed-over mark: {'rescale': 1}"]
+    refused = before + _change_events("q1", "rescale-failed")[:4]
+    assert check(refused) == ["rescale-failed (f): no"]
+    assert check(before + _change_events("q1")[:2]) == ["request q1 (f): no answer yet"]
+    assert check(before) == ["request q1 (f): not in the event log"]

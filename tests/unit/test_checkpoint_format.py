@@ -73,3 +73,12 @@ def test_positions_only_move_forward() -> None:
     check_forward({}, later)  # a partition not seen before
     with pytest.raises(PositionRegressionError, match=r"j/gen\[0\].*a\.gen\[0\] back from 8 to 7"):
         check_forward({TP: Offset(8)}, later)
+
+
+def test_the_handed_over_mark_round_trips_and_older_records_have_none() -> None:
+    marked = Checkpoint(SUB, CheckpointId(4), "fp", handed_over=True)
+    assert Checkpoint.from_bytes(marked.to_bytes()).handed_over
+    doc = json.loads(marked.to_bytes())
+    del doc["handed_over"]  # a version-2 record written before the mark existed
+    assert not Checkpoint.from_bytes(json.dumps(doc).encode()).handed_over
+    assert not Checkpoint.from_bytes(V1_SOURCE).handed_over

@@ -367,3 +367,15 @@ def test_no_prune_while_a_rescale_handover_is_still_needed() -> None:
     released[0] = True
     w.ckpt._prune_now()
     assert store.pruned == [(1, RunOptions().keep_checkpoints, 0)]
+
+
+def test_a_stop_that_hands_the_subtask_over_marks_its_checkpoint() -> None:
+    whole_job = world()
+    whole_job.ckpt.take(finished=False, stopping=True)  # SIGTERM: every subtask stops
+    assert not whole_job.committed[-1].handed_over
+    w = world()
+    w.ckpt.parts.handing_over = lambda: True  # this operator alone asked to stop
+    w.ckpt.take(finished=False)  # a checkpoint before the stop one: not the last word
+    w.ckpt.take(finished=False, stopping=True)
+    assert [c.handed_over for c in w.committed] == [False, True]
+    assert Checkpoint.from_bytes(w.committed[-1].to_bytes()).handed_over

@@ -9,7 +9,8 @@ import sys
 import pytest
 
 from channels.errors import ConfigError
-from recovery.faults import POINTS, CrashPoint, parse
+from channels.ids import JobId, OperatorName, SubtaskId
+from recovery.faults import POINTS, CrashPoint, Faults, parse
 
 _CHILD = """
 import sys, time
@@ -61,3 +62,19 @@ def test_during_commit_dies_from_a_thread_while_the_caller_goes_on() -> None:
     assert p.returncode == -signal.SIGKILL
     assert "passed during-commit" in p.stdout  # the call after it (the commit) had started
     assert "survived" not in p.stdout
+
+
+def test_a_crash_can_name_the_generation_of_the_operator_s_job() -> None:
+    assert parse("op:1:restore:0:1:2") == [CrashPoint("op", 1, "restore", 0, 1, 2)]
+    assert parse("op:1:restore:0")[0].generation is None
+    sub = SubtaskId(JobId("j"), OperatorName("op"), 1)
+    # Generation 0's crash does not fire again when a live change starts generation 1
+    # (whose attempts count from 0 again); one without a generation fires in each.
+    assert Faults(sub, 0, "op:1:restore:0:1:0", generation=0).armed
+    assert not Faults(sub, 0, "op:1:restore:0:1:0", generation=1).armed
+    assert Faults(sub, 0, "op:1:restore:0:1:1", generation=1).armed
+    assert Faults(sub, 0, "op:1:restore:0", generation=3).armed
+    with pytest.raises(ConfigError, match=r"ATTEMPT\[:N\[:GEN\]\]"):
+        parse("op:1:restore:0:1:x")
+    with pytest.raises(ConfigError, match="must look like"):
+        parse("op:1:restore:0:1:1:9")
