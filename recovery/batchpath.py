@@ -17,9 +17,9 @@ from typing import Any, Protocol, runtime_checkable
 
 import pyarrow as pa
 
-from channels.batchread import one_batch
+from channels.batchread import ArrowRows, one_batch
 from channels.writer import ChannelWriter
-from recovery.origins import Origin, Origins
+from recovery.origins import Origin, Origins, PerMessage
 
 
 class DeadLetterSink(Protocol):
@@ -48,6 +48,40 @@ class BatchLogic(Protocol):
         """The output batches of ``batch``; a failing row is dead-lettered with
         ``origins.at(row)`` (or, without ``dead_letters``, a ``RecordError`` naming it)."""
         ...
+
+
+def folds_per_poll(logic: BatchLogic) -> bool:
+    """True if ``logic`` may take a poll's messages as one batch (``per_poll``): its output
+    per row does not depend on how rows are grouped (e.g. a running aggregate's
+    ``emit="rows"``), and each call costs Python time whatever its size."""
+    return bool(getattr(logic, "per_poll", False))
+
+
+class PollRows:
+    """The Arrow rows of one poll's data messages, gathered to be handed on as one batch
+    with each row's message as its origin."""
+
+    def __init__(self) -> None:
+        self._batches: list[pa.RecordBatch] = []
+        self._counts: list[int] = []
+        self._origins: list[Origin] = []
+        self.rows = 0
+
+    def add(self, rows: ArrowRows, origin: Origin) -> None:
+        """The next message's rows (in poll order) and where they came from."""
+        if len(rows):
+            self._batches.append(rows.batch)
+            self._counts.append(len(rows))
+            self._origins.append(origin)
+            self.rows += len(rows)
+
+    def batch(self) -> pa.RecordBatch:
+        """Every row added, in order, as one batch (no copy for a single message)."""
+        return one_batch(self._batches, self._batches[0].schema)
+
+    def origins(self) -> Origins:
+        """Row ``k``'s origin: the message it came in."""
+        return PerMessage(self._counts, self._origins)
 
 
 def is_batch_logic(logic: object) -> bool:

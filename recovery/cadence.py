@@ -87,6 +87,7 @@ class Cadence(Protocol):
 
     is_global: bool  # numbered global checkpoints (kept longer, announced)
     align: bool  # the reader holds channels back at barriers
+    whole_polls: bool  # no checkpoint inside a poll's deliveries (after_poll only)
     last_global: int | None  # the newest global checkpoint taken (or restored)
 
     def poll_shape(self, poll_messages: int) -> tuple[int, float, bool]:
@@ -121,6 +122,7 @@ class IntervalCadence:
 
     is_global = False
     align = False
+    whole_polls = True
 
     def __init__(self) -> None:
         self.last_global: int | None = None
@@ -189,6 +191,7 @@ class AlignedCadence(_GlobalCheckpoints):
     """Global checkpoints at aligned barriers; sources act on the trigger."""
 
     align = True
+    whole_polls = True
 
     def poll_shape(self, poll_messages: int) -> tuple[int, float, bool]:
         """Several messages per poll: the reader holds channels back at barriers itself."""
@@ -221,6 +224,7 @@ class UnalignedCadence(_GlobalCheckpoints):
     """Global checkpoints on the trigger, between any two messages or inside one."""
 
     align = False
+    whole_polls = False  # a checkpoint may fall between two messages, or inside one
 
     def __init__(self, triggers: Triggers, take: TakeGlobal, chunk: int) -> None:
         super().__init__(triggers, take)

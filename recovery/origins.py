@@ -121,3 +121,22 @@ def topic_runs(topic: str) -> Runs:
 def line_runs(files: list[str]) -> Runs:
     """Runs of 1-based line numbers in ``files[place]``."""
     return Runs(lambda index, line: FileLine(files[index], line))
+
+
+class PerMessage:
+    """Rows of several channel messages one after another: ``counts[i]`` rows from
+    ``origins[i]`` (a poll's messages handed to a batch operator at once)."""
+
+    __slots__ = ("_counts", "_origins")
+
+    def __init__(self, counts: list[int], origins: list[Origin]) -> None:
+        self._counts = counts
+        self._origins = origins
+
+    def at(self, k: int) -> Origin | None:
+        """The origin of the message row ``k`` came from (``None`` past the end)."""
+        for n, origin in zip(self._counts, self._origins, strict=True):
+            if k < n:
+                return origin
+            k -= n
+        return None

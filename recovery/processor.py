@@ -19,7 +19,14 @@ from channels.errors import RecordError
 from channels.ids import SubtaskId, TopicPartition
 from channels.reader import ChannelReader
 from channels.writer import ChannelWriter
-from recovery.batchpath import as_batch_logic, count_rows, rows_of, write_batches
+from recovery.batchpath import (
+    PollRows,
+    as_batch_logic,
+    count_rows,
+    folds_per_poll,
+    rows_of,
+    write_batches,
+)
 from recovery.cadence import Cadence
 from recovery.crashpoints import CrashPoints
 from recovery.deadletter import DeadLetters
@@ -53,6 +60,7 @@ class Processor:
         self.options = options
         self.source, self.logic, self.sink = parts
         self.batch_logic = as_batch_logic(self.logic)  # takes Arrow batches (batchpath)
+        self._per_poll = self.batch_logic is not None and folds_per_poll(self.batch_logic)
         self.dead_letters = dead_letters
         self.aside = aside
         self.crash = crash
@@ -79,6 +87,9 @@ class Processor:
         reader, cadence = self.reader, self.cadence
         barrier: int | None = None
         batch, wait_s, stop = cadence.poll_shape(self.options.poll_messages)
+        # A logic that folds a poll at once gets its data messages as one batch: there is
+        # no checkpoint between them (whole_polls), so positions are unchanged.
+        group = PollRows() if self._per_poll and cadence.whole_polls else None
         for d in reader.poll(batch, wait_s, stop_after_barrier=stop):
             if d.kind is Kind.BARRIER and d.value is not None and cadence.newer(d.value):
                 barrier = d.value  # the reader stopped here: checkpoint exactly at it
@@ -91,7 +102,12 @@ class Processor:
                 self.result.records_in += len(records)
                 if self.replay.pending:
                     self.replay.count(d.tp, d.offset, len(records))
-                cadence.deliver(records, d.tp, d.offset, done, self._deliver)
+                if group is not None and isinstance(records, ArrowRows):
+                    group.add(records, TopicOffset(d.tp.topic, d.tp.partition, d.offset))
+                else:
+                    cadence.deliver(records, d.tp, d.offset, done, self._deliver)
+        if group is not None and group.rows:
+            self._deliver_batch(group.batch(), group.origins())
         if (
             self.replay.pending
             and self.result.catchup_s is None
@@ -147,10 +163,8 @@ class Processor:
             w.end_of_stream()
 
     def _deliver(self, records: Sequence[Record], tp: TopicPartition, offset: int) -> None:
-        batch_logic = self.batch_logic
-        if isinstance(records, ArrowRows) and batch_logic is not None:  # recovery.batchpath
-            origins = Same(TopicOffset(tp.topic, tp.partition, offset))
-            self.emit(batch_logic.run_batch(records.batch, origins, self.dead_letters), origins)
+        if isinstance(records, ArrowRows) and self.batch_logic is not None:  # recovery.batchpath
+            self._deliver_batch(records.batch, Same(TopicOffset(tp.topic, tp.partition, offset)))
         elif self.logic is not None:
             origins = Same(TopicOffset(tp.topic, tp.partition, offset))
             reader = self.reader
@@ -160,6 +174,10 @@ class Processor:
             if self.crash.armed and records:
                 self.crash.before_output()
             self.sink.write(records)
+
+    def _deliver_batch(self, batch: pa.RecordBatch, origins: Origins) -> None:
+        assert self.batch_logic is not None
+        self.emit(self.batch_logic.run_batch(batch, origins, self.dead_letters), origins)
 
     def _process(
         self, records: Sequence[Record], origins: Origins, call: Call | None = None

@@ -138,3 +138,86 @@ def test_a_restored_mid_message_checkpoint_skips_what_was_done_and_a_trigger_cut
     # After the first chunk (records 2-3 of the message): 1 + 2 done.
     assert taken == [(5, (TP, 7, 3))]
     assert p.result.records_in == 5
+
+
+@dataclass
+class RunningTotals:
+    """A batch logic whose output per row does not depend on grouping (``per_poll``)."""
+
+    per_poll: bool
+    calls: list[tuple[int, list[str]]] = field(default_factory=list)
+
+    def run_batch(self, batch: Any, origins: Any, dead_letters: Any) -> list[Any]:
+        import pyarrow as pa
+
+        n = batch.num_rows
+        self.calls.append((n, [str(origins.at(k)) for k in range(n)]))
+        return [pa.RecordBatch.from_pydict({"x": pa.array(batch.column("x").to_pylist())})]
+
+    def set_aside(self) -> list[Any]:
+        return []
+
+
+def batch_data(offset: int, xs: list[int]) -> Delivery:
+    import pyarrow as pa
+
+    from channels.batchread import ArrowRows
+
+    return Delivery(TP, offset, 0, Kind.DATA, ArrowRows(pa.record_batch({"x": pa.array(xs)})))
+
+
+def batch_processor(logic: RunningTotals, polls: list[list[Delivery]]) -> tuple[Processor, Any]:
+    from recovery.batchpath import as_batch_logic
+
+    reader = ScriptedReader(polls)
+    p, _, writer = processor(reader)
+    p.logic = cast(Any, logic)
+    p.batch_logic = as_batch_logic(logic)
+    p._per_poll = logic.per_poll
+    return p, writer
+
+
+@dataclass
+class BatchWriter:
+    written: list[int] = field(default_factory=list)
+
+    def write_batch(self, batch: Any) -> None:
+        self.written.extend(batch.column("x").to_pylist())
+
+
+def test_a_per_poll_batch_logic_gets_a_polls_messages_as_one_batch_with_their_origins() -> None:
+    from recovery.cadence import IntervalCadence
+
+    logic = RunningTotals(per_poll=True)
+    polls = [[batch_data(3, [1, 2]), batch_data(4, [3])], [batch_data(5, [4])]]
+    p, _ = batch_processor(logic, polls)
+    out = BatchWriter()
+    p.writers = [cast(Any, out)]
+    p.cadence = IntervalCadence()
+    p.step()
+    p.step()
+    assert logic.calls == [
+        (3, [f"{TP.topic}[0]@3", f"{TP.topic}[0]@3", f"{TP.topic}[0]@4"]),
+        (1, [f"{TP.topic}[0]@5"]),
+    ]
+    assert out.written == [1, 2, 3, 4]
+    assert (p.result.records_in, p.result.records_out) == (4, 4)
+
+
+def test_batch_logics_get_one_message_at_a_time_unless_per_poll_and_whole_polls() -> None:
+    from recovery.cadence import IntervalCadence
+
+    polls = [[batch_data(3, [1, 2]), batch_data(4, [3])]]
+    for per_poll, unaligned in ((False, False), (True, True)):
+        logic = RunningTotals(per_poll=per_poll)
+        p, _ = batch_processor(logic, [list(polls[0])])
+        out = BatchWriter()
+        p.writers = [cast(Any, out)]
+        p.cadence = (
+            UnalignedCadence(FakeTriggers(), lambda n, part: None, 10)
+            if unaligned
+            else IntervalCadence()
+        )
+        p.step()
+        assert [n for n, _ in logic.calls] == [2, 1], (per_poll, unaligned)
+        assert out.written == [1, 2, 3]
