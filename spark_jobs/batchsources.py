@@ -37,6 +37,7 @@ from channels.arrowcodec import arrow_schema
 from channels.batchread import one_batch
 from channels.errors import PipelineDefinitionError
 from channels.ids import TopicPartition
+from channels.kafka.runs import PartitionRun, partition_runs
 from recovery.origins import Origin, Origins, Runs, TopicOffset
 from recovery.plan import Context, Rejected
 from spark_jobs.batchavro import AvroDecoder, decode_kafka_avro
@@ -189,31 +190,27 @@ class BatchKafkaSource(KafkaTopicSource):
         self._rejected = []
         if self.bounded and all(self._next[p] >= self._ends.get(p, 0) for p in self._next):
             return None
-        runs: dict[int, tuple[list[int], list[bytes | None]]] = {}
         kafka_time = self._tracker is not None and self._ts_column is None
+        msgs = self._consumer.consume(max(max_records, KAFKA_BATCH_ROWS), 0.1)
+        runs = partition_runs(msgs, timestamps=kafka_time)  # no Python loop per message
         times: dict[int, dict[int, int]] = {}  # partition → offset → Kafka timestamp (ms)
-        for m in self._consumer.consume(max(max_records, KAFKA_BATCH_ROWS), 0.1):
-            p, off = m.partition() or 0, m.offset() or 0
-            if self.bounded and off >= self._ends.get(p, 0):
-                continue
-            self._next[p] = off + 1
+        for p, run in list(runs.items()):
+            if self.bounded:
+                run = runs[p] = run.below(self._ends.get(p, 0))
+            if run.offsets:
+                self._next[p] = run.offsets[-1] + 1
             if kafka_time:
-                kind, ms = m.timestamp()
-                if kind == TIMESTAMP_NOT_AVAILABLE:
-                    self._rejected.append(_untimed(self.topic, p, off, m.value()))
-                    continue
-                times.setdefault(p, {})[off] = int(ms)
-            offsets, values = runs.setdefault(p, ([], []))
-            offsets.append(off)
-            values.append(m.value())
+                runs[p], times[p] = self._timed(p, run)
         batches: list[pa.RecordBatch] = []
         parts: list[Runs] = []
         now = time.monotonic()
-        for p, (offsets, values) in runs.items():
+        for p, run in runs.items():
+            if not run.offsets:
+                continue
             decoded = (
-                decode_kafka_json(self.topic, p, offsets, values, self._arrow)
+                decode_kafka_json(self.topic, p, run.offsets, run.values, self._arrow)
                 if self._columns is None
-                else decode_kafka_avro(self._columns, self.topic, p, offsets, values)
+                else decode_kafka_avro(self._columns, self.topic, p, run.offsets, run.values)
             )
             self._rejected += decoded.rejected
             if decoded.batch.num_rows:
@@ -227,6 +224,22 @@ class BatchKafkaSource(KafkaTopicSource):
                 if pos is not None and pos >= end:  # only transaction markers were left
                     self._next[p] = max(self._next[p], end)
         return [one_batch(batches, self._arrow)] if batches else []
+
+    def _timed(self, p: int, run: PartitionRun) -> tuple[PartitionRun, dict[int, int]]:
+        """The messages of ``run`` that carry a Kafka timestamp, and their timestamps by
+        offset; the others are rejected as the record source rejects them."""
+        assert run.timestamps is not None
+        offsets: list[int] = []
+        values: list[bytes | None] = []
+        times: dict[int, int] = {}
+        for off, value, (kind, ms) in zip(run.offsets, run.values, run.timestamps, strict=True):
+            if kind == TIMESTAMP_NOT_AVAILABLE:
+                self._rejected.append(_untimed(self.topic, p, off, value))
+                continue
+            offsets.append(off)
+            values.append(value)
+            times[off] = int(ms)
+        return PartitionRun(offsets, values), times
 
     def origins(self) -> Origins:
         """Partition and offset of each row of the last batch, by row index."""

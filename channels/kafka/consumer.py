@@ -63,6 +63,10 @@ class AssignedConsumer:
     def consume(self, max_messages: int, timeout_s: float) -> list[Message]:
         """Up to ``max_messages`` committed messages; raises on partition-level errors."""
         msgs = self._consumer.consume(max_messages, timeout_s)
+        # No error: the usual case, checked in one comprehension (a batch source's
+        # consume() returns up to 10,000 messages, one per record).
+        if not [m for m in msgs if m.error() is not None]:
+            return msgs
         out: list[Message] = []
         for m in msgs:
             err = m.error()

@@ -75,6 +75,19 @@ def test_strings_without_control_characters_take_no_escape_pass() -> None:
     assert json_values(batch) == reference(batch)
 
 
+def test_plain_string_columns_go_into_the_join_as_they_are_and_others_are_escaped() -> None:
+    # Rows 0-9 need no escape, row 10 has a quote, 11 a backslash, 12 a control character,
+    # 13 a null; a slice of plain rows takes the fast path even though the buffer it views
+    # holds the others; the empty string and non-ASCII text are plain too.
+    texts = [f"/news/{i}é" for i in range(9)] + ["", 'a"b', "a\\b", "a\x01b", None]
+    batch = pa.RecordBatch.from_pylist(
+        [{"page": t, "views": i, "z": "x"} for i, t in enumerate(texts)]
+    )
+    for lo, hi in ((0, 10), (3, 9), (9, 14), (0, 14), (12, 13), (13, 14), (9, 10)):
+        part = batch.slice(lo, hi - lo)
+        assert json_values(part) == reference(part), (lo, hi)
+
+
 @pytest.mark.parametrize(
     "column",
     [pa.array([b"x"], pa.binary()), pa.array([1], pa.date32()), pa.array([[1]])],
