@@ -104,6 +104,13 @@ class BrokerUnavailableError(SpillwayError):
     """No Kafka broker answered at the configured bootstrap servers."""
 
 
+class UndecidedTransactionError(SpillwayError):
+    """A transaction on a checkpoint partition stayed undecided past the wait: its outcome
+    (and so the latest checkpoint) cannot be known yet. Retried with the subtask."""
+
+    scope = Scope.SUBTASK
+
+
 class RecordError(SpillwayError):
     """One record cannot be written or read; the subtask stops before committing past it.
 

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from confluent_kafka import Message
 
 from channels.config import KafkaSettings
-from channels.errors import RetentionGapError
+from channels.errors import RetentionGapError, UndecidedTransactionError
 from channels.ids import JobId, Offset, OperatorName, SubtaskId, TopicPartition
 from channels.kafka.admin import Admin, TopicSpec
 from channels.kafka.consumer import AssignedConsumer
@@ -29,6 +29,7 @@ log = logging.getLogger("spillway.checkpoints")
 
 CHECKPOINT_TOPIC_CONFIG = {"cleanup.policy": "delete", "retention.ms": "-1"}
 _SCAN_WAIT_S = 0.01  # per consume() call while reading a range of the checkpoint topic
+SETTLE_TIMEOUT_S = 120.0  # how long settle() waits for an undecided transaction
 
 
 class CheckpointStore:
@@ -42,6 +43,7 @@ class CheckpointStore:
         self.parallelism = parallelism
         self._job = job
         self._consumer: AssignedConsumer | None = None
+        self._raw: AssignedConsumer | None = None  # read_uncommitted, for settle()
         # Kept like the reader: requests of a new admin client now and then stalled for
         # exactly 1.0 or 3.0 s in bench.checkpoints (one per prune, every 10 checkpoints).
         self._admin: Admin | None = None
@@ -58,6 +60,45 @@ class CheckpointStore:
             str(int(checkpoint.checkpoint_id)).encode(),
             checkpoint.to_bytes(),
         )
+
+    def settle(self, index: int, timeout_s: float = SETTLE_TIMEOUT_S) -> None:
+        """Return once no transaction on subtask ``index``'s partition is undecided: its
+        last stable offset has reached its high watermark. :class:`UndecidedTransactionError`
+        after ``timeout_s``.
+
+        Call it after fencing the subtask's transactional id and before choosing its latest
+        checkpoint. Fencing does not wait for every commit marker: after a broker restart
+        the coordinator can hold a transaction as complete while the markers of its
+        commit are still to be written (a partition without a leader yet), and meanwhile
+        read_committed readers see the checkpoint *before* it. Restoring from that one
+        would process again what the committed transaction already wrote (seen in the
+        chaos run: a checkpoint became visible 14 s after the next attempt restored).
+        Nothing else writes to this partition once the id is fenced, so waiting ends.
+        """
+        tp = TopicPartition(self.topic, index)
+        deadline = time.monotonic() + timeout_s
+        pause = 0.05
+        while True:
+            _, stable = self._reader().watermarks(tp)
+            _, high = self._raw_reader().watermarks(tp)
+            if stable >= high:
+                return
+            if time.monotonic() > deadline:
+                raise UndecidedTransactionError(
+                    f"{tp}: a transaction is still undecided after {timeout_s:.0f}s (last "
+                    f"stable offset {stable}, high watermark {high}); the latest checkpoint "
+                    "cannot be known. The subtask is retried; if this persists, check the "
+                    "broker's transaction coordinator"
+                )
+            log.warning(
+                "%s: waiting for an undecided transaction (last stable offset %d < high "
+                "watermark %d) before reading the latest checkpoint",
+                tp,
+                stable,
+                high,
+            )
+            time.sleep(pause)
+            pause = min(1.0, pause * 2)
 
     def latest(self, index: int) -> Checkpoint | None:
         """The newest committed checkpoint of subtask ``index``, or ``None`` if it has none."""
@@ -162,6 +203,16 @@ class CheckpointStore:
             )
         return self._consumer
 
+    def _raw_reader(self) -> AssignedConsumer:
+        # read_uncommitted: its high watermark counts undecided transactions too.
+        if self._raw is None:
+            self._raw = AssignedConsumer(
+                self.settings,
+                f"spillway.{self._job}.ckpt-settle",
+                extra={"isolation.level": "read_uncommitted"},
+            )
+        return self._raw
+
     def _admin_client(self) -> Admin:
         if self._admin is None:
             self._admin = Admin(self.settings)
@@ -169,9 +220,10 @@ class CheckpointStore:
 
     def close(self) -> None:
         """Release the reader and the admin client."""
-        if self._consumer is not None:
-            self._consumer.close()
-            self._consumer = None
+        for c in (self._consumer, self._raw):
+            if c is not None:
+                c.close()
+        self._consumer = self._raw = None
         self._admin = None
 
 

@@ -117,6 +117,9 @@ class Restorer:
         parallelism and this subtask has not checkpointed since, the subtask continues
         from the checkpoints handed over (:func:`recovery.rescale.handover_checkpoint`).
         """
+        # Fenced already (the runner's producer started): wait out a transaction whose
+        # commit markers are not all written, or its checkpoint would be missed.
+        self._store.settle(self.subtask.index)
         # One read of the checkpoint tail serves both the latest checkpoint and the last
         # global checkpoint this subtask took.
         recent = self._store.history(self.subtask.index, 5)

@@ -84,6 +84,8 @@ def prepare_rescale(
         slots = counts.get(checkpoint_topic(plan.job, OperatorName(name)), p)
         store = CheckpointStore(settings, plan.job, OperatorName(name), slots)
         try:
+            for j in range(slots):  # fenced above; commits still being marked end first
+                store.settle(j)
             newest = {j: store.latest(j) for j in range(slots)}
         finally:
             store.close()

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 import pytest
@@ -239,6 +239,10 @@ class IndexedStore:
     """A checkpoint store fake: retained checkpoints per subtask index, oldest first."""
 
     kept: dict[int, list[Checkpoint]]
+    settled: list[int] = field(default_factory=list)  # partitions waited on, in order
+
+    def settle(self, index: int) -> None:
+        self.settled.append(index)
 
     def history(self, index: int, n: int) -> list[Checkpoint]:
         return self.kept.get(index, [])[-n:]

@@ -21,6 +21,10 @@ PROGRESS = TopicPartition("spillway.j.progress.count", 0)
 @dataclass
 class FakeStore:
     kept: list[Checkpoint] = field(default_factory=list)
+    settled: list[int] = field(default_factory=list)  # partitions waited on, in order
+
+    def settle(self, index: int) -> None:
+        self.settled.append(index)
 
     def history(self, index: int, n: int) -> list[Checkpoint]:
         return self.kept[-n:]
@@ -98,3 +102,10 @@ def test_rewinding_one_subtask_needs_consent_and_no_state() -> None:
     assert r.checkpoint == ckpt(2)
     with pytest.raises(ConfigError, match=r"no retained checkpoint 9; retained: \[1, 2, 3\]"):
         restorer(kept).load("fp", from_checkpoint=9)
+
+
+def test_the_restorer_waits_for_undecided_transactions_before_choosing() -> None:
+    store = FakeStore([ckpt(3)])
+    r = Restorer(SUB, cast(Any, store), KafkaSettings("127.0.0.1:1"), PROGRESS, False)
+    assert r.load("fp").checkpoint == ckpt(3)
+    assert store.settled == [SUB.index]
