@@ -20,6 +20,7 @@ from channels.config import KafkaSettings
 from channels.errors import SpillwayError
 from channels.ids import JobId, Offset, TopicPartition
 from channels.kafka.consumer import AssignedConsumer
+from channels.kafka.retry import retrying
 from channels.naming import job_topic_prefix
 from chaos.check import Row
 from recovery.events import read_events
@@ -28,6 +29,7 @@ from recovery.ownership import owned_partitions
 from recovery.plan import JobPlan
 
 
+@retrying(attempts=8)  # the broker faults make leaders and epochs move under the checker
 def end_offsets(
     settings: KafkaSettings, topics: list[str], isolation: IsolationLevel
 ) -> dict[TopicPartition, int]:

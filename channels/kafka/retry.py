@@ -37,6 +37,9 @@ TRANSIENT_CODES = frozenset(
         KafkaError._TIMED_OUT,
         KafkaError._UNKNOWN_PARTITION,
         KafkaError._WAIT_COORD,
+        # Right after a broker restart a request may carry a leader epoch the broker has
+        # not caught up with yet; Kafka marks it retriable (UnknownLeaderEpochException).
+        KafkaError.UNKNOWN_LEADER_EPOCH,
     }
 )
 
