@@ -130,8 +130,9 @@ def run_both(
 def test_avro_source_decodes_batches_exactly_once_across_kills(
     kafka_bootstrap: str, unique: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The source dies after its first commit, the sink before its second.
-    kills = "orders:1:after-commit:0:1,out:0:before-commit:0:2"
+    # The source dies after its first commit, the sink before its first (its only one when
+    # all of its input arrives within one checkpoint interval, as the batch path can do).
+    kills = "orders:1:after-commit:0:1,out:0:before-commit:0:1"
     rows = run_both("avro_taxed", unique, kafka_bootstrap, tmp_path, monkeypatch, kills)
     for got in rows.values():
         assert Counter(o["id"] for o in got) == Counter(range(ORDERS))  # each exactly once
