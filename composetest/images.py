@@ -209,6 +209,14 @@ def _drop_older_tags(engine: Engine, ref: str) -> None:
         engine.docker("images", "--format", "{{.Repository}}:{{.Tag}}", repository), timeout=60
     )
     old = [r for r in listed.split() if r != ref and r.startswith(repository + ":")]
+    for tag in old:
+        # A run that died (a CI job cut off mid-deployment) leaves its stopped containers,
+        # and an image a container uses cannot be removed. The engine and its data root
+        # are this project's own, so its containers of an outdated image are leftovers.
+        users = run(engine.docker("ps", "-aq", "--filter", f"ancestor={tag}"), timeout=60).split()
+        if users:
+            log.info("removing %d leftover container(s) of %s", len(users), tag)
+            run(engine.docker("rm", "-f", *users), timeout=300)
     if old:
         run(engine.docker("rmi", *old), timeout=300)
     # Keep the build cache bounded too (layers of images no longer tagged).
