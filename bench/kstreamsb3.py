@@ -67,6 +67,7 @@ class Pacer(threading.Thread):
         self.topic, self.rate = topic, rate
         self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 1})
         self.sent = 0
+        self.times: dict[int, float] = {}  # seq → wall time of its produce call
         self.stop = threading.Event()
 
     def run(self) -> None:
@@ -75,7 +76,8 @@ class Pacer(threading.Thread):
             due = int((time.monotonic() - t0) * self.rate)
             while self.sent < due:
                 event = workload.make_event(self.sent)
-                event["ts"] = int(time.time() * 1000)
+                self.times[self.sent] = now = time.time()
+                event["ts"] = int(now * 1000)
                 value = workload.encode(event)
                 self.producer.produce(self.topic, value, partition=self.sent % PARTITIONS)
                 self.sent += 1

@@ -1,75 +1,81 @@
-"""B3: localized recovery of one SIGKILLed subtask vs restarting the whole job.
+"""B3: localized recovery of one SIGKILLed subtask, swept across its checkpoint cycle.
 
 One job per round: the traced B2 pipeline (:func:`bench.peers.spillway_pipeline`, every
 record carries its ``seq`` and send time) with :data:`PARALLELISM` subtasks per operator,
 run by ``spillway run`` on Spark local mode (one long-running task per subtask), fed at a
 fixed rate by the benchmark, every hop followed by a read_committed observer
-(:mod:`bench.latency`). Twice in the same run:
+(:mod:`bench.latency`), and ``count[0]``'s checkpoint partition followed by one more, so
+the benchmark sees each of its checkpoints become visible.
 
-* **L (localized)** — SIGKILL the Python process of ``count[0]``; Spark retries that task
-  alone, it restores from its own latest checkpoint;
-* **W (whole job)** — SIGKILL the driver's process group (driver JVM, and then every
-  subtask process it leaves behind), then start ``spillway run`` again with the same job
-  id: every subtask restores from its own latest checkpoint.
+**The sweep** (:attr:`Settings.kills` kills, default 20): before each kill the benchmark
+waits until ``count[0]`` has caught up from the previous one and :attr:`Settings.span_s`
+seconds have passed (the baseline of the next kill), waits for its next checkpoint to
+become visible, then SIGKILLs its Python process ``phase`` × the checkpoint interval
+later, the phases ``(k + 0.5) / kills`` in a seeded random order, so the kills cover the
+whole cycle evenly and the phase is not tied to the job's age. Spark retries that task
+alone; it restores from its own latest checkpoint. Figures per kill:
+:mod:`bench.sweepstats` (the phase where it landed, kill → processing and → caught up
+from Spillway's phase records, records re-processed from its recovery record against the
+observers' bound and one interval of its input, the unaffected records' p99).
 
-Measured (:mod:`bench.recoverystats`): records replayed (readable in a killed subtask's
-input before the kill, their result not committed by then); seconds from the kill until
-the end-to-end latency is back within 10 % of its 0.9-quantile over the
-:attr:`Settings.base_s` seconds before the kill, for good (0.9-quantiles of 2-second
-windows by arrival time; in L over
-the records through ``count[0]``); in L, the output rate of the records that do not pass
-through ``count[0]`` (the unaffected subtasks), per record offered in the same window, in
-the :attr:`Settings.base_s` seconds after the kill vs before.
-The output is checked against the batch reference at the end.
+**Then the whole job**, same run: SIGKILL the driver's process group (driver JVM, and
+then every subtask process it leaves behind) and start ``spillway run`` again with the
+same job id: every subtask restores from its own latest checkpoint. Measured: kill →
+every subtask processing, kill → every subtask caught up, records re-processed (summed
+over every subtask's recovery record).
+
+The output is checked against the batch reference at the end: every update exactly once.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import subprocess
 import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from bench import latency, peers, procstat, workload
-from bench.checkpoints import percentile
-from bench.recoverystats import back_within, count_between, dip, replayed
-from bench.stats import ratios, spread
+from confluent_kafka import Consumer
+from confluent_kafka import TopicPartition as CkTopicPartition
+
+from bench import latency, peers, procstat, sweepstats, workload
+from bench.kstreamsb3 import Pacer
+from bench.stats import spread
 
 ENV_INPUT, ENV_OUTPUT = "SPILLWAY_B3_INPUT", "SPILLWAY_B3_OUTPUT"
 PARALLELISM = 2
 KILLED = ("count", 0)
-HOP_OPERATORS = ("source", "parse", "count", "sink")
 ROOT = Path(__file__).resolve().parent.parent
-TOLERANCE = 0.1
-# "Latency back" compares the 0.9-quantile: a window's median can hide the backlog of one
-# restarted subtask behind its fresh records (and the others'); the tail cannot.
-QUANTILE = 0.9
 
 
 @dataclass(frozen=True)
 class Settings:
-    """Pace and timeline of one B3 round (seconds from the first record sent)."""
+    """Pace, sweep and timeline of one B3 round (seconds)."""
 
     rate: float = 300.0  # records/s into the input topic
-    warmup_s: float = 10.0
-    base_s: float = 10.0  # baseline before each kill, and the unaffected-rate window after
-    after_local_s: float = 20.0  # from the localized kill to the baseline before the next
-    after_whole_s: float = 70.0  # from the whole-job kill to the end of the input
-    window_s: float = 2.0
+    kills: int = 20  # of count[0], one per phase of the sweep
+    checkpoint_interval_s: float = 1.0
+    warmup_s: float = 10.0  # processing before the first kill
+    span_s: float = 3.0  # the unaffected records' p99: this long before and after a kill
+    whole_base_s: float = 10.0  # processing between the last sweep kill and the whole-job kill
+    after_whole_s: float = 30.0  # input after the whole-job restart
     drain_s: float = 60.0  # after the last record is sent, for it to reach the output
+    restart_timeout_s: float = 120.0
+    seed: int = 1
 
-    def kills(self) -> tuple[float, float, float]:
-        """(localized kill, whole-job kill, end of input), seconds from the start."""
-        local = self.warmup_s + self.base_s
-        whole = local + self.after_local_s + self.base_s
-        return local, whole, whole + self.after_whole_s
+    def phases(self) -> list[float]:
+        """The sweep: ``(k + 0.5) / kills`` for every k, in a seeded random order."""
+        out = [(k + 0.5) / self.kills for k in range(self.kills)]
+        random.Random(self.seed).shuffle(out)
+        return out
 
 
 def pipeline() -> Any:
@@ -82,15 +88,18 @@ def pipeline() -> Any:
 class _Job:
     """``spillway run bench.localized:pipeline`` in its own process group."""
 
-    def __init__(self, bootstrap: str, job: str, env: dict[str, str], log: IO[str]) -> None:
+    def __init__(
+        self, bootstrap: str, job: str, env: dict[str, str], log: IO[str], options: list[str]
+    ) -> None:
         self.bootstrap, self.job, self.env, self.log = bootstrap, job, env, log
+        self.options = options  # more ``spillway run`` options
         self.proc: subprocess.Popen[bytes] | None = None
         self.launched = 0.0
 
     def start(self) -> None:
         spillway = str(Path(sys.executable).parent / "spillway")
         args = [spillway, "run", "bench.localized:pipeline", "--job-id", self.job]
-        args += ["--bootstrap", self.bootstrap, "--checkpoint-interval", "1"]
+        args += ["--bootstrap", self.bootstrap, *self.options]
         self.launched = time.time()
         self.proc = subprocess.Popen(
             args, env=self.env, stdout=self.log, stderr=self.log, start_new_session=True, cwd=ROOT
@@ -154,9 +163,105 @@ def _started(
     raise RuntimeError(f"job {job}: fewer than {n} subtasks started within {timeout_s:.0f} s")
 
 
+class CheckpointWatch(threading.Thread):
+    """Notes when each checkpoint of one subtask becomes visible (read_committed)."""
+
+    def __init__(self, bootstrap: str, topic: str, partition: int) -> None:
+        super().__init__(name=f"watch-{topic}[{partition}]", daemon=True)
+        self.times: list[float] = []
+        self._halt = threading.Event()
+        self._new = threading.Condition()
+        self._consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"b3-watch-{uuid.uuid4().hex[:8]}",
+                "isolation.level": "read_committed",
+                "enable.auto.commit": False,
+                "fetch.wait.max.ms": 5,
+            }
+        )
+        self._consumer.assign([CkTopicPartition(topic, partition, 0)])
+
+    def run(self) -> None:
+        while not self._halt.is_set():
+            msgs = self._consumer.consume(100, 0.01)
+            now = time.time()
+            if any(m.error() is None for m in msgs):
+                with self._new:
+                    self.times.append(now)
+                    self._new.notify_all()
+        self._consumer.close()
+
+    def next_after(self, t: float, timeout_s: float) -> float:
+        """The time the first checkpoint after ``t`` became visible (waits for it)."""
+        deadline = time.monotonic() + timeout_s
+        with self._new:
+            while not self.times or self.times[-1] <= t:
+                if not self._new.wait(max(0.0, deadline - time.monotonic())):
+                    raise RuntimeError(f"no checkpoint within {timeout_s:.0f} s")
+            return next(x for x in self.times if x > t)
+
+    def stop(self) -> None:
+        """Stop and close the consumer."""
+        self._halt.set()
+        self.join(10)
+
+
+def _of(events: list[dict[str, Any]], kind: str, op: str, index: int) -> list[dict[str, Any]]:
+    return [
+        e
+        for e in events
+        if e.get("event") == kind and e.get("operator") == op and e.get("index") == index
+    ]
+
+
+def _caught_up_after(bootstrap: str, job: str, attempt: int, timeout_s: float) -> None:
+    """Wait until an attempt of the killed subtask after ``attempt`` has caught up (its
+    ``caught-up`` event, or a ``started`` one with nothing to re-read)."""
+    op, index = KILLED
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        events = _events(bootstrap, job)
+        if any(
+            int(e["attempt"]) > attempt and "caught_up" in (e.get("phases") or {})
+            for kind in ("started", "caught-up")
+            for e in _of(events, kind, op, index)
+        ):
+            return
+        time.sleep(0.2)
+    raise RuntimeError(f"job {job}: {op}[{index}] not caught up within {timeout_s:.0f} s")
+
+
+def _sweep(
+    bootstrap: str, job: str, watch: CheckpointWatch, s: Settings, t0: float
+) -> list[tuple[float, float, int]]:
+    """Kill ``count[0]`` once per phase of the sweep; ``(kill time, phase, attempt killed)``."""
+    op, index = KILLED
+    kills: list[tuple[float, float, int]] = []
+    ready = t0 + s.warmup_s
+    for k, phase in enumerate(s.phases()):
+        time.sleep(max(0.0, ready - time.time()))
+        last = _of(_events(bootstrap, job), "started", op, index)[-1]
+        attempt = int(last["attempt"])
+        checkpoint = watch.next_after(time.time(), s.restart_timeout_s)
+        time.sleep(max(0.0, checkpoint + phase * s.checkpoint_interval_s - time.time()))
+        killed = time.time()  # before the call: the death comes after, never before
+        os.kill(int(last["pid"]), signal.SIGKILL)
+        kills.append((killed, phase, attempt))
+        _caught_up_after(bootstrap, job, attempt, s.restart_timeout_s)
+        # The next kill's baseline must not hold this kill's after-window.
+        ready = max(time.time(), killed + s.span_s) + s.span_s
+        print(f"B3 kill {k + 1}/{s.kills} at phase {phase:.3f}: caught up", flush=True)
+    return kills
+
+
 def b3_round(bootstrap: str, admin: Any, s: Settings, log: IO[str]) -> dict[str, Any]:
-    """One job, one localized kill, one whole-job kill; the figures of both."""
+    """One job: the sweep of localized kills, then one whole-job kill; the figures of both."""
     from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
+
+    from channels.ids import JobId, OperatorName, SubtaskId
+    from channels.naming import checkpoint_topic
+    from recovery.ownership import owned_partitions
 
     job = f"bench-b3-{uuid.uuid4().hex[:8]}"
     source_topic, output = job + "-in", job + "-out"
@@ -167,194 +272,136 @@ def b3_round(bootstrap: str, admin: Any, s: Settings, log: IO[str]) -> dict[str,
     os.environ.update({ENV_INPUT: source_topic, ENV_OUTPUT: output})
     plan = pipeline().plan(job)
     n = len(plan.subtasks())
-    t_local, t_whole, t_end = s.kills()
-    driver = _Job(bootstrap, job, env, log)
+    channel = next(plan.topic_of(e) for e in plan.edges if str(e.downstream) == KILLED[0])
+    owned = set(
+        owned_partitions(plan, SubtaskId(JobId(job), OperatorName(KILLED[0]), KILLED[1])).of_topic(
+            channel
+        )
+    )
+    options = ["--checkpoint-interval", str(s.checkpoint_interval_s)]
+    options += ["--task-attempts", str(s.kills + 4)]
+    driver = _Job(bootstrap, job, env, log, options)
     observers: list[latency.Observer] = []
-    sent: dict[int, float] = {}
+    pacer = Pacer(bootstrap, source_topic, s.rate)
+    watch = CheckpointWatch(
+        bootstrap, checkpoint_topic(JobId(job), OperatorName(KILLED[0])), KILLED[1]
+    )
     out: dict[str, Any] = {"job": job, "subtasks": n, "settings": asdict(s)}
     try:
         driver.start()
         first = _started(bootstrap, job, driver.launched - 1, n, 180)
         out["startup_s"] = max(float(e["time"]) for e in first) - driver.launched
-        pid = next(int(e["pid"]) for e in first if (e["operator"], e["index"]) == KILLED)
         observers = latency.observe_hops(bootstrap, plan, output, job + "-o")
-        producer = threading.Thread(
-            target=lambda: sent.update(
-                latency.produce_paced(bootstrap, source_topic, s.rate, t_end)
-            ),
-            daemon=True,
-        )
+        watch.start()
         t0 = time.time()
-        producer.start()
-        time.sleep(max(0.0, t0 + t_local - time.time()))
-        os.kill(pid, signal.SIGKILL)
-        kill_local = time.time()
-        time.sleep(max(0.0, t0 + t_whole - time.time()))
+        pacer.start()
+        kills = _sweep(bootstrap, job, watch, s, t0)
+        time.sleep(s.whole_base_s)
         driver.kill()
         kill_whole = time.time()
         driver.start()
-        restarted = _started(bootstrap, job, kill_whole, n, 180)
-        out["whole_restart_s"] = max(float(e["time"]) for e in restarted) - kill_whole
-        producer.join()
+        _started(bootstrap, job, kill_whole, n, s.restart_timeout_s)
+        time.sleep(s.after_whole_s)
+        pacer.stop.set()
+        pacer.join(60)
         deadline = time.monotonic() + s.drain_s
-        while len(observers[-1].seen) < len(sent) and time.monotonic() < deadline:
+        while len(observers[-1].seen) < pacer.sent and time.monotonic() < deadline:
             time.sleep(0.2)
     finally:
+        pacer.stop.set()
         for o in observers:
             o.stop()
+        watch.stop()
         out["exit_code"] = driver.stop()
     events = _events(bootstrap, job)
     check = workload.judge(
-        workload.read_output(bootstrap, output, job + "-check"), workload.reference(len(sent))
+        workload.read_output(bootstrap, output, job + "-check"), workload.reference(pacer.sent)
     )
     with contextlib.suppress(Exception):  # tidying up, not a result
         for f in admin.delete_topics([source_topic, output]).values():
             f.result(30)
     seen = [o.seen for o in observers]
+    partition = observers[1].partition
+
+    def mine(seq: int) -> bool:
+        return partition.get(seq) in owned
+
     out["output"] = asdict(check)
-    out["sent"], out["arrived"] = len(sent), len(seen[-1])
-    # L's recovery is judged up to the baseline of W (records sent before W's kill).
-    end_local = t0 + t_whole - s.base_s
-    out["local"] = _localized(sent, seen, observers[1].partition, kill_local, end_local, s)
-    out["local"]["runner"] = _runner_view(events, kill_local, kill_whole)
-    out["whole"] = _whole(sent, seen, kill_whole, t0 + t_end, s)
-    out["whole"]["runner"] = _runner_view(events, kill_whole, float("inf"))
+    out["sent"], out["arrived"] = pacer.sent, len(seen[-1])
+    out["checkpoints"] = len(watch.times)
+    out["kills"] = [
+        _kill(events, k, phase, attempt, watch.times, seen, pacer.times, mine, s)
+        for k, phase, attempt in kills
+    ]
+    out["whole"] = _whole(events, kill_whole, n)
     return out
 
 
-def _e2e(
-    sent: dict[int, float], arrived: dict[int, float], only: Any = lambda seq: True
-) -> list[tuple[float, float]]:
-    """(arrival time, end-to-end latency) of every record that arrived (of those selected).
-
-    By arrival, not send time: the records a kill delays most were sent before it.
-    """
-    return [
-        (arrived[seq], arrived[seq] - t) for seq, t in sent.items() if seq in arrived and only(seq)
-    ]
-
-
-def _baseline(points: list[tuple[float, float]], kill: float, s: Settings, q: float = 0.5) -> float:
-    """The ``q``-quantile of the latency of the records that arrived in the ``s.base_s``
-    seconds before ``kill``."""
-    return percentile([v for t, v in points if kill - s.base_s <= t < kill], q)
-
-
-def _hop_replays(
-    sent: dict[int, float], seen: list[dict[int, float]], kill: float
-) -> dict[str, int]:
-    inputs = [sent, *seen[:-1]]
-    return {op: replayed(i, o, kill) for op, i, o in zip(HOP_OPERATORS, inputs, seen, strict=True)}
-
-
-def _localized(
-    sent: dict[int, float],
+def _kill(
+    events: list[dict[str, Any]],
+    killed: float,
+    phase: float,
+    attempt: int,
+    checkpoints: list[float],
     seen: list[dict[int, float]],
-    partition: dict[int, int],
-    kill: float,
-    end: float,
+    sent: dict[int, float],
+    mine: Callable[[int], bool],
     s: Settings,
 ) -> dict[str, Any]:
-    # count[i] reads partition i of the parse→count channel: those records pass through it.
-    def unaffected(seq: int) -> bool:
-        return partition.get(seq, KILLED[1]) != KILLED[1]
+    from bench import restartstats
 
-    # The records through the restarted subtask are the ones it delays: their latency
-    # (a median over all records would hide them behind the others).
-    points = _e2e(sent, seen[-1], lambda seq: not unaffected(seq))
-    base = _baseline(points, kill, s, QUANTILE)
-    before = count_between(seen[-1], kill - s.base_s, kill, unaffected) / s.base_s
-    during = count_between(seen[-1], kill, kill + s.base_s, unaffected) / s.base_s
-    # Delivered per offered: the records sent in the same window (the producer's pace
-    # wavers on a loaded machine, and a subtask cannot deliver what it was not given).
-    offered_before = count_between(sent, kill - s.base_s, kill, unaffected) / s.base_s
-    offered_during = count_between(sent, kill, kill + s.base_s, unaffected) / s.base_s
-    mine = _e2e(sent, seen[-1], unaffected)
+    op, index = KILLED
+    new = min(
+        int(e["attempt"]) for e in _of(events, "started", op, index) if int(e["attempt"]) > attempt
+    )
+    restart = restartstats.restart_of(events, op, index, new, killed)
+    caught = [e for e in _of(events, "caught-up", op, index) if int(e["attempt"]) == new]
+    replay = caught[-1].get("replay") if caught else None
+    return sweepstats.kill_figures(
+        killed, phase, checkpoints, seen, sent, mine, restart, replay, s.span_s
+    )
+
+
+def _whole(events: list[dict[str, Any]], killed: float, n: int) -> dict[str, Any]:
+    """Kill → every subtask processing / caught up, and every subtask's re-processed records,
+    from the recovery records of the attempts started after the whole-job kill."""
+    started = [e for e in events if e.get("event") == "started" and float(e["time"]) > killed]
+    caught = [e for e in events if e.get("event") == "caught-up" and float(e["time"]) > killed]
+    done: dict[tuple[str, int], float] = {}
+    replay: dict[tuple[str, int], int] = {}
+    for e in started + caught:
+        who = (str(e["operator"]), int(e["index"]))
+        at = (e.get("phases") or {}).get("caught_up")
+        if at is not None:
+            done[who] = max(done.get(who, 0.0), float(at))
+        if (r := sweepstats.runner_replayed(e.get("replay"))) is not None:
+            replay[who] = max(replay.get(who, 0), r)
+    restarted = {(str(e["operator"]), int(e["index"])) for e in started}
     return {
-        "kill": kill,
-        "replayed": replayed(seen[1], seen[2], kill, lambda seq: not unaffected(seq)),
-        "baseline_p50_s": _baseline(points, kill, s),
-        "baseline_p90_s": base,
-        "recovery_s": back_within(points, kill, end, base, TOLERANCE, s.window_s, QUANTILE),
-        "unaffected_rate_before": before,
-        "unaffected_rate_during": during,
-        "unaffected_offered_before": offered_before,
-        "unaffected_offered_during": offered_during,
-        "unaffected_raw_dip": dip(before, during),
-        "unaffected_dip": dip(before / offered_before, during / offered_during),
-        "unaffected_p50_before_s": _baseline(mine, kill, s),
-        "unaffected_p50_during_s": _baseline(mine, kill + s.base_s, s),
-    }
-
-
-def _whole(
-    sent: dict[int, float], seen: list[dict[int, float]], kill: float, end: float, s: Settings
-) -> dict[str, Any]:
-    points = _e2e(sent, seen[-1])
-    base = _baseline(points, kill, s, QUANTILE)
-    hops = _hop_replays(sent, seen, kill)
-    return {
-        "kill": kill,
-        "replayed": sum(hops.values()),
-        "replayed_per_operator": hops,
-        "baseline_p50_s": _baseline(points, kill, s),
-        "baseline_p90_s": base,
-        "recovery_s": back_within(points, kill, end, base, TOLERANCE, s.window_s, QUANTILE),
-    }
-
-
-def _runner_view(events: list[dict[str, Any]], after: float, before: float) -> dict[str, Any]:
-    """Which subtasks restarted after ``after`` (and before ``before``), how long after,
-    and their longest state restore, as their ``started`` events report."""
-    starts = [
-        e
-        for e in events
-        if e.get("event") == "started"
-        and after < float(e["time"]) < before
-        and e.get("restored_from") is not None
-    ]
-    return {
-        "restarted": sorted(f"{e['operator']}[{e['index']}]" for e in starts),
-        "restart_after_kill_s": max((float(e["time"]) - after for e in starts), default=None),
-        "restore_s": max((float(e["restore_s"]) for e in starts), default=None),
+        "kill": killed,
+        "restarted": len(restarted),
+        "kill_to_processing_s": max((float(e["time"]) for e in started), default=killed) - killed,
+        "kill_to_caught_up_s": max(done.values()) - killed if len(done) == n else None,
+        "replayed": sum(replay.values()),
+        "replayed_per_subtask": {f"{o}[{i}]": r for (o, i), r in sorted(replay.items())},
     }
 
 
 def summarise(rounds: list[dict[str, Any]]) -> dict[str, Any]:
-    """Medians (min–max) over rounds; replayed L/W ratio round by round vs 1/N."""
+    """The sweep's kills of every round pooled (:func:`bench.sweepstats.summarise`), the
+    whole-job restarts' medians (min–max), and whether every output was exact."""
 
-    def sp(values: list[float]) -> dict[str, Any]:
-        return asdict(spread(values))
+    def sp(values: list[float | None]) -> dict[str, Any] | None:
+        xs = [float(v) for v in values if v is not None]
+        return asdict(spread(xs)) if xs else None
 
-    out: dict[str, Any] = {"subtasks": rounds[0]["subtasks"]}
-    for side in ("local", "whole"):
-        out[side] = {"replayed": sp([r[side]["replayed"] for r in rounds])}
-        rec = [r[side]["recovery_s"] for r in rounds]
-        out[side]["recovery_s"] = (
-            sp([x for x in rec if x is not None]) if any(x is not None for x in rec) else None
-        )
-        out[side]["not_recovered"] = sum(x is None for x in rec)
-        for k in ("baseline_p50_s", "baseline_p90_s"):
-            out[side][k] = sp([r[side][k] for r in rounds])
-    for k in ("unaffected_dip", "unaffected_raw_dip"):
-        out["local"][k] = sp([r["local"][k] for r in rounds])
-    for side in ("local", "whole"):  # kill → every killed subtask started again
-        out[side]["restart_s"] = sp([r[side]["runner"]["restart_after_kill_s"] for r in rounds])
-    # Pooled over rounds: where a kill lands in a subtask's checkpoint cycle makes one
-    # round's L anything from 0 to a full interval of its input, while W sums N such
-    # draws; ΣL/ΣW weighs every kill alike (a median of per-round ratios does not).
-    local_sum = sum(r["local"]["replayed"] for r in rounds)
-    whole_sum = sum(r["whole"]["replayed"] for r in rounds)
-    if whole_sum:
-        out["replayed_pooled_ratio"] = local_sum / whole_sum
-        # L against W's average per subtask: 1.0 when a lone restart replays what each
-        # subtask of a whole-job restart replays, i.e. only its own share.
-        out["replayed_vs_per_subtask"] = local_sum / (whole_sum / out["subtasks"])
-    with contextlib.suppress(ValueError):  # a round with no whole-job replay has no ratio
-        out["replayed_ratio"] = sp(
-            ratios(
-                [r["local"]["replayed"] for r in rounds], [r["whole"]["replayed"] for r in rounds]
-            )
-        )
-    out["output_ok"] = all(r["output"]["every_update_once"] for r in rounds)
-    return out
+    whole = [r["whole"] for r in rounds]
+    return {
+        "subtasks": rounds[0]["subtasks"],
+        "local": sweepstats.summarise([k for r in rounds for k in r["kills"]]),
+        "whole": {
+            key: sp([w[key] for w in whole])
+            for key in ("kill_to_processing_s", "kill_to_caught_up_s", "replayed")
+        },
+        "output_ok": all(r["output"]["every_update_once"] for r in rounds),
+    }

@@ -93,6 +93,7 @@ class Settings:
     b2_seconds: float = 10.0
     b2_records: int = 400_000  # per throughput run (EOS overhead): several commits at 1 s
     b3_rate: float = localized.Settings.rate
+    b3_kills: int = localized.Settings.kills
     # B1s (bench.steadyrun): whole runs at two sizes; the larger one >= 5M records, so
     # every engine runs for minutes in steady state.
     b1s_sizes: tuple[int, ...] = (1_000_000, 5_000_000)
@@ -461,7 +462,7 @@ def run(s: Settings, command: str, smoke_dir: Path | None = None) -> Path:
             "b1": lambda i: b1_round(bootstrap, broker_pid, admin, s, log, i),
             "b4": lambda i: restore.b4_round(bootstrap, broker_pid, admin, s.b4_records),
             "b3": lambda i: localized.b3_round(
-                bootstrap, admin, localized.Settings(rate=s.b3_rate), log
+                bootstrap, admin, localized.Settings(rate=s.b3_rate, kills=s.b3_kills), log
             ),
             "b6": lambda i: rescale.one_round(
                 bootstrap,
@@ -534,6 +535,9 @@ def parse_args(argv: Sequence[str] | None) -> Settings:
     ap.add_argument("--b2-seconds", type=float, default=d.b2_seconds)
     ap.add_argument("--b3-rate", type=float, default=d.b3_rate, help="B3 input records/s")
     ap.add_argument(
+        "--b3-kills", type=int, default=d.b3_kills, help="B3 kills swept over the checkpoint cycle"
+    )
+    ap.add_argument(
         "--engines", default=",".join(d.engines), help="subset of " + ",".join(peers.ENGINES)
     )
     ap.add_argument("--parts", default=",".join(d.parts), help="subset of " + ",".join(PARTS))
@@ -597,6 +601,7 @@ def parse_args(argv: Sequence[str] | None) -> Settings:
         b2_records=a.b2_records,
         b2_seconds=a.b2_seconds,
         b3_rate=a.b3_rate,
+        b3_kills=a.b3_kills,
         engine_timeout_s=a.timeout,
         parts=parts,
         b1s_sizes=b1s_sizes,
