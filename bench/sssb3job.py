@@ -71,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")  # no progress bars in the log
         .config("spark.driver.memory", "1g")
         .config("spark.executor.memory", EXECUTOR_MEMORY)
         .config("spark.executor.cores", "1")
