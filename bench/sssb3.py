@@ -78,6 +78,10 @@ class Settings:
 
     rate: float = 400.0  # records/s into the input topic
     warmup_s: float = 30.0  # the query running (first micro-batch done) before the kill
+    # Added to warmup_s: a caller varies it per round (0 .. 0.5, one trigger interval) so
+    # the kill does not land at one moment of the micro-batch cycle every time. Batches are
+    # not aligned to READY, so this spreads the phase rather than setting it.
+    kill_offset_s: float = 0.0
     base_s: float = 10.0  # the baseline latency: this long before the kill
     after_s: float = 40.0  # measured after the kill
     ready_timeout_s: float = 300.0  # cluster up + first micro-batch
@@ -190,7 +194,7 @@ def round_on(bootstrap: str, admin: AdminClient, s: Settings, log: TextIO) -> di
         pacer.start()
         driver = _start_driver(cluster, bootstrap, src, out, workdir, log)
         _await_ready(driver)
-        time.sleep(s.warmup_s)
+        time.sleep(s.warmup_s + s.kill_offset_s)
         kill, victim, before = _kill_executor(cluster)
         replaced = _replacement_after(cluster, before, kill, kill + s.after_s)
         time.sleep(max(0.0, kill + s.after_s - time.time()))
