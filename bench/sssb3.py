@@ -46,6 +46,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -84,7 +85,7 @@ class Settings:
     kill_offset_s: float = 0.0
     base_s: float = 10.0  # the baseline latency: this long before the kill
     after_s: float = 40.0  # measured after the kill
-    ready_timeout_s: float = 300.0  # cluster up + first micro-batch
+    ready_timeout_s: float = 300.0  # driver start → its first micro-batch with input done
 
 
 def executors_in(
@@ -125,8 +126,14 @@ def _start_driver(
     )
 
 
-def _await_ready(driver: subprocess.Popen[str]) -> None:
+def _await_ready(driver: subprocess.Popen[str], timeout_s: float) -> None:
     assert driver.stdout is not None
+    ready, _, _ = select.select([driver.stdout], [], [], timeout_s)
+    if not ready:
+        raise RuntimeError(
+            f"the Structured Streaming driver (pid {driver.pid}) completed no micro-batch "
+            f"within {timeout_s:.0f} s; see the driver's log and the cluster's worker logs"
+        )
     line = driver.stdout.readline()
     if not line.startswith("READY "):
         raise RuntimeError(
@@ -193,7 +200,7 @@ def round_on(bootstrap: str, admin: AdminClient, s: Settings, log: TextIO) -> di
         observer.start()
         pacer.start()
         driver = _start_driver(cluster, bootstrap, src, out, workdir, log)
-        _await_ready(driver)
+        _await_ready(driver, s.ready_timeout_s)
         time.sleep(s.warmup_s + s.kill_offset_s)
         kill, victim, before = _kill_executor(cluster)
         replaced = _replacement_after(cluster, before, kill, kill + s.after_s)
