@@ -63,6 +63,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 
 from bench import procstat, sparkkafka, workload
 from bench.kstreamsb3 import PARTITIONS, Observer, Pacer
+from bench.measure import MeasureError
 from bench.sssb3stats import Timeline, latency_figures, output_check
 from bench.stats import spread
 from devtools.cluster import LocalCluster
@@ -130,13 +131,13 @@ def _await_ready(driver: subprocess.Popen[str], timeout_s: float) -> None:
     assert driver.stdout is not None
     ready, _, _ = select.select([driver.stdout], [], [], timeout_s)
     if not ready:
-        raise RuntimeError(
+        raise MeasureError(
             f"the Structured Streaming driver (pid {driver.pid}) completed no micro-batch "
             f"within {timeout_s:.0f} s; see the driver's log and the cluster's worker logs"
         )
     line = driver.stdout.readline()
     if not line.startswith("READY "):
-        raise RuntimeError(
+        raise MeasureError(
             f"the Structured Streaming driver said {line.strip()!r} instead of READY "
             f"(exit {driver.poll()}); see the driver's log for Spark's error"
         )
@@ -160,7 +161,7 @@ def _kill_executor(cluster: LocalCluster) -> tuple[float, int, set[int]]:
     workers = cluster.worker_pids()
     victims = found.get(workers[VICTIM_WORKER], []) if len(workers) > VICTIM_WORKER else []
     if len(victims) != 1:
-        raise RuntimeError(
+        raise MeasureError(
             f"expected one executor JVM under worker-{VICTIM_WORKER + 1}, found {found}; "
             f"see the worker logs in {cluster.root}"
         )
