@@ -67,12 +67,38 @@ def _first_batch_listener() -> Any:
     return FirstBatch()
 
 
+def kafka_events(spark: Any, bootstrap: str, topic: str) -> Any:
+    """The B1 events of ``topic`` as a stream of one struct column ``e`` (read_committed,
+    from the earliest offset, at most :data:`SSS_MAX_OFFSETS` per micro-batch)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    schema = StructType(
+        [
+            StructField("seq", LongType()),
+            StructField("user", LongType()),
+            StructField("url", StringType()),
+            StructField("ts", LongType()),
+            StructField("agent", StringType()),
+        ]
+    )
+    return (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", str(SSS_MAX_OFFSETS))
+        .option("kafka.isolation.level", "read_committed")
+        .load()
+        .select(F.from_json(F.col("value").cast("string"), schema).alias("e"))
+    )
+
+
 def run_sss(job: Job) -> None:
     """Kafka → from_json → regexp page/section → groupBy count → Kafka, update mode."""
     import pyspark
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
-    from pyspark.sql.types import LongType, StringType, StructField, StructType
 
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -98,25 +124,7 @@ def run_sss(job: Job) -> None:
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("WARN")
-    schema = StructType(
-        [
-            StructField("seq", LongType()),
-            StructField("user", LongType()),
-            StructField("url", StringType()),
-            StructField("ts", LongType()),
-            StructField("agent", StringType()),
-        ]
-    )
-    events = (
-        spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", job.bootstrap)
-        .option("subscribe", job.input)
-        .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", str(SSS_MAX_OFFSETS))
-        .option("kafka.isolation.level", "read_committed")
-        .load()
-        .select(F.from_json(F.col("value").cast("string"), schema).alias("e"))
-    )
+    events = kafka_events(spark, job.bootstrap, job.input)
     path = F.regexp_extract(F.col("e.url"), r"^[a-z]+://[^/]+(/[^?]*)", 1)
     views = events.select(
         path.alias("page"), F.regexp_extract(path, r"^/([^/]+)/", 1).alias("section")
