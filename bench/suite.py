@@ -57,6 +57,7 @@ from bench import (
     rescalestats,
     restore,
     sparkkafka,
+    sssb3,
     steadyparts,
     steadyrun,
     workload,
@@ -87,7 +88,7 @@ class Settings:
     b4_records: int = 1_500_000
     # sss-python needed ~80 s for 50k records at load ~25 in a trial run: room for 400k.
     engine_timeout_s: float = 900.0
-    parts: tuple[str, ...] = ("b0", "b0s", "b1", "b1s", "b1c", "b4", "b2", "b3", "b3k")
+    parts: tuple[str, ...] = ("b0", "b0s", "b1", "b1s", "b1c", "b4", "b2", "b3", "b3k", "b3s")
     b2_intervals: tuple[float, ...] = (0.1, 1.0, 5.0)
     b2_rate: float = 2000.0
     b2_seconds: float = 10.0
@@ -293,6 +294,8 @@ def summarise(doc: dict[str, Any]) -> dict[str, Any]:
         out["b1c"] = columnarrun.summarise(b1c)
     if b3k := doc.get("b3k"):
         out["b3k"] = kstreamsb3.summarise(b3k)
+    if b3s := doc.get("b3s"):
+        out["b3s"] = sssb3.summarise(b3s)
     if b4 := doc.get("b4"):
         out["b4"] = restore.summarise(b4)
     if b2 := doc.get("b2"):
@@ -380,6 +383,7 @@ PARTS: dict[str, str] = {
     "b2": "B2 latency per hop",
     "b3": "B3 localized recovery",
     "b3k": "B3k Kafka Streams, one of two instances SIGKILLed",
+    "b3s": "B3s Structured Streaming, one executor of a standalone cluster SIGKILLed",
     "b6": "B6 rescale, live vs whole job",
 }
 
@@ -461,6 +465,7 @@ def run(s: Settings, command: str, smoke_dir: Path | None = None) -> Path:
             "b0": lambda i: b0_round(bootstrap, broker_pid, admin, s),
             "b1": lambda i: b1_round(bootstrap, broker_pid, admin, s, log, i),
             "b4": lambda i: restore.b4_round(bootstrap, broker_pid, admin, s.b4_records),
+            "b3s": lambda i: sssb3.round_on(bootstrap, admin, sssb3.Settings(), log),
             "b3": lambda i: localized.b3_round(
                 bootstrap, admin, localized.Settings(rate=s.b3_rate, kills=s.b3_kills), log
             ),
