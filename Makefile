@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test ui-test compose-test lint typecheck unit chaos chaos-long bench bench-columnar bench-channels bench-checkpoints bench-codecs bench-windows bench-windows-peers bench-restart bench-rescale broker-start broker-stop clean
+.PHONY: demo test ui-test compose-test lint typecheck unit chaos chaos-long bench bench-columnar bench-channels bench-checkpoints bench-codecs bench-windows bench-windows-peers bench-restart bench-rescale bench-budget broker-start broker-stop clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required")'
@@ -95,6 +95,11 @@ bench-windows: $(BENCH_STAMP)
 ## (about 20 min)
 bench-windows-peers: $(BENCH_STAMP)
 	$(BENCH_VENV)/bin/python -m bench.windowpeers
+
+## bench-budget: where a record's CPU goes in `spillway run` (B1, 1M records): per process role
+## and, from py-spy samples, per stage of the subtasks (about 3 min)
+bench-budget: $(BENCH_STAMP)
+	$(BENCH_VENV)/bin/python -m bench.budget
 
 ## bench-restart: kill → new attempt processing, phase by phase, over 12 SIGKILLs of one
 ## subtask of a 15-subtask job (own broker, Spark local mode; about 4 min)

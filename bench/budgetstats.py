@@ -1,0 +1,117 @@
+"""Stages of a record's CPU in ``spillway run`` from py-spy's samples. Pure: no I/O.
+
+A py-spy ``--format raw`` line is ``process A;process B;...;frame;frame;... COUNT`` (root
+first). A sample of a subtask (a PySpark worker) is put in the stage of its innermost
+frame that matches one of :data:`STAGES` (so pyarrow or orjson called by the channel codec
+count as the codec); samples whose innermost frame is a wait are left out.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+# (stage, pattern over one frame "function (file:line)"), tried in this order per frame.
+STAGES: tuple[tuple[str, str], ...] = (
+    ("start-up (imports)", r"<frozen importlib|_compile_bytecode"),
+    ("consume (client)", r"channels/kafka/(consumer|runs)\.py"),
+    ("parse the input JSON", r"spark_jobs/lines\.py|^loads \(channels/jsontext\.py"),
+    ("user functions", r"\(bench/"),
+    ("decode channel messages", r"decode|Decoders\.|read_header|ArrowRows"),
+    (
+        "encode channel messages / output",
+        r"encode|ArrowCodec\.|arrowcodec\.py|jsontext\.py|"
+        r"arrowjson\.py|spark_jobs/sinks\.py",
+    ),
+    ("route (key groups)", r"partitioners\.py|keygroups\.py|batchroute\.py"),
+    ("produce (client)", r"producerbase\.py|kafka/producer\.py:\d+\)$|produce"),
+    ("keyed state and changelog", r"recovery/state\.py|changelog|aggregate|KeyedAggregateLogic"),
+    ("checkpoint and commit", r"checkpointer\.py|offsets/|_commit|commit_transaction|cadence"),
+    ("subtask loop (reader, processor)", r"recovery/|channels/reader\.py|spark_jobs/"),
+)
+WAITS = re.compile(
+    r"^(Condition\.wait|Event\.wait|_wait_for_tstate_lock|select|_PollLikeSelector\.select|"
+    r"SocketIO\.readinto|sleep|accept) "
+)
+_COMPILED = tuple((name, re.compile(p)) for name, p in STAGES)
+OTHER = "other (Spark worker, py4j, heartbeats)"
+STARTUP = STAGES[0][0]
+
+
+def role_of(cmdline: str) -> str:
+    """A process of a ``spillway run`` tree by its command line: ``worker`` (a PySpark
+    worker: the subtasks), ``jvm`` (Spark), ``driver`` (the ``spillway run`` Python) or
+    ``other``."""
+    if "pyspark.worker" in cmdline or "pyspark.daemon" in cmdline or "spark_jobs.daemon" in cmdline:
+        return "worker"
+    if "java" in cmdline.split(" ", 1)[0]:
+        return "jvm"
+    if "spillway run" in cmdline or "/spillway run" in cmdline:
+        return "driver"
+    return "other"
+
+
+def stage_of(frames: list[str]) -> str | None:
+    """The stage of one sample's frames (root first); ``None`` for a wait."""
+    if frames and WAITS.match(frames[-1]):
+        return None
+    for frame in reversed(frames):
+        for name, pattern in _COMPILED:
+            if pattern.search(frame):
+                return name
+    return OTHER
+
+
+def stage_samples(lines: Iterable[str]) -> dict[str, int]:
+    """Samples per stage over the worker processes of py-spy raw ``lines``."""
+    out: dict[str, int] = {}
+    for line in lines:
+        stack, _, count = line.rstrip("\n").rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        parts = stack.split(";")
+        procs = [p for p in parts if p.startswith("process ")]
+        if not procs or role_of(procs[-1]) != "worker":
+            continue
+        stage = stage_of([p for p in parts if not p.startswith("process ")])
+        if stage is not None:
+            out[stage] = out.get(stage, 0) + int(count)
+    return out
+
+
+def budget(measured: Mapping[str, Any], samples: Mapping[str, int], records: int) -> dict[str, Any]:
+    """µs of CPU per record: per role of the measured run (and the broker), and the
+    workers' share out over the stages by sample count. The workers' start-up (imports) is
+    a fixed cost, not a per-record one: it is taken out of their CPU first and reported in
+    CPU-seconds."""
+    cpu = dict(measured["cpu_s"])
+    total = sum(samples.values())
+    startup_s = cpu.get("worker", 0.0) * samples.get(STARTUP, 0) / total if total else 0.0
+    if "worker" in cpu:
+        cpu["worker"] -= startup_s
+    us = {role: v / records * 1e6 for role, v in cpu.items()}
+    us["broker"] = measured["broker_cpu_s"] / records * 1e6
+    per_record = {k: n for k, n in samples.items() if k != STARTUP}
+    counted = sum(per_record.values())
+    worker = us.get("worker", 0.0)
+    stages = {k: worker * n / counted for k, n in sorted(per_record.items(), key=lambda kv: -kv[1])}
+    return {
+        "us_per_record": us,
+        "total_us": sum(us.values()),
+        "worker_startup_cpu_s": startup_s,
+        "worker_stages_us": stages,
+        "worker_samples": total,
+    }
+
+
+def render(b: Mapping[str, Any]) -> list[str]:
+    """The budget as lines for people."""
+    lines = [
+        f"µs of CPU per record, all processes: {b['total_us']:.2f} (the workers' start-up, "
+        f"{b['worker_startup_cpu_s']:.1f} CPU-s, left out)"
+    ]
+    lines += [f"  {role:8} {v:6.2f}" for role, v in sorted(b["us_per_record"].items())]
+    lines.append(f"the workers (subtasks) by stage, from {b['worker_samples']} py-spy samples:")
+    lines += [f"  {k:36} {v:6.2f}" for k, v in b["worker_stages_us"].items()]
+    return lines
