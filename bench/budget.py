@@ -102,33 +102,38 @@ def profiled_run(cmd: list[str], out: Path, log: Any) -> None:
 
 
 def run(records: int, chained: bool, work: Path) -> dict[str, Any]:
-    """Both runs on a fresh broker; the budget (:func:`bench.budgetstats.budget`)."""
+    """Measured runs at ``records // 5`` and ``records`` (the slope between them is the
+    per-record cost, apart from the fixed start-up), one profiled run at ``records``, on a
+    fresh broker; the budget (:func:`bench.budgetstats.budget`)."""
     from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
     from bench.suite import start_broker
 
+    sizes = (records // 5, records)
     with contextlib.ExitStack() as stack, (work / "runs.log").open("w") as log:
         bootstrap, broker_pid, _ = start_broker(stack)
         admin = AdminClient({"bootstrap.servers": bootstrap})
-        topic = "budget-in"
-        admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(30)
-        workload.preload(bootstrap, topic, records, 2)
+        for n in sizes:
+            admin.create_topics([NewTopic(f"budget-in-{n}", 2, 1)])[f"budget-in-{n}"].result(30)
+            workload.preload(bootstrap, f"budget-in-{n}", n, 2)
 
-        def command() -> list[str]:
+        def command(n: int) -> list[str]:
             name = f"bench-budget-{uuid.uuid4().hex[:8]}"
             admin.create_topics([NewTopic(name + "-out", 2, 1)])[name + "-out"].result(30)
+            topic = f"budget-in-{n}"
             return steadyrun.spillway_command(bootstrap, topic, name + "-out", name, 1.0, chained)
 
-        measured = measured_run(command(), broker_pid, log)
+        measured = [measured_run(command(n), broker_pid, log) for n in sizes]
         profile = work / "profile.txt"
-        profiled_run(command(), profile, log)
+        profiled_run(command(records), profile, log)
         samples = budgetstats.stage_samples(profile.read_text().splitlines())
+    slope = budgetstats.slope(measured[0], measured[1], sizes[1] - sizes[0])
     return {
-        "records": records,
+        "sizes": sizes,
         "chained": chained,
         "measured": measured,
         "samples": samples,
-        "budget": budgetstats.budget(measured, samples, records),
+        "budget": budgetstats.budget(slope, samples, sizes[1] - sizes[0]),
     }
 
 
@@ -137,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     from bench.channels import machine
 
     ap = argparse.ArgumentParser(prog="python -m bench.budget", description=__doc__)
-    ap.add_argument("--records", type=int, default=1_000_000)
+    ap.add_argument("--records", type=int, default=1_000_000, help="the bigger size")
     ap.add_argument("--chained", action="store_true", help="one chain after the source")
     ap.add_argument("--out", type=Path, default=RESULTS_DIR)
     a = ap.parse_args(argv)

@@ -43,10 +43,11 @@ def role_of(cmdline: str) -> str:
     """A process of a ``spillway run`` tree by its command line: ``worker`` (a PySpark
     worker: the subtasks), ``jvm`` (Spark), ``driver`` (the ``spillway run`` Python) or
     ``other``."""
+    program = cmdline.split(" ", 1)[0]
+    if program.endswith("/java") or program == "java":  # first: its options name the daemon
+        return "jvm"
     if "pyspark.worker" in cmdline or "pyspark.daemon" in cmdline or "spark_jobs.daemon" in cmdline:
         return "worker"
-    if "java" in cmdline.split(" ", 1)[0]:
-        return "jvm"
     if "spillway run" in cmdline or "/spillway run" in cmdline:
         return "driver"
     return "other"
@@ -80,17 +81,21 @@ def stage_samples(lines: Iterable[str]) -> dict[str, int]:
     return out
 
 
+def slope(small: Mapping[str, Any], big: Mapping[str, Any], records: int) -> dict[str, Any]:
+    """The CPU the bigger run spent beyond the smaller one, per role and the broker's: the
+    cost of ``records`` more records, the fixed start-up of both cancelled out."""
+    roles = set(small["cpu_s"]) | set(big["cpu_s"])
+    return {
+        "cpu_s": {r: big["cpu_s"].get(r, 0.0) - small["cpu_s"].get(r, 0.0) for r in roles},
+        "broker_cpu_s": big["broker_cpu_s"] - small["broker_cpu_s"],
+    }
+
+
 def budget(measured: Mapping[str, Any], samples: Mapping[str, int], records: int) -> dict[str, Any]:
-    """µs of CPU per record: per role of the measured run (and the broker), and the
-    workers' share out over the stages by sample count. The workers' start-up (imports) is
-    a fixed cost, not a per-record one: it is taken out of their CPU first and reported in
-    CPU-seconds."""
-    cpu = dict(measured["cpu_s"])
-    total = sum(samples.values())
-    startup_s = cpu.get("worker", 0.0) * samples.get(STARTUP, 0) / total if total else 0.0
-    if "worker" in cpu:
-        cpu["worker"] -= startup_s
-    us = {role: v / records * 1e6 for role, v in cpu.items()}
+    """µs of CPU per record from ``measured`` CPU over ``records`` (e.g. a :func:`slope`):
+    per process role and the broker, and the workers' share out over the stages by sample
+    count, start-up samples left out (a fixed cost, which a slope has cancelled)."""
+    us = {role: v / records * 1e6 for role, v in measured["cpu_s"].items()}
     us["broker"] = measured["broker_cpu_s"] / records * 1e6
     per_record = {k: n for k, n in samples.items() if k != STARTUP}
     counted = sum(per_record.values())
@@ -99,19 +104,19 @@ def budget(measured: Mapping[str, Any], samples: Mapping[str, int], records: int
     return {
         "us_per_record": us,
         "total_us": sum(us.values()),
-        "worker_startup_cpu_s": startup_s,
         "worker_stages_us": stages,
-        "worker_samples": total,
+        "worker_samples": counted,
+        "startup_samples": samples.get(STARTUP, 0),
     }
 
 
 def render(b: Mapping[str, Any]) -> list[str]:
     """The budget as lines for people."""
-    lines = [
-        f"µs of CPU per record, all processes: {b['total_us']:.2f} (the workers' start-up, "
-        f"{b['worker_startup_cpu_s']:.1f} CPU-s, left out)"
-    ]
+    lines = [f"µs of CPU per record (slope between the sizes), all processes: {b['total_us']:.2f}"]
     lines += [f"  {role:8} {v:6.2f}" for role, v in sorted(b["us_per_record"].items())]
-    lines.append(f"the workers (subtasks) by stage, from {b['worker_samples']} py-spy samples:")
+    lines.append(
+        f"the workers (subtasks) by stage, from {b['worker_samples']} py-spy samples "
+        f"({b['startup_samples']} more of imports left out):"
+    )
     lines += [f"  {k:36} {v:6.2f}" for k, v in b["worker_stages_us"].items()]
     return lines

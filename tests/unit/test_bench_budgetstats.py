@@ -14,7 +14,8 @@ DRIVER = 'process 1:"python /v/bin/spillway run bench.b1job:pipeline"'
 
 def test_roles_by_command_line() -> None:
     assert b.role_of("python -m spark_jobs.daemon pyspark.worker") == "worker"
-    assert b.role_of("/usr/lib/jvm/java-17/bin/java -cp x SparkSubmit") == "jvm"
+    java = "/usr/lib/jvm/java-17/bin/java -cp x --conf spark.python.daemon.module=spark_jobs.daemon"
+    assert b.role_of(java) == "jvm"
     assert b.role_of("/v/bin/python /v/bin/spillway run bench.b1job:pipeline") == "driver"
     assert b.role_of("bash spark-class") == "other"
 
@@ -50,15 +51,18 @@ def test_samples_count_only_the_workers_and_skip_waits() -> None:
     }
 
 
-def test_budget_takes_start_up_out_and_shares_the_rest_by_samples() -> None:
-    measured = {"cpu_s": {"worker": 10.0, "jvm": 2.0, "driver": 1.0}, "broker_cpu_s": 1.5}
+def test_budget_is_the_slope_shared_out_by_samples_without_start_up() -> None:
+    small = {"cpu_s": {"worker": 4.0, "jvm": 6.0, "driver": 1.0}, "broker_cpu_s": 1.0}
+    big = {"cpu_s": {"worker": 12.0, "jvm": 8.0, "driver": 1.5}, "broker_cpu_s": 2.5}
+    slope = b.slope(small, big, 1_000_000)
+    assert slope["cpu_s"] == pytest.approx({"worker": 8.0, "jvm": 2.0, "driver": 0.5})
     samples = {b.STARTUP: 20, "user functions": 60, "consume (client)": 20}
-    out = b.budget(measured, samples, 1_000_000)
-    assert out["worker_startup_cpu_s"] == pytest.approx(2.0)  # 20 % of 10 CPU-s
+    out = b.budget(slope, samples, 1_000_000)
     assert out["us_per_record"] == pytest.approx(
-        {"worker": 8.0, "jvm": 2.0, "driver": 1.0, "broker": 1.5}
+        {"worker": 8.0, "jvm": 2.0, "driver": 0.5, "broker": 1.5}
     )
     assert out["worker_stages_us"] == pytest.approx(
         {"user functions": 6.0, "consume (client)": 2.0}
     )
-    assert out["total_us"] == pytest.approx(12.5)
+    assert (out["worker_samples"], out["startup_samples"]) == (80, 20)
+    assert out["total_us"] == pytest.approx(12.0)
