@@ -231,6 +231,7 @@ def _kill_once(
 
 def run_size(bootstrap: str, keys: int, kills: int, work: Path) -> dict[str, Any]:
     """One job holding ``keys`` keys: its fill time and ``kills`` restarts of ``count[0]``."""
+    from bench import restartstats
     from bench import statesweepstats as st
     from bench.restart import _Job, _wait_for
 
@@ -267,6 +268,7 @@ def run_size(bootstrap: str, keys: int, kills: int, work: Path) -> dict[str, Any
             started_s = max(float(e["time"]) for e in events if e.get("event") == "started") - t0
             attempt = 0
             full_at = _wait_ready(bootstrap, job, keys, attempt, 900)
+            held = st.state_keys(_beats(bootstrap, job), OP, PARALLELISM)
             fill = st.fill_times(_wait_for(bootstrap, job, st.fill_finished, 60), full_at)
             print(
                 f"{keys:,} keys: job processing {started_s:.1f} s after launch; fill sources "
@@ -284,7 +286,10 @@ def run_size(bootstrap: str, keys: int, kills: int, work: Path) -> dict[str, Any
                     f"(load {r['load_at_kill']:.2f})",
                     flush=True,
                 )
-            beats = _beats(bootstrap, job)
+            # Re-join: the driver's task-retried event may have come after a wait ended.
+            events = _wait_for(bootstrap, job, lambda ev: True, 60)
+            for r in restarts:
+                r.update(restartstats.restart_of(events, OP, TARGET, r["attempt"], r["killed"]))
         finally:
             exit_code = driver.stop()
     return {
@@ -293,7 +298,7 @@ def run_size(bootstrap: str, keys: int, kills: int, work: Path) -> dict[str, Any
         "startup_s": started_s,
         **fill,
         "fill_rate": keys / fill["fill_s"] if fill["fill_s"] > 0 else None,
-        "state_keys": st.state_keys(beats, OP, PARALLELISM),
+        "state_keys": held,  # per count subtask, when first ready to kill
         "exit_code": exit_code,
         "restarts": restarts,
     }
