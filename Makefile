@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test ui-test compose-test lint typecheck unit chaos chaos-long bench bench-columnar bench-channels bench-checkpoints bench-codecs bench-windows bench-windows-peers bench-restart bench-rescale bench-budget broker-start broker-stop clean
+.PHONY: demo test ui-test compose-test lint typecheck unit chaos chaos-long bench bench-columnar bench-channels bench-checkpoints bench-codecs bench-windows bench-windows-peers bench-restart bench-statesweep bench-rescale bench-budget broker-start broker-stop clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required")'
@@ -105,6 +105,11 @@ bench-budget: $(BENCH_STAMP)
 ## subtask of a 15-subtask job (own broker, Spark local mode; about 4 min)
 bench-restart: $(BENCH_STAMP)
 	$(BENCH_VENV)/bin/python -m bench.restart
+
+## bench-statesweep: restore time of a SIGKILLed keyed count holding 10^3..10^6 keys,
+## 3 kills per size (own broker, Spark local mode; about 6 min)
+bench-statesweep: $(BENCH_STAMP)
+	$(BENCH_VENV)/bin/python -m bench.statesweep
 
 ## bench-rescale: live rescale of a keyed count (100k keys) beside a whole-job stop and
 ## restart from the savepoint, same job, 3 rounds (own broker, Spark local mode; about 10 min)
