@@ -249,8 +249,9 @@ def _sweep(
         os.kill(int(last["pid"]), signal.SIGKILL)
         kills.append((killed, phase, attempt))
         _caught_up_after(bootstrap, job, attempt, s.restart_timeout_s)
-        # The next kill's baseline must not hold this kill's after-window.
-        ready = max(time.time(), killed + s.span_s) + s.span_s
+        # The next kill's baseline and its control window before it must not hold this
+        # kill's after-window.
+        ready = max(time.time(), killed + s.span_s) + 2 * s.span_s
         print(f"B3 kill {k + 1}/{s.kills} at phase {phase:.3f}: caught up", flush=True)
     return kills
 

@@ -423,6 +423,10 @@ def b3_block(doc: dict[str, Any], json_path: str) -> str:
         f"| … {st['span_s']:g} s after the kill (s) | {c('p99_after_s')} | | |",
         f"| … rise | {c('p99_rise', '{:+.1%}')} | | ≤ 10 %: "
         f"{yes[bool(rise) and rise['median'] <= 0.1]} (median) |",
+        f"| … kills above 10 % / kill-free controls above 10 % | "
+        f"{loc.get('p99_rise_above_10pct', '–')} / {loc.get('p99_control_above_10pct', '–')}"
+        f" of {loc['kills']} | | control: the {st['span_s']:g} s before vs the "
+        f"{st['span_s']:g} s before those, {c('p99_control_rise', '{:+.1%}')} |",
         f"| … highest p99 of a 100 ms window, before / after (s) | "
         f"{c('window_p99_max_before_s')} / {c('window_p99_max_after_s')} | | |",
         "",

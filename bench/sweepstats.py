@@ -69,22 +69,32 @@ def runner_replayed(replay: Mapping[str, Sequence[int]] | None) -> int | None:
     return sum(int(v[2]) for v in replay.values())
 
 
+def _p99(points: Sequence[tuple[float, float]], start: float, end: float) -> float | None:
+    values = [v for t, v in points if start <= t < end]
+    return percentile(values, P99) if values else None
+
+
+def _rise(before: float | None, after: float | None) -> float | None:
+    return after / before - 1 if before and after is not None else None
+
+
 def p99_around(
     points: Sequence[tuple[float, float]], kill: float, span: float
 ) -> dict[str, float | None]:
     """p99 of the latencies ``(arrival, latency)`` arriving ``span`` seconds before and
     after ``kill``; its rise (after / before − 1); the highest p99 of a 100 ms window on
-    each side."""
-    before = [v for t, v in points if kill - span <= t < kill]
-    after = [v for t, v in points if kill <= t < kill + span]
-    p_before = percentile(before, P99) if before else None
-    p_after = percentile(after, P99) if after else None
+    each side; and the control: the rise from the ``span`` seconds before those to the
+    ``span`` before the kill, with no kill between (what the windows move by themselves)."""
+    p_control = _p99(points, kill - 2 * span, kill - span)
+    p_before = _p99(points, kill - span, kill)
+    p_after = _p99(points, kill, kill + span)
     w_before = window_quantiles(points, kill - span, kill, WINDOW_S, P99)
     w_after = window_quantiles(points, kill, kill + span, WINDOW_S, P99)
     return {
         "p99_before_s": p_before,
         "p99_after_s": p_after,
-        "p99_rise": (p_after / p_before - 1) if p_before and p_after is not None else None,
+        "p99_rise": _rise(p_before, p_after),
+        "p99_control_rise": _rise(p_control, p_before),
         "window_p99_max_before_s": max((v for _, v in w_before), default=None),
         "window_p99_max_after_s": max((v for _, v in w_after), default=None),
     }
@@ -151,12 +161,16 @@ def summarise(kills: Sequence[Mapping[str, Any]], bins: int = 10) -> dict[str, A
         "p99_before_s",
         "p99_after_s",
         "p99_rise",
+        "p99_control_rise",
         "window_p99_max_before_s",
         "window_p99_max_after_s",
     )
     out: dict[str, Any] = {"kills": len(kills)}
-    out.update({key: _sp([k[key] for k in kills]) for key in keys})
+    out.update({key: _sp([k.get(key) for k in kills]) for key in keys})
     out["within_interval"] = sum(bool(k["within_interval"]) for k in kills)
+    # How many kills (and kill-free controls) moved the unaffected p99 by more than 10 %.
+    out["p99_rise_above_10pct"] = sum((k["p99_rise"] or 0) > 0.1 for k in kills)
+    out["p99_control_above_10pct"] = sum((k.get("p99_control_rise") or 0) > 0.1 for k in kills)
     out["above_observer_bound"] = sum(
         k["replayed"] is not None and k["replayed"] > k["replayed_observer_bound"] for k in kills
     )

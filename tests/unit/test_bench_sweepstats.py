@@ -33,14 +33,16 @@ def test_runner_replay_sums_every_partition_and_keeps_none() -> None:
 
 
 def test_p99_around_compares_the_spans_and_finds_the_worst_100ms_window() -> None:
-    # 100 records at 1.0 s on each side, off the window edges (5 ms in)
+    # 100 records at 1.0 s on each side, off the window edges (5 ms in); 0.8 s before that
+    control = [(8.005 + i / 100, 0.8) for i in range(100)]
     before = [(9.005 + i / 100, 1.0) for i in range(100)]
     after = [(10.005 + i / 100, 1.0) for i in range(100)]
     after[5] = (10.055, 3.0)  # one slow record in the window [10.0, 10.1)
-    f = sweepstats.p99_around([*before, *after], 10.0, 1.0)
+    f = sweepstats.p99_around([*control, *before, *after], 10.0, 1.0)
     assert f["p99_before_s"] == 1.0
     assert f["p99_after_s"] == pytest.approx(1.0 + 0.01 * 2.0)  # 99th of 100: interpolated
     assert f["p99_rise"] == pytest.approx(0.02)
+    assert f["p99_control_rise"] == pytest.approx(0.25)  # 0.8 → 1.0 with no kill between
     assert f["window_p99_max_before_s"] == 1.0
     # 10 records in [10.0, 10.1), one of them 3.0: its p99 is 3.0 - 0.09 * 2.0
     assert f["window_p99_max_after_s"] == pytest.approx(3.0 - 0.09 * 2.0)
@@ -103,6 +105,7 @@ def test_summary_counts_kills_within_the_interval_and_the_tenths_covered() -> No
     assert s["within_interval"] == 1
     assert s["above_observer_bound"] == 1  # 2 and 9 re-processed, the bound is 2
     assert s["phase_tenths_covered"] == [4, 9]
+    assert (s["p99_rise_above_10pct"], s["p99_control_above_10pct"]) == (0, 0)
     assert s["replayed"] == {"median": 5.5, "low": 2.0, "high": 9.0, "runs": 2}
 
 
