@@ -424,7 +424,8 @@ def b3_block(doc: dict[str, Any], json_path: str) -> str:
         f"| … rise | {c('p99_rise', '{:+.1%}')} | | ≤ 10 %: "
         f"{yes[bool(rise) and rise['median'] <= 0.1]} (median) |",
         f"| … kills above 10 % / kill-free controls above 10 % | "
-        f"{loc.get('p99_rise_above_10pct', '–')} / {loc.get('p99_control_above_10pct', '–')}"
+        f"{loc.get('p99_rise_above_10pct', '–')} / "
+        f"{'–' if loc.get('p99_control_above_10pct') is None else loc['p99_control_above_10pct']}"
         f" of {loc['kills']} | | control: the {st['span_s']:g} s before vs the "
         f"{st['span_s']:g} s before those, {c('p99_control_rise', '{:+.1%}')} |",
         f"| … highest p99 of a 100 ms window, before / after (s) | "

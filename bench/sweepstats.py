@@ -170,7 +170,8 @@ def summarise(kills: Sequence[Mapping[str, Any]], bins: int = 10) -> dict[str, A
     out["within_interval"] = sum(bool(k["within_interval"]) for k in kills)
     # How many kills (and kill-free controls) moved the unaffected p99 by more than 10 %.
     out["p99_rise_above_10pct"] = sum((k["p99_rise"] or 0) > 0.1 for k in kills)
-    out["p99_control_above_10pct"] = sum((k.get("p99_control_rise") or 0) > 0.1 for k in kills)
+    controls = [k["p99_control_rise"] for k in kills if k.get("p99_control_rise") is not None]
+    out["p99_control_above_10pct"] = sum(c > 0.1 for c in controls) if controls else None
     out["above_observer_bound"] = sum(
         k["replayed"] is not None and k["replayed"] > k["replayed_observer_bound"] for k in kills
     )
