@@ -48,6 +48,7 @@ from confluent_kafka import TopicPartition as CkTopicPartition
 
 from bench import latency, peers, procstat, sweepstats, workload
 from bench.kstreamsb3 import Pacer
+from bench.restart import _caught_up, _events, _of, _wait_for
 from bench.stats import spread
 
 ENV_INPUT, ENV_OUTPUT = "SPILLWAY_B3_INPUT", "SPILLWAY_B3_OUTPUT"
@@ -138,14 +139,6 @@ class _Job:
         return int(self.proc.returncode)
 
 
-def _events(bootstrap: str, job: str) -> list[dict[str, Any]]:
-    from channels.config import KafkaSettings
-    from channels.ids import JobId
-    from recovery.events import read_events
-
-    return list(read_events(KafkaSettings(bootstrap), JobId(job)))
-
-
 def _started(
     bootstrap: str, job: str, since: float, n: int, timeout_s: float
 ) -> list[dict[str, Any]]:
@@ -207,31 +200,6 @@ class CheckpointWatch(threading.Thread):
         self.join(10)
 
 
-def _of(events: list[dict[str, Any]], kind: str, op: str, index: int) -> list[dict[str, Any]]:
-    return [
-        e
-        for e in events
-        if e.get("event") == kind and e.get("operator") == op and e.get("index") == index
-    ]
-
-
-def _caught_up_after(bootstrap: str, job: str, attempt: int, timeout_s: float) -> None:
-    """Wait until an attempt of the killed subtask after ``attempt`` has caught up (its
-    ``caught-up`` event, or a ``started`` one with nothing to re-read)."""
-    op, index = KILLED
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        events = _events(bootstrap, job)
-        if any(
-            int(e["attempt"]) > attempt and "caught_up" in (e.get("phases") or {})
-            for kind in ("started", "caught-up")
-            for e in _of(events, kind, op, index)
-        ):
-            return
-        time.sleep(0.2)
-    raise RuntimeError(f"job {job}: {op}[{index}] not caught up within {timeout_s:.0f} s")
-
-
 def _sweep(
     bootstrap: str, job: str, watch: CheckpointWatch, s: Settings, t0: float
 ) -> list[tuple[float, float, int]]:
@@ -248,7 +216,9 @@ def _sweep(
         killed = time.time()  # before the call: the death comes after, never before
         os.kill(int(last["pid"]), signal.SIGKILL)
         kills.append((killed, phase, attempt))
-        _caught_up_after(bootstrap, job, attempt, s.restart_timeout_s)
+        _wait_for(
+            bootstrap, job, lambda ev, a=attempt: _caught_up(ev, op, index, a), s.restart_timeout_s
+        )
         # The next kill's baseline and its control window before it must not hold this
         # kill's after-window.
         ready = max(time.time(), killed + s.span_s) + 2 * s.span_s
