@@ -95,10 +95,12 @@ def steady_part(
     engines: tuple[str, ...],
     options: Callable[[str], dict[str, Any]],
 ) -> Callable[[int], dict[str, Any]]:
-    """A round of whole runs of ``engines`` at ``sizes`` (:func:`bench.steadyrun.b1s_round`,
-    each run :func:`bench.steadyrun.run_once` with ``options(engine)`` added); the input
-    topics are written here and deleted when ``stack`` closes."""
-    topics = b1s_preload(broker, sizes, create, say)
+    """A round of whole runs of ``engines`` at ``sizes``, :attr:`Settings.slow_engines` at
+    :attr:`Settings.slow_sizes` (:func:`bench.steadyrun.b1s_round`, each run
+    :func:`bench.steadyrun.run_once` with ``options(engine)`` added); the input topics are
+    written here and deleted when ``stack`` closes."""
+    sizes_of = {e: s.slow_sizes if e in s.slow_engines else sizes for e in engines}
+    topics = b1s_preload(broker, tuple(sorted(set().union(*sizes_of.values()))), create, say)
     stack.callback(delete, list(topics.values()))
 
     def run(engine: str, topic: str, records: int) -> dict[str, Any]:
@@ -116,4 +118,4 @@ def steady_part(
             **options(engine),
         )
 
-    return lambda i: steadyrun.b1s_round(engines, topics, i, run, say)
+    return lambda i: steadyrun.b1s_round(engines, topics, i, run, say, sizes_of)

@@ -34,7 +34,7 @@ import shutil
 import sys
 import tempfile
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, TextIO
@@ -293,8 +293,10 @@ def b1s_round(
     i: int,
     run: Callable[[str, str, int], dict[str, Any]],
     say: Callable[[str], None],
+    sizes_of: Mapping[str, Sequence[int]] | None = None,
 ) -> dict[str, Any]:
-    """Every engine at every size (``topics``: size → pre-loaded topic); order rotates by round.
+    """Every engine at its sizes (``sizes_of``, default every size of ``topics``: size →
+    pre-loaded topic); order rotates by round.
 
     ``run(engine, topic, records)`` is :func:`run_once` with the rest bound.
     """
@@ -302,8 +304,9 @@ def b1s_round(
     order = list(engines[k:]) + list(engines[:k])
     runs: dict[str, list[dict[str, Any]]] = {e: [] for e in order}
     for engine in order:
-        for records, topic in sorted(topics.items()):
-            r = run(engine, topic, records)
+        sizes = sorted(topics) if sizes_of is None else sorted(sizes_of[engine])
+        for records in sizes:
+            r = run(engine, topics[records], records)
             runs[engine].append(r)
             o = r["output"]
             say(

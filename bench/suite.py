@@ -100,6 +100,12 @@ class Settings:
     b1s_sizes: tuple[int, ...] = (1_000_000, 5_000_000)
     b1s_engines: tuple[str, ...] = steadyrun.ENGINES
     b1s_timeout_s: float = 3600.0  # one whole run of 5M records (sss-python is slowest)
+    # The engines 10x slower than the rest run at these sizes in B1s and B1c: issue 18 asks
+    # for "60 s or 5M records" per run, and Quix Streams (~23k records/s) and the Python
+    # Structured Streaming variant (~15k/s) pass 60 s at 1.5M, where 5M would take them
+    # 4-6 minutes a run and a full `make bench` more than a session.
+    slow_engines: tuple[str, ...] = ("quix", "sss-python")
+    slow_sizes: tuple[int, ...] = (300_000, 1_500_000)
     # B0s (bench.ceiling): tuned perf tools and raw confluent-kafka loops at two sizes.
     b0s_sizes: tuple[int, ...] = (1_000_000, 5_000_000)
     # B1c (bench.columnarrun): the columnar path on Spark, whole runs at two sizes.
@@ -562,6 +568,16 @@ def parse_args(argv: Sequence[str] | None) -> Settings:
         help="subset of " + ",".join(steadyrun.ENGINES),
     )
     ap.add_argument(
+        "--slow-sizes",
+        default=",".join(str(n) for n in d.slow_sizes),
+        help="B1s and B1c input sizes of the slow engines (>= 2 distinct)",
+    )
+    ap.add_argument(
+        "--slow-engines",
+        default=",".join(d.slow_engines),
+        help="the engines run at --slow-sizes in B1s and B1c",
+    )
+    ap.add_argument(
         "--b1c-sizes",
         default=",".join(str(n) for n in d.b1c_sizes),
         help="B1c input sizes (>= 2 distinct)",
@@ -593,8 +609,9 @@ def parse_args(argv: Sequence[str] | None) -> Settings:
         ap.error(f"unknown B1s engine {bad}; B1s engines: {steadyrun.ENGINES}")
     b1c_sizes = tuple(sorted({int(n) for n in a.b1c_sizes.split(",") if n}))
     b1c_engines = tuple(e for e in a.b1c_engines.split(",") if e)
-    if len(b1c_sizes) < 2 or b1c_sizes[0] < 1:
-        ap.error("--b1c-sizes needs two distinct sizes >= 1")
+    slow_sizes = tuple(sorted({int(n) for n in a.slow_sizes.split(",") if n}))
+    if len(b1c_sizes) < 2 or b1c_sizes[0] < 1 or len(slow_sizes) < 2 or slow_sizes[0] < 1:
+        ap.error("--b1c-sizes and --slow-sizes need two distinct sizes >= 1 each")
     if bad := [e for e in b1c_engines if e not in columnarrun.ENGINES]:
         ap.error(f"unknown B1c engine {bad}; B1c engines: {columnarrun.ENGINES}")
     return Settings(
@@ -614,6 +631,8 @@ def parse_args(argv: Sequence[str] | None) -> Settings:
         b0s_sizes=b0s_sizes,
         b1c_sizes=b1c_sizes,
         b1c_engines=b1c_engines,
+        slow_engines=tuple(e for e in a.slow_engines.split(",") if e),
+        slow_sizes=slow_sizes,
     )
 
 

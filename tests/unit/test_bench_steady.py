@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -161,3 +162,32 @@ def test_b1c_ratios_carry_their_targets_and_stateless_output_is_checked_exactly(
     cmd = columnarrun.command("spillway-stateless-records", "b:1", "in", "out", 5, "j", 1.0, "/w")
     assert cmd[1:3] == ["run", "bench.columnarjob:stateless"]
     assert cmd[-2:] == ["--conf", "path=records"]
+
+
+def test_b1s_round_runs_each_engine_at_its_own_sizes_in_a_rotating_order() -> None:
+    topics = {300: "t300", 1_000: "t1000", 1_500: "t1500", 5_000: "t5000"}
+    calls: list[tuple[str, str, int]] = []
+
+    def run(engine: str, topic: str, records: int) -> dict[str, Any]:
+        calls.append((engine, topic, records))
+        cpu = 1.0 + records * (2e-6 if engine == "slow" else 1e-6)
+        output = {"every_update_once": True, "fields_ok": True, "problem": ""}
+        return {
+            "records": records,
+            "cpu_s": cpu,
+            "broker_cpu_s": 0.0,
+            "seconds": cpu,
+            "peak_rss_bytes": 1,
+            "output": output,
+        }
+
+    sizes_of = {"fast": (1_000, 5_000), "slow": (300, 1_500)}
+    r = steadyrun.b1s_round(("fast", "slow"), topics, 1, run, lambda _: None, sizes_of)
+    assert calls == [
+        ("slow", "t300", 300),
+        ("slow", "t1500", 1_500),
+        ("fast", "t1000", 1_000),
+        ("fast", "t5000", 5_000),
+    ]
+    assert round(r["fits"]["slow"]["cpu_us_per_record"], 6) == 2.0
+    assert round(r["fits"]["fast"]["cpu_us_per_record"], 6) == 1.0
