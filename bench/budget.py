@@ -41,6 +41,7 @@ from bench import budgetstats, procstat, steadyrun, workload
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = ROOT / "bench" / "results"
 PY_SPY = Path(sys.executable).parent / "py-spy"
+TOP_FUNCTIONS = 25
 
 
 def _cmdline(pid: int) -> str:
@@ -126,14 +127,20 @@ def run(records: int, chained: bool, work: Path) -> dict[str, Any]:
         measured = [measured_run(command(n), broker_pid, log) for n in sizes]
         profile = work / "profile.txt"
         profiled_run(command(records), profile, log)
-        samples = budgetstats.stage_samples(profile.read_text().splitlines())
+        raw = profile.read_text().splitlines()
+        samples = budgetstats.stage_samples(raw)
+        functions = budgetstats.function_samples(raw)
     slope = budgetstats.slope(measured[0], measured[1], sizes[1] - sizes[0])
+    b = budgetstats.budget(slope, samples, sizes[1] - sizes[0])
+    worker_us = b["us_per_record"].get("worker", 0.0)
     return {
         "sizes": sizes,
         "chained": chained,
         "measured": measured,
         "samples": samples,
-        "budget": budgetstats.budget(slope, samples, sizes[1] - sizes[0]),
+        "budget": b,
+        # Where the stages' time is, function by function (a C call counts for its caller).
+        "top_functions_us": budgetstats.top_functions(worker_us, functions, TOP_FUNCTIONS),
     }
 
 
@@ -155,6 +162,9 @@ def main(argv: list[str] | None = None) -> int:
     path.write_text(json.dumps(result, indent=1) + "\n")
     for line in budgetstats.render(result["budget"]):
         print(line)
+    print(f"the workers' {TOP_FUNCTIONS} busiest functions (µs per record, innermost frame):")
+    for name, us in result["top_functions_us"].items():
+        print(f"  {us:6.2f}  {name}")
     lb, la = result["load_before"], result["load_after"]
     print(f"load average (1 min) before {lb[0]:.2f}, after {la[0]:.2f}; stored in {path}")
     return 0

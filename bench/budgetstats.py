@@ -9,7 +9,7 @@ count as the codec); samples whose innermost frame is a wait are left out.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 # (stage, pattern over one frame "function (file:line)"), tried in this order per frame.
@@ -64,21 +64,48 @@ def stage_of(frames: list[str]) -> str | None:
     return OTHER
 
 
-def stage_samples(lines: Iterable[str]) -> dict[str, int]:
-    """Samples per stage over the worker processes of py-spy raw ``lines``."""
-    out: dict[str, int] = {}
+def _worker_samples(lines: Iterable[str]) -> Iterator[tuple[list[str], int]]:
+    """(frames root first, count) of each sample of a worker process in py-spy raw ``lines``."""
     for line in lines:
         stack, _, count = line.rstrip("\n").rpartition(" ")
         if not stack or not count.isdigit():
             continue
         parts = stack.split(";")
         procs = [p for p in parts if p.startswith("process ")]
-        if not procs or role_of(procs[-1]) != "worker":
-            continue
-        stage = stage_of([p for p in parts if not p.startswith("process ")])
+        if procs and role_of(procs[-1]) == "worker":
+            yield [p for p in parts if not p.startswith("process ")], int(count)
+
+
+def stage_samples(lines: Iterable[str]) -> dict[str, int]:
+    """Samples per stage over the worker processes of py-spy raw ``lines``."""
+    out: dict[str, int] = {}
+    for frames, count in _worker_samples(lines):
+        stage = stage_of(frames)
         if stage is not None:
-            out[stage] = out.get(stage, 0) + int(count)
+            out[stage] = out.get(stage, 0) + count
     return out
+
+
+_LINE = re.compile(r":\d+\)$")
+
+
+def function_samples(lines: Iterable[str]) -> dict[str, int]:
+    """Samples per innermost frame, ``"function (file)"`` (line numbers dropped), over the
+    worker processes of py-spy raw ``lines``; waits and start-up (imports) left out. Native
+    code is not sampled, so a C call (pyarrow, librdkafka) counts for its Python caller."""
+    out: dict[str, int] = {}
+    for frames, count in _worker_samples(lines):
+        if frames and stage_of(frames) not in (None, STARTUP):
+            name = _LINE.sub(")", frames[-1])
+            out[name] = out.get(name, 0) + count
+    return out
+
+
+def top_functions(worker_us: float, samples: Mapping[str, int], top: int) -> dict[str, float]:
+    """The ``top`` functions by samples, each with its share of ``worker_us`` (µs/record)."""
+    counted = sum(samples.values())
+    ranked = sorted(samples.items(), key=lambda kv: (-kv[1], kv[0]))[:top]
+    return {name: worker_us * n / counted for name, n in ranked} if counted else {}
 
 
 def slope(small: Mapping[str, Any], big: Mapping[str, Any], records: int) -> dict[str, Any]:

@@ -283,7 +283,7 @@ def b1s_lines(doc: dict[str, Any]) -> list[str]:
     slow = [LABELS.get(e, e) for e in st.get("slow_engines", ()) if e in s["engines"]]
     if slow and "slow_sizes" in st:
         slow_sizes = " and ".join(f"{n:,}" for n in st["slow_sizes"])
-        sizes += f" ({', '.join(slow)}: {slow_sizes}, over 60 s a run)"
+        sizes += f" ({', '.join(slow)}: {slow_sizes}, about 60 s a run)"
     out = [
         f"**B1s, as users run it**: each engine's whole run (start to exit) over {sizes} "
         "input records of the B1 workload; CPU of its whole process tree (for Spillway: "

@@ -100,10 +100,10 @@ class Settings:
     b1s_sizes: tuple[int, ...] = (1_000_000, 5_000_000)
     b1s_engines: tuple[str, ...] = steadyrun.ENGINES
     b1s_timeout_s: float = 3600.0  # one whole run of 5M records (sss-python is slowest)
-    # The engines 10x slower than the rest run at these sizes in B1s and B1c: issue 18 asks
-    # for "60 s or 5M records" per run, and Quix Streams (~23k records/s) and the Python
-    # Structured Streaming variant (~15k/s) pass 60 s at 1.5M, where 5M would take them
-    # 4-6 minutes a run and a full `make bench` more than a session.
+    # The engines 4-10x slower per record run at these sizes in B1s and B1c: issue 18 asks
+    # for "60 s or 5M records" per run; Quix Streams and the Python Structured Streaming
+    # variant take about 60 s (start-up included) for 1.5M, where 5M would take them 3-4
+    # minutes a run and a full `make bench` more than a session.
     slow_engines: tuple[str, ...] = ("quix", "sss-python")
     slow_sizes: tuple[int, ...] = (300_000, 1_500_000)
     # B0s (bench.ceiling): tuned perf tools and raw confluent-kafka loops at two sizes.

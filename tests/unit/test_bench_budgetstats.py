@@ -66,3 +66,23 @@ def test_budget_is_the_slope_shared_out_by_samples_without_start_up() -> None:
     )
     assert (out["worker_samples"], out["startup_samples"]) == (80, 20)
     assert out["total_us"] == pytest.approx(12.0)
+
+
+def test_functions_by_innermost_frame_without_line_numbers_waits_or_imports() -> None:
+    lines = [
+        f"{WORKER};main (worker.py:1);Decoders._decode_arrow (channels/envelope.py:275) 6",
+        f"{WORKER};main (worker.py:1);Decoders._decode_arrow (channels/envelope.py:267) 2",
+        f"{WORKER};main (worker.py:1);parse (bench/workload.py:58) 4",
+        f"{WORKER};main (worker.py:1);Condition.wait (threading.py:331) 50",
+        f"{WORKER};main (worker.py:1);_find_and_load (<frozen importlib._bootstrap>:1) 9",
+        f"{DRIVER};main (spark_jobs/driver.py:1);parse (bench/workload.py:58) 7",
+    ]
+    samples = b.function_samples(lines)
+    assert samples == {
+        "Decoders._decode_arrow (channels/envelope.py)": 8,
+        "parse (bench/workload.py)": 4,
+    }
+    assert b.top_functions(6.0, samples, 1) == {
+        "Decoders._decode_arrow (channels/envelope.py)": pytest.approx(4.0)
+    }
+    assert b.top_functions(6.0, {}, 3) == {}
