@@ -80,7 +80,7 @@ def machine_lines(doc: dict[str, Any]) -> list[str]:
         f"(Kafka {m.get('broker_kafka', m['kafka'])}, 512 MiB heap) "
         f"started by the benchmark on 127.0.0.1; git `{m['git']}`. Environment: "
         f"`{' '.join(f'{k}={val}' for k, val in m.get('env', {}).items()) or '(none set)'}`. "
-        f"1-minute load average between {load} over the rounds (the machine was shared).",
+        f"1-minute load average between {load} over the rounds.",
     ]
 
 
