@@ -133,11 +133,7 @@ def summarise(rounds: Sequence[dict[str, Any]]) -> dict[str, Any]:
 def lines(doc: dict[str, Any]) -> list[str]:
     """The B1c tables (Markdown) of a suite document."""
     s = doc["summary"]["b1c"]
-    st = doc["settings"]
-    sizes = " and ".join(f"{n:,}" for n in st["b1c_sizes"])
-    slow = [e for e in st.get("slow_engines", ()) if e in s["engines"]]
-    if slow and "slow_sizes" in st:
-        sizes += f" ({', '.join(slow)}: {' and '.join(f'{n:,}' for n in st['slow_sizes'])})"
+    sizes = steadyrun.sizes_text(doc["settings"], "b1c_sizes", s["engines"])
     out = [
         f"**B1c, the columnar path on Spark**: whole runs (start to exit) over {sizes} records, "
         f"{len(doc['b1c'])} round(s); CPU = the engine's process tree + the broker; per-record "

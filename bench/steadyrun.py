@@ -34,7 +34,7 @@ import shutil
 import sys
 import tempfile
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, TextIO
@@ -287,16 +287,36 @@ def summarise(
     return out
 
 
+def sizes_text(
+    settings: Mapping[str, Any],
+    key: str,
+    engines: Iterable[str],
+    label: Callable[[str], str] = str,
+    note: str = "",
+) -> str:
+    """``settings[key]``'s sizes as text, and the slow engines' own sizes where ``engines``
+    has any (``"1,000,000 and 5,000,000 (quix: 300,000 and 1,500,000<note>)"``). Pure."""
+
+    def joined(sizes: Iterable[int]) -> str:
+        return " and ".join(f"{n:,}" for n in sizes)
+
+    text = joined(settings[key])
+    slow = [label(e) for e in settings.get("slow_engines", ()) if e in engines]
+    if slow and "slow_sizes" in settings:
+        text += f" ({', '.join(slow)}: {joined(settings['slow_sizes'])}{note})"
+    return text
+
+
 def b1s_round(
     engines: Sequence[str],
     topics: dict[int, str],
     i: int,
     run: Callable[[str, str, int], dict[str, Any]],
     say: Callable[[str], None],
-    sizes_of: Mapping[str, Sequence[int]] | None = None,
+    sizes_of: Mapping[str, Sequence[int]],
 ) -> dict[str, Any]:
-    """Every engine at its sizes (``sizes_of``, default every size of ``topics``: size →
-    pre-loaded topic); order rotates by round.
+    """Every engine at its sizes (``sizes_of``; ``topics``: size → pre-loaded topic); order
+    rotates by round.
 
     ``run(engine, topic, records)`` is :func:`run_once` with the rest bound.
     """
@@ -304,8 +324,7 @@ def b1s_round(
     order = list(engines[k:]) + list(engines[:k])
     runs: dict[str, list[dict[str, Any]]] = {e: [] for e in order}
     for engine in order:
-        sizes = sorted(topics) if sizes_of is None else sorted(sizes_of[engine])
-        for records in sizes:
+        for records in sorted(sizes_of[engine]):
             r = run(engine, topics[records], records)
             runs[engine].append(r)
             o = r["output"]

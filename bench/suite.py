@@ -534,6 +534,16 @@ def run(s: Settings, command: str, smoke_dir: Path | None = None) -> Path:
     return path
 
 
+def _sizes(text: str) -> tuple[int, ...]:
+    """The distinct sizes of a comma-separated list, ascending."""
+    return tuple(sorted({int(n) for n in text.split(",") if n}))
+
+
+def _names(text: str) -> tuple[str, ...]:
+    """The names of a comma-separated list, in order."""
+    return tuple(e for e in text.split(",") if e)
+
+
 def parse_args(argv: Sequence[str] | None) -> Settings:
     """Command-line options (defaults: the committed ``make bench`` run)."""
     d = Settings()
@@ -594,22 +604,22 @@ def parse_args(argv: Sequence[str] | None) -> Settings:
     )
     ap.add_argument("--timeout", type=float, default=d.engine_timeout_s, help="per engine run (s)")
     a = ap.parse_args(argv)
-    engines = tuple(e for e in a.engines.split(",") if e)
-    parts = tuple(p for p in a.parts.split(",") if p)
+    engines = _names(a.engines)
+    parts = _names(a.parts)
     if bad := [e for e in engines if e not in peers.ENGINES] + [p for p in parts if p not in PARTS]:
         ap.error(f"unknown engine or part {bad}; engines: {peers.ENGINES}, parts: {tuple(PARTS)}")
     if a.runs < 1 or min(a.b0_records, a.b1_records, a.b4_records) < 1:
         ap.error("--runs and the record counts must be >= 1")
-    b1s_sizes = tuple(sorted({int(n) for n in a.b1s_sizes.split(",") if n}))
-    b0s_sizes = tuple(sorted({int(n) for n in a.b0s_sizes.split(",") if n}))
-    b1s_engines = tuple(e for e in a.b1s_engines.split(",") if e)
+    b1s_sizes = _sizes(a.b1s_sizes)
+    b0s_sizes = _sizes(a.b0s_sizes)
+    b1s_engines = _names(a.b1s_engines)
     if len(b1s_sizes) < 2 or b1s_sizes[0] < 1 or len(b0s_sizes) < 2 or b0s_sizes[0] < 1:
         ap.error("--b1s-sizes and --b0s-sizes need two distinct sizes >= 1 each")
     if bad := [e for e in b1s_engines if e not in steadyrun.ENGINES]:
         ap.error(f"unknown B1s engine {bad}; B1s engines: {steadyrun.ENGINES}")
-    b1c_sizes = tuple(sorted({int(n) for n in a.b1c_sizes.split(",") if n}))
-    b1c_engines = tuple(e for e in a.b1c_engines.split(",") if e)
-    slow_sizes = tuple(sorted({int(n) for n in a.slow_sizes.split(",") if n}))
+    b1c_sizes = _sizes(a.b1c_sizes)
+    b1c_engines = _names(a.b1c_engines)
+    slow_sizes = _sizes(a.slow_sizes)
     if len(b1c_sizes) < 2 or b1c_sizes[0] < 1 or len(slow_sizes) < 2 or slow_sizes[0] < 1:
         ap.error("--b1c-sizes and --slow-sizes need two distinct sizes >= 1 each")
     if bad := [e for e in b1c_engines if e not in columnarrun.ENGINES]:
@@ -631,7 +641,7 @@ def parse_args(argv: Sequence[str] | None) -> Settings:
         b0s_sizes=b0s_sizes,
         b1c_sizes=b1c_sizes,
         b1c_engines=b1c_engines,
-        slow_engines=tuple(e for e in a.slow_engines.split(",") if e),
+        slow_engines=_names(a.slow_engines),
         slow_sizes=slow_sizes,
     )
 
