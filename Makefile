@@ -34,8 +34,10 @@ ui-test: $(STAMP)
 compose-test: $(STAMP)
 	$(BIN)/python -m composetest
 
+## lint: ruff, and import-linter's contracts of the layers and rooms (pyproject.toml)
 lint: $(STAMP)
-	$(BIN)/ruff check spillway channels offsets recovery spark_jobs devtools bench chaos composetest tests
+	$(BIN)/ruff check spillway channels offsets recovery spark_jobs bench chaos composetest tests
+	$(BIN)/lint-imports
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

@@ -8,7 +8,8 @@ it, decoded a run of ``--block`` values at a time (a batch source's read per par
   (what a batch source would do with fastavro alone);
 - ``columns``: ``fastavro.schemaless_reader`` per value, appended field by field into
   lists, then one ``pa.array`` per column (fastavro into columns);
-- ``vectorised``: :class:`spark_jobs.batchavro.AvroDecoder`, every field decoded for all
+- ``vectorised``: :class:`spillway.spark_jobs.connectors.batchavro.AvroDecoder`, every field decoded
+  for all
   rows at once with numpy (the columnar source's decoder).
 
 CPU time (``time.process_time``), µs per record, median of ``--runs``; every way's batch is
@@ -29,7 +30,7 @@ from typing import Any, cast
 import fastavro
 import pyarrow as pa
 
-from spark_jobs.batchavro import AvroDecoder
+from spillway.spark_jobs.connectors.batchavro import AvroDecoder
 
 EVENT = {
     "type": "record",

@@ -9,8 +9,8 @@ the input topic up to the end it had when the job started.
 from __future__ import annotations
 
 from bench.peers import spillway_pipeline
-from channels.errors import ConfigError
-from spark_jobs.pipeline import Pipeline, conf
+from spillway.channels.errors import ConfigError
+from spillway.spark_jobs.api.pipeline import Pipeline, conf
 
 
 def pipeline() -> Pipeline:

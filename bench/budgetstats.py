@@ -46,7 +46,8 @@ def role_of(cmdline: str) -> str:
     program = cmdline.split(" ", 1)[0]
     if program.endswith("/java") or program == "java":  # first: its options name the daemon
         return "jvm"
-    if "pyspark.worker" in cmdline or "pyspark.daemon" in cmdline or "spark_jobs.daemon" in cmdline:
+    daemons = ("pyspark.worker", "pyspark.daemon", "spillway.spark_jobs.spark.daemon")
+    if any(d in cmdline for d in daemons):
         return "worker"
     if "spillway run" in cmdline or "/spillway run" in cmdline:
         return "driver"

@@ -4,11 +4,11 @@
 one writer to one reader, exactly-once, committing a Kafka transaction every second of
 wall time, in two ways:
 
-* **spillway** — :class:`~channels.writer.ChannelWriter` (keyed edge, default
-  :class:`~channels.config.ChannelSettings`) over a
-  :class:`~channels.kafka.producer.TransactionalProducer`, read back with a
-  :class:`~channels.reader.ChannelReader` over a read_committed
-  :class:`~channels.kafka.consumer.AssignedConsumer` until end-of-stream;
+* **spillway** — :class:`~spillway.channels.writer.ChannelWriter` (keyed edge, default
+  :class:`~spillway.channels.config.ChannelSettings`) over a
+  :class:`~spillway.channels.kafka.producer.TransactionalProducer`, read back with a
+  :class:`~spillway.channels.reader.ChannelReader` over a read_committed
+  :class:`~spillway.channels.kafka.consumer.AssignedConsumer` until end-of-stream;
 * **hand-written** — a confluent-kafka ``Producer`` in a begin/produce/commit loop with
   one Kafka message per record (the same Avro record as value, its key as key), read
   back by a plain read_committed ``Consumer``.
@@ -20,7 +20,7 @@ the median and min–max over the runs, and the Spillway/hand-written ratio take
 run, and stores the raw figures as JSON under ``bench/results/``.
 
 The broker is ``--bootstrap``, else ``$SPILLWAY_BOOTSTRAP``, else a throw-away local
-broker (``devtools.localbroker``) in a temporary directory, stopped at the end.
+broker (``spillway.devtools.localbroker``) in a temporary directory, stopped at the end.
 """
 
 from __future__ import annotations
@@ -59,16 +59,16 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as CkTopicPartition
 
 from bench.stats import Spread, rate, ratios, spread
-from channels.config import ChannelSettings, KafkaSettings
-from channels.errors import SpillwayError, TopologyMismatchError
-from channels.ids import JobId, OperatorName, SubtaskId
-from channels.kafka.admin import Admin, TopicSpec
-from channels.kafka.consumer import AssignedConsumer
-from channels.kafka.producer import TransactionalProducer
-from channels.naming import channel_topic
-from channels.partitioners import KeyHash
-from channels.reader import ChannelReader, InputChannel
-from channels.writer import ChannelWriter, OutputChannel
+from spillway.channels.config import ChannelSettings, KafkaSettings
+from spillway.channels.errors import SpillwayError, TopologyMismatchError
+from spillway.channels.ids import JobId, OperatorName, SubtaskId
+from spillway.channels.kafka.admin import Admin, TopicSpec
+from spillway.channels.kafka.consumer import AssignedConsumer
+from spillway.channels.kafka.producer import TransactionalProducer
+from spillway.channels.naming import channel_topic
+from spillway.channels.reader import ChannelReader, InputChannel
+from spillway.channels.routing.partitioners import KeyHash
+from spillway.channels.writer import ChannelWriter, OutputChannel
 
 SCHEMA: dict[str, Any] = {
     "type": "record",
@@ -86,7 +86,7 @@ BOOTSTRAP_ENV = "SPILLWAY_BOOTSTRAP"
 # Both loops look at the clock (and serve callbacks) once per this many records: often
 # enough for a 1 s commit cadence at any plausible rate, rare enough not to be measured.
 _CHECK_EVERY = 256
-# Both readers poll like the subtask runtime (recovery/runner.py, RunOptions defaults):
+# Both readers poll like the subtask runtime (recovery/runtime/runner.py, RunOptions defaults):
 # up to 2000 Kafka messages per call, waiting at most 50 ms.
 _MAX_MESSAGES = 2000
 _POLL_TIMEOUT_S = 0.05
@@ -848,7 +848,7 @@ def start_local_broker(stack: contextlib.ExitStack) -> str:
     (``.spillway/broker``) or anything else listening on this machine.
     """
     try:
-        from devtools.localbroker import BrokerConfig, LocalBroker, free_ports
+        from spillway.devtools.localbroker import BrokerConfig, LocalBroker, free_ports
     except ImportError as e:
         raise BenchError(
             f"cannot start a local broker ({e}); pass --bootstrap HOST:PORT or set {BOOTSTRAP_ENV}"

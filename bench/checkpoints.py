@@ -13,7 +13,8 @@ benchmark watches the checkpoints. After the backlog is reached, it waits until 
 least ``--min-window`` seconds have passed (at most ``--max-window`` seconds), then asks
 the job to stop (the ``stop-requested`` event that SIGTERM would append) and waits for it.
 
-Per completed global checkpoint (``recovery.globalckpt.read_completed``, read while the
+Per completed global checkpoint (``spillway.recovery.control.globalckpt.read_completed``, read while
+the
 job runs: the coordinator keeps only the newest 10 records) it records:
 
 * ``duration_s`` — the coordinator's figure: trigger → the last subtask reported it
@@ -71,14 +72,19 @@ from typing import Any
 
 from bench.channels import BenchError, machine, start_local_broker
 from bench.pipelines import BacklogConfig, read_progress
-from channels.config import KafkaSettings
-from channels.errors import SpillwayError
-from channels.ids import JobId, OperatorName
-from channels.kafka.admin import Admin
-from channels.naming import channel_topic
-from offsets.store import CheckpointStore
-from recovery.events import events_topic, last_submission, read_events, record_job_event
-from recovery.globalckpt import Coordinator, GlobalProgress, read_completed
+from spillway.channels.config import KafkaSettings
+from spillway.channels.errors import SpillwayError
+from spillway.channels.ids import JobId, OperatorName
+from spillway.channels.kafka.admin import Admin
+from spillway.channels.naming import channel_topic
+from spillway.offsets.store import CheckpointStore
+from spillway.recovery.control.globalckpt import Coordinator, GlobalProgress, read_completed
+from spillway.recovery.observe.events import (
+    events_topic,
+    last_submission,
+    read_events,
+    record_job_event,
+)
 
 REF = "bench.pipelines:backlog"
 MODES = ("unaligned", "aligned")
@@ -122,7 +128,8 @@ class Sample:
     in_flight: int | None  # from the checkpoint records (None: pruned before it was read)
     subtask_durations_s: dict[str, float] = field(default_factory=dict)
     # Seconds from the trigger: its produce acknowledged, the coordinator saw the last
-    # report, and per subtask seen / start / committed / reported (recovery.globalckpt).
+    # report, and per subtask seen / start / committed / reported
+    # (spillway.recovery.control.globalckpt).
     phases: dict[str, Any] = field(default_factory=dict)
 
 
@@ -191,7 +198,8 @@ class Run:
         )
 
     def _drive(self) -> None:
-        from spark_jobs.driver import JobConfig, run_on_spark
+        from spillway.spark_jobs.spark.driver import run_on_spark
+        from spillway.spark_jobs.spark.jobconfig import JobConfig
 
         try:
             self._outcome["results"] = run_on_spark(
@@ -529,7 +537,8 @@ NOTES = """\
   n                 completed global checkpoints triggered once the target was reached
   backlog at        records the generator had emitted minus records slow had processed,
   trigger           at the trigger: median [min–max] over those checkpoints
-  p50 / p99 s       duration_s of recovery.globalckpt.read_completed: trigger → last
+  p50 / p99 s       duration_s of spillway.recovery.control.globalckpt.read_completed: trigger →
+  last
                     subtask committed (p99 by linear interpolation: with n < 100 it lies
                     between the two largest)
   in flight at cut  generator position minus records slow had output, both at checkpoint

@@ -2,9 +2,10 @@
 
 For each record shape of the B1 pipeline (the 5-field ``Event`` a source emits, the
 2-field ``View`` parse emits, the 3-field ``PageViews`` count emits) it times, on blocks of
-``--block`` records: Avro (fastavro, :class:`channels.envelope.RecordCodec`) and Arrow IPC
-(:class:`channels.envelope.ArrowBlockCodec`) encoding a block and decoding a framed
-message; and JSON text (stdlib vs :func:`channels.jsontext.loads`) for the source's
+``--block`` records: Avro (fastavro, :class:`spillway.channels.wire.envelope.RecordCodec`) and Arrow
+IPC
+(:class:`spillway.channels.wire.envelope.ArrowBlockCodec`) encoding a block and decoding a framed
+message; and JSON text (stdlib vs :func:`spillway.channels.wire.jsontext.loads`) for the source's
 input. Each cell is the median of ``--runs`` timings of ``--reps`` repetitions, in µs per
 record, with min–max; ratios are taken run by run. No broker, no I/O: this is the
 per-record CPU cost of the channel codecs, not a throughput.
@@ -22,8 +23,8 @@ from typing import Any
 
 from bench import peers, workload
 from bench.stats import ratios, spread
-from channels import jsontext
-from channels.envelope import BlockCodec, RecordCodec, writer_codec
+from spillway.channels.wire import jsontext
+from spillway.channels.wire.envelope import BlockCodec, RecordCodec, writer_codec
 
 
 def _per_record(fn: Callable[[], Any], records: int, reps: int) -> float:

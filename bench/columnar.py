@@ -4,20 +4,22 @@ Both paths run the B1 workload's keyed count (:mod:`bench.workload`) on the same
 JSON events, a run of ``--block`` Kafka values at a time, in one process:
 
 - **decode**: JSON values → rows. Record path: ``parse_json_value`` (orjson) per value.
-  Columnar: :func:`spark_jobs.batchjson.decode_kafka_json`, one ``pyarrow.json`` call.
+  Columnar: :func:`spillway.spark_jobs.connectors.batchjson.decode_kafka_json`, one ``pyarrow.json``
+  call.
 - **parse**: page and section out of the URL. Record path: ``MapLogic(workload.parse)``.
   Columnar: ``MapBatchesLogic`` over ``pyarrow.compute`` string kernels.
 - **route**: key group of each row, ``max_parallelism`` groups. Record path: ``KeyHash``
-  per record. Columnar: :func:`channels.batchroute.split_by_key_group`.
+  per record. Columnar: :func:`spillway.channels.routing.batchroute.split_by_key_group`.
 - **channel**: each key group's rows through the Arrow channel codec and back (encode at
   the writer, decode at the reader). Record path: ``ArrowCodec`` from and to dicts.
   Columnar: the slice's IPC bytes and ``pyarrow.ipc`` back.
-- **count**: running count per page in :class:`recovery.state.ChangelogState`, an update
+- **count**: running count per page in :class:`spillway.recovery.restore.state.ChangelogState`, an
+  update
   per record emitted. Record path: ``KeyedAggregateLogic``. Columnar:
-  :class:`spark_jobs.batchagg.BatchAggregate` with ``emit="rows"``.
+  :class:`spillway.spark_jobs.operators.batchagg.BatchAggregate` with ``emit="rows"``.
 - **sink**: each update as the Kafka sink's (key, JSON value). Record path:
   ``key_bytes`` and ``jsontext.dumps`` per update. Columnar:
-  :func:`channels.arrowjson.json_values` and ``key_values`` over the batch.
+  :func:`spillway.channels.wire.arrowjson.json_values` and ``key_values`` over the batch.
 
 Each stage is timed in CPU time (``time.process_time``) over all blocks; a run's figures
 are the median of ``--runs``. Both paths' final counts are checked against
@@ -43,19 +45,19 @@ import pyarrow.compute as pc
 
 from bench import peers, workload
 from bench.columnarjob import section_of
-from channels import jsontext
-from channels.arrowcodec import ArrowCodec, arrow_schema
-from channels.arrowjson import json_values, key_values
-from channels.batchread import one_batch
-from channels.batchroute import split_by_key_group
-from channels.ids import JobId, OperatorName, SubtaskId, TopicPartition
-from channels.partitioners import KeyHash, key_bytes
-from recovery.state import ChangelogState
-from spark_jobs.batchagg import Agg, BatchAggregate
-from spark_jobs.batchjson import decode_kafka_json
-from spark_jobs.batchops import MapBatchesLogic
-from spark_jobs.lines import field_types, parse_json_value
-from spark_jobs.operators import KeyedAggregateLogic, MapLogic
+from spillway.channels.ids import JobId, OperatorName, SubtaskId, TopicPartition
+from spillway.channels.routing.batchroute import split_by_key_group
+from spillway.channels.routing.partitioners import KeyHash, key_bytes
+from spillway.channels.wire import jsontext
+from spillway.channels.wire.arrowcodec import ArrowCodec, arrow_schema
+from spillway.channels.wire.arrowjson import json_values, key_values
+from spillway.channels.wire.batchread import one_batch
+from spillway.recovery.restore.state import ChangelogState
+from spillway.spark_jobs.connectors.batchjson import decode_kafka_json
+from spillway.spark_jobs.operators.batchagg import Agg, BatchAggregate
+from spillway.spark_jobs.operators.batchops import MapBatchesLogic
+from spillway.spark_jobs.operators.operators import KeyedAggregateLogic, MapLogic
+from spillway.spark_jobs.records.lines import field_types, parse_json_value
 
 STAGES = ("decode", "parse", "route", "channel", "count", "sink")
 _URL = r"^[a-z]+://[^/]+/(?P<section>[^/?]+)/(?P<page>[^?]*)"
@@ -152,7 +154,7 @@ def _columnar(
             received.append(pa.ipc.read_record_batch(pa.py_buffer(data), _VIEW))
         t4 = time.process_time()
         # A subtask folds what one poll returned (all its key groups' messages) at once
-        # (recovery.pollfold): a group_by call costs tens of µs, whatever its size.
+        # (spillway.recovery.runtime.pollfold): a group_by call costs tens of µs, whatever its size.
         # --fold message: one fold per channel message, as before.
         polls = [[r] for r in received] if per_message else [received]
         outs = [o for p in polls if (o := agg.fold(one_batch(p, _VIEW), ctx.state)) is not None]
@@ -249,7 +251,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument(
         "--fold", choices=("poll", "message"), default="poll",
         help="the columnar count folds each poll's messages at once (the runtime) or each "
-        "channel message alone (before recovery.pollfold)",
+        "channel message alone (before spillway.recovery.runtime.pollfold)",
     )  # fmt: skip
     a = ap.parse_args(argv)
     if min(a.records, a.block, a.groups, a.runs) < 1:

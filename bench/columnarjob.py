@@ -24,10 +24,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from bench import peers, workload
-from channels.arrowcodec import arrow_schema
-from channels.errors import ConfigError
-from spark_jobs.batchagg import Agg
-from spark_jobs.pipeline import Pipeline, conf
+from spillway.channels.errors import ConfigError
+from spillway.channels.wire.arrowcodec import arrow_schema
+from spillway.spark_jobs.api.pipeline import Pipeline, conf
+from spillway.spark_jobs.operators.batchagg import Agg
 
 _URL = r"^[a-z]+://[^/]+/(?P<section>[^/?]+)/(?P<page>[^?]*)"
 SECTIONS_KEPT = ("news", "sport", "shop")  # the filter keeps about 3/5 of the events
@@ -113,7 +113,7 @@ def stateless() -> Pipeline:
 
 def stateless_reference(records: int) -> list[bytes]:
     """The stateless pipeline's output values (JSON, keys sorted) for events ``0..records``."""
-    from channels import jsontext
+    from spillway.channels.wire import jsontext
 
     out = []
     for i in range(records):

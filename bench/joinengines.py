@@ -83,7 +83,7 @@ def _config() -> tuple[WinConfig, str]:
 
 def pipeline() -> Any:
     """The Spillway job of the configuration in the environment (``spillway run``)."""
-    from spark_jobs.pipeline import Pipeline, connect
+    from spillway.spark_jobs.api.pipeline import Pipeline, connect
 
     cfg, right_topic = _config()
     p = Pipeline("bench-join", chaining=True)

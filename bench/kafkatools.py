@@ -4,7 +4,7 @@ The tools are ``org.apache.kafka.tools.ProducerPerformance`` and ``ConsumerPerfo
 from ``org.apache.kafka:kafka-tools`` (the classes behind ``kafka-producer-perf-test.sh``
 and ``kafka-consumer-perf-test.sh``). Maven resolves them once, from ``kafka-tools-pom.xml``
 next to this file, into ``<cache>/kafka-tools-<version>/lib`` (the cache of
-``devtools.localbroker.jars``); a marker written after Maven succeeded makes later runs
+``spillway.devtools.localbroker.jars``); a marker written after Maven succeeded makes later runs
 download nothing. Output parsing is pure and unit-tested.
 """
 
@@ -15,7 +15,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from devtools.localbroker.jars import cache_dir, java_executable, maven_executable
+from spillway.devtools.localbroker.jars import cache_dir, java_executable, maven_executable
 
 POM = Path(__file__).resolve().parent / "kafka-tools-pom.xml"
 VERSION = "3.9.1"

@@ -1,7 +1,7 @@
 """Kafka Streams as a peer: the Java application in ``bench/kstreams`` and how to run it.
 
 :func:`build` runs Maven once on ``bench/kstreams/pom.xml`` (kafka-streams of the same
-release as the local broker, ``devtools.localbroker.jars.kafka_version``) into
+release as the local broker, ``spillway.devtools.localbroker.jars.kafka_version``) into
 ``<cache>/kstreams-<digest>``; the digest covers the pom, the sources and the Kafka version,
 so a changed source is rebuilt and an unchanged one never. :func:`command` is the JVM
 command line of one instance. Pure helpers (:func:`source_digest`, :func:`command`) are
@@ -17,7 +17,12 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from bench.kafkatools import ToolError
-from devtools.localbroker.jars import cache_dir, java_executable, kafka_version, maven_executable
+from spillway.devtools.localbroker.jars import (
+    cache_dir,
+    java_executable,
+    kafka_version,
+    maven_executable,
+)
 
 PROJECT = Path(__file__).resolve().parent / "kstreams"
 MAIN = "io.spillway.bench.PageViews"

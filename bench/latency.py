@@ -38,7 +38,7 @@ from confluent_kafka import TopicPartition as CkTopicPartition
 from bench import peers, workload
 from bench.checkpoints import percentile
 from bench.stats import spread
-from channels.envelope import Decoders, Kind, read_header
+from spillway.channels.wire.envelope import Decoders, Kind, read_header
 
 WARMUP_S = 3.0
 HOPS = ("source", "parse", "count", "sink")

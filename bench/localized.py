@@ -230,9 +230,9 @@ def b3_round(bootstrap: str, admin: Any, s: Settings, log: IO[str]) -> dict[str,
     """One job: the sweep of localized kills, then one whole-job kill; the figures of both."""
     from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 
-    from channels.ids import JobId, OperatorName, SubtaskId
-    from channels.naming import checkpoint_topic
-    from recovery.ownership import owned_partitions
+    from spillway.channels.ids import JobId, OperatorName, SubtaskId
+    from spillway.channels.naming import checkpoint_topic
+    from spillway.recovery.restore.ownership import owned_partitions
 
     job = f"bench-b3-{uuid.uuid4().hex[:8]}"
     source_topic, output = job + "-in", job + "-out"

@@ -1,6 +1,7 @@
 """``python -m bench.parquetsink``: what the Parquet sink costs per record, without Spark.
 
-Times :class:`spark_jobs.parquetsink.ParquetFileSink` writing ``--block`` records of the
+Times :class:`spillway.spark_jobs.connectors.parquetsink.ParquetFileSink` writing ``--block``
+records of the
 clicks example's output shape in one write call and sealing the file (``from_pylist``
 with the record checks, Parquet encoding, fsync), with and without ``partition_by``; and,
 for scale, decoding the same records from an Arrow channel message into dicts (what the
@@ -17,12 +18,12 @@ import time
 from dataclasses import dataclass
 from typing import cast
 
-from channels.envelope import Decoders, writer_codec
-from channels.ids import JobId, OperatorName, SubtaskId
-from recovery.plan import Context
-from spark_jobs.examples import clicks
-from spark_jobs.parquetsink import ParquetFileSink
-from spark_jobs.schemas import arrow_schema_of
+from spillway.channels.ids import JobId, OperatorName, SubtaskId
+from spillway.channels.wire.envelope import Decoders, writer_codec
+from spillway.examples import clicks
+from spillway.recovery.job.plan import Context
+from spillway.spark_jobs.connectors.parquetsink import ParquetFileSink
+from spillway.spark_jobs.records.schemas import arrow_schema_of
 
 
 @dataclass

@@ -7,7 +7,8 @@ down. The benchmark (``bench.suite``) measures CPU and memory of this process tr
 the two lines. Engines:
 
 ``spillway``    the pipeline below, each subtask (source, parse, count, sink) in its own
-                process running :class:`recovery.runner.SubtaskRunner` — what a Spark
+                process running :class:`spillway.recovery.runtime.runner.SubtaskRunner` — what a
+                Spark
                 task runs, without Spark's JVM around it. Parallelism 1.
 ``spillway-chained`` the same pipeline with ``Pipeline(chaining=True)``: source+parse
                 and count+sink are two chains (two processes) joined by the one keyed
@@ -175,7 +176,7 @@ def spillway_pipeline(
 
     Bounded input for B1; ``traced`` (B2, B3): unbounded, and every hop carries seq and ts.
     """
-    from spark_jobs.pipeline import Pipeline
+    from spillway.spark_jobs.api.pipeline import Pipeline
 
     p = Pipeline("bench-throughput", chaining=chaining)
     events = p.read_kafka(
@@ -204,7 +205,7 @@ def run_options(job: Job) -> Any:
     """RunOptions of the job; ``guarantee`` only where the runner has it (branch chaos)."""
     from dataclasses import fields
 
-    from recovery.runner import RunOptions
+    from spillway.recovery.runtime.runner import RunOptions
 
     extra: dict[str, Any] = {}
     if "guarantee" in {f.name for f in fields(RunOptions)}:
@@ -222,8 +223,8 @@ def _plan(job: Job) -> Any:
 def _spillway_subtask(
     job: Job, index: int, ready: Any, go: multiprocessing.synchronize.Event
 ) -> None:
-    from channels.config import KafkaSettings
-    from recovery.runner import SubtaskRunner
+    from spillway.channels.config import KafkaSettings
+    from spillway.recovery.runtime.runner import SubtaskRunner
 
     plan = _plan(job)
     subtask = plan.subtasks()[index]
@@ -243,8 +244,8 @@ def _spillway_subtask(
 
 def run_spillway(job: Job) -> None:
     """Every subtask in its own (spawned) process; DONE when all of them have finished."""
-    from channels.config import KafkaSettings
-    from spark_jobs.submit import prepare_topics
+    from spillway.channels.config import KafkaSettings
+    from spillway.spark_jobs.spark.submit import prepare_topics
 
     plan = _plan(job)
     prepare_topics(plan, KafkaSettings(job.bootstrap))

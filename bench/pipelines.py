@@ -33,9 +33,9 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
 
-from recovery.origins import UNKNOWN, Origins
-from recovery.plan import Context, JobPlan, Record, Rejected, Source
-from spark_jobs.pipeline import Pipeline
+from spillway.recovery.job.origins import UNKNOWN, Origins
+from spillway.recovery.job.plan import Context, JobPlan, Record, Rejected, Source
+from spillway.spark_jobs.api.pipeline import Pipeline
 
 ENV_PREFIX = "SPILLWAY_BENCH_"
 PROGRESS_EVERY_S = 0.05
@@ -132,7 +132,8 @@ def read_progress(path: Path) -> list[tuple[float, int, bool]]:
 class FillThenHoldSource:
     """Record ``make(i)`` for i = 0, 1, …, paced to a budget of ``min(R·t, B + S·t)``.
 
-    Unbounded. Position: the next i (as :class:`~spark_jobs.sources.GeneratorSource`).
+    Unbounded. Position: the next i (as
+    :class:`~spillway.spark_jobs.connectors.sources.GeneratorSource`).
     A restarted incarnation starts a new schedule from its checkpointed position.
     """
 

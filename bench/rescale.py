@@ -23,7 +23,7 @@ The two paths differ in direction (2 → 4 whole-job, 4 → 2 live; both hand ov
 state). The measured run took this order because the other one (live first) could not
 finish then: after a live 2 → 4 and a savepoint restart at 2 the sink waited for writers
 that no longer existed; a savepoint rescale now announces its width in-band too
-(recovery.savepoint, tests/integration/test_live_rescale.py), so both orders work.
+(spillway.recovery.control.savepoint, tests/integration/test_live_rescale.py), so both orders work.
 Results: ``bench/results/rescale-<UTC time>.json``, medians with min–max.
 """
 
@@ -73,7 +73,7 @@ TOTAL = {
 
 def pipeline() -> Any:
     """events (p=2, paced, bounded) → key_by → count (p=2) → out; events → side."""
-    from spark_jobs.pipeline import Pipeline
+    from spillway.spark_jobs.api.pipeline import Pipeline
 
     out = os.environ[ENV_OUT]
     p = Pipeline("bench-rescale")
@@ -278,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     from bench import procstat
     from bench import rescalestats as rs
     from bench.channels import machine
-    from devtools.localbroker import BrokerConfig, LocalBroker
+    from spillway.devtools.localbroker import BrokerConfig, LocalBroker
 
     ap = argparse.ArgumentParser(prog="python -m bench.rescale", description=__doc__)
     ap.add_argument("--rounds", type=int, default=3)

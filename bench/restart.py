@@ -9,7 +9,8 @@ at different points of its checkpoint cycle. After each kill it waits for the ne
 attempt's ``started`` event (and its ``caught-up``).
 
 Per restart (:mod:`bench.restartstats`): kill → new attempt processing (its ``restored``
-phase), kill → caught up, and every phase step of :mod:`recovery.phases`. Printed as
+phase), kill → caught up, and every phase step of :mod:`spillway.recovery.observe.phases`. Printed
+as
 medians with min–max, with the load average before, during and after; stored in
 ``bench/results/restart-<UTC time>.json``. About 3–5 minutes.
 """
@@ -41,8 +42,8 @@ PARALLELISM = 3
 
 def pipeline() -> Any:
     """15 subtasks: clicks → enrich → count → out, and enrich → views (3 each), unbounded."""
-    from spark_jobs.examples import clicks
-    from spark_jobs.pipeline import Pipeline
+    from spillway.examples import clicks
+    from spillway.spark_jobs.api.pipeline import Pipeline
 
     out = Path(os.environ[ENV_OUT])
     p = Pipeline("bench-restart")
@@ -76,9 +77,9 @@ def _init() -> list[Any]:
 
 
 def _events(bootstrap: str, job: str) -> list[dict[str, Any]]:
-    from channels.config import KafkaSettings
-    from channels.ids import JobId
-    from recovery.events import read_events
+    from spillway.channels.config import KafkaSettings
+    from spillway.channels.ids import JobId
+    from spillway.recovery.observe.events import read_events
 
     return list(read_events(KafkaSettings(bootstrap), JobId(job)))
 
@@ -87,7 +88,7 @@ def _wait_for(
     bootstrap: str, job: str, what: Any, timeout_s: float, poll_s: float = 0.2
 ) -> list[dict[str, Any]]:
     """Events of ``job`` once ``what(events)`` is true; RuntimeError after ``timeout_s``."""
-    from channels.errors import SpillwayError
+    from spillway.channels.errors import SpillwayError
 
     deadline = time.monotonic() + timeout_s
     while True:
@@ -225,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from bench import procstat, restartstats
     from bench.channels import machine
-    from devtools.localbroker import BrokerConfig, LocalBroker
+    from spillway.devtools.localbroker import BrokerConfig, LocalBroker
 
     ap = argparse.ArgumentParser(prog="python -m bench.restart", description=__doc__)
     ap.add_argument("--kills", type=int, default=12, help="at least 10 (default %(default)s)")

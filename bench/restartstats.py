@@ -1,6 +1,7 @@
 """Restart-latency figures from a job's events and the kill times. Pure: no I/O, no clock.
 
-One kill gives one restart: the phases of :mod:`recovery.phases`, joined from the killer
+One kill gives one restart: the phases of :mod:`spillway.recovery.observe.phases`, joined from the
+killer
 (``killed``), Spark's driver (the ``task-retried`` event) and the new attempt (its
 ``started`` and ``caught-up`` events). The headline figure is kill → ``restored``: the new
 attempt starts processing.
@@ -13,7 +14,7 @@ from dataclasses import asdict
 from typing import Any
 
 from bench.stats import spread
-from recovery.phases import PHASES, merge, out_of_order, steps
+from spillway.recovery.observe.phases import PHASES, merge, out_of_order, steps
 
 
 def restart_of(
@@ -109,7 +110,9 @@ def render(summary: Mapping[str, Any]) -> list[str]:
         "phase steps (each from the previous phase), median (min–max):",
     ]
     lines += [f"  {p:15} {cell(s)}" for p, s in summary["steps"].items()]
-    lines.append("steps of the new attempt (recovery.phases.STEPS), median (min–max):")
+    lines.append(
+        "steps of the new attempt (spillway.recovery.observe.phases.STEPS), median (min–max):"
+    )
     lines += [f"  {n:15} {cell(s)}" for n, s in summary["attempt_steps"].items()]
     lines.append(f"dominant phase: {summary['dominant']}")
     lines.append(

@@ -4,8 +4,9 @@ One changelog partition of N records (200 bytes of key + value each, every key d
 so all N are live state) is written once. Each round then reads it completely, twice,
 each in a fresh process (``python -m bench.restore ROLE ...``):
 
-``spillway``  :meth:`recovery.state.ChangelogState.restore` up to the end offset, through
-              an :class:`~channels.kafka.consumer.AssignedConsumer` (what a restarting
+``spillway``  :meth:`spillway.recovery.restore.state.ChangelogState.restore` up to the end offset,
+through
+              an :class:`~spillway.channels.kafka.consumer.AssignedConsumer` (what a restarting
               subtask does);
 ``raw``       a plain confluent-kafka read_committed ``Consumer`` that consumes the same
               partition in batches of 1000 (as ``restore`` does) and only counts; its
@@ -96,10 +97,10 @@ def _cpu() -> float:
 
 def restore_spillway(bootstrap: str, end: int, group: str) -> tuple[int, float, float]:
     """``ChangelogState.restore`` of the whole partition: (records, seconds, CPU seconds)."""
-    from channels.config import KafkaSettings
-    from channels.ids import Offset, TopicPartition
-    from channels.kafka.consumer import AssignedConsumer
-    from recovery.state import ChangelogState
+    from spillway.channels.config import KafkaSettings
+    from spillway.channels.ids import Offset, TopicPartition
+    from spillway.channels.kafka.consumer import AssignedConsumer
+    from spillway.recovery.restore.state import ChangelogState
 
     consumer = AssignedConsumer(KafkaSettings(bootstrap), group)
     state = ChangelogState(TopicPartition(TOPIC, 0))

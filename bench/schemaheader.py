@@ -1,4 +1,5 @@
-"""What the writer-schema header ``spw.s`` (channels.schemaid) costs per channel message.
+"""What the writer-schema header ``spw.s`` (spillway.channels.wire.schemaid) costs per channel
+message.
 
 ``python -m bench.schemaheader`` measures, with no broker:
 
@@ -23,8 +24,8 @@ from collections.abc import Sequence
 
 from confluent_kafka import Producer
 
-from channels.envelope import Kind, headers
-from channels.schemaid import H_SCHEMA, WriterSchemas, schema_header, schema_id_of
+from spillway.channels.wire.envelope import Kind, headers
+from spillway.channels.wire.schemaid import H_SCHEMA, WriterSchemas, schema_header, schema_id_of
 
 SCHEMA = {
     "type": "record",

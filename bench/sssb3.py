@@ -1,6 +1,6 @@
 """B3 for Structured Streaming: one executor of a standalone cluster SIGKILLed (part ``b3s``).
 
-A Spark standalone cluster (:class:`devtools.cluster.LocalCluster`, 2 workers with 1
+A Spark standalone cluster (:class:`spillway.devtools.cluster.LocalCluster`, 2 workers with 1
 core each) runs the traced keyed count of :mod:`bench.sssb3job` (the B1/B2 query:
 RocksDB state store with changelog checkpointing, ``maxOffsetsPerTrigger``, update mode,
 trigger every 500 ms) with two 1-core executors, one per worker. The input topic (2
@@ -66,8 +66,8 @@ from bench.kstreamsb3 import PARTITIONS, Observer, Pacer
 from bench.measure import MeasureError
 from bench.sssb3stats import Timeline, latency_figures, output_check
 from bench.stats import spread
-from devtools.cluster import LocalCluster
-from devtools.localbroker import process as proc_util
+from spillway.devtools.cluster import LocalCluster
+from spillway.devtools.localbroker import process as proc_util
 
 REPO = Path(__file__).resolve().parent.parent
 EXECUTOR_CLASS = "org.apache.spark.executor.CoarseGrainedExecutorBackend"

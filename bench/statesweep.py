@@ -8,7 +8,7 @@ For each state size K (default 10³, 10⁴, 10⁵, 10⁶ keys) a job of its own 
 (``aggregate``, ``emit="final"``, 2 subtasks, so ≈ K/2 keys each) → ``out`` (JSONL files;
 nothing is written before the end, which keeps the fill cheap).
 
-Ready to kill: both ``count`` subtasks' heartbeats (:mod:`recovery.livestats`) show
+Ready to kill: both ``count`` subtasks' heartbeats (:mod:`spillway.recovery.runtime.livestats`) show
 ``state_keys`` summing to K, and after that ``count[0]``'s current attempt has reported
 two more checkpoints (so a committed checkpoint holds every key). Then ``count[0]``'s
 Python process (``pid`` of its ``started`` event) gets SIGKILL; the bench waits for the
@@ -59,7 +59,7 @@ TOTAL = {
 
 def pipeline() -> Any:
     """fill (p=2, K records, K keys) + tick (p=1, paced) → count (p=2) → out."""
-    from spark_jobs.pipeline import Pipeline
+    from spillway.spark_jobs.api.pipeline import Pipeline
 
     p = Pipeline("bench-statesweep")
     fill = p.generate(
@@ -101,10 +101,10 @@ def _result(k: str, acc: int) -> dict[str, Any]:
 
 
 def _beats(bootstrap: str, job: str) -> list[dict[str, Any]]:
-    from channels.config import KafkaSettings
-    from channels.errors import SpillwayError
-    from channels.ids import JobId
-    from recovery.heartbeat import read_heartbeats
+    from spillway.channels.config import KafkaSettings
+    from spillway.channels.errors import SpillwayError
+    from spillway.channels.ids import JobId
+    from spillway.recovery.observe.heartbeat import read_heartbeats
 
     try:
         return read_heartbeats(KafkaSettings(bootstrap), JobId(job), SUBTASKS)
@@ -142,9 +142,9 @@ def changelog_of_target(bootstrap: str, job: str) -> dict[str, int]:
     their end offsets now (``end_offsets``: their sum, transaction markers included)."""
     from confluent_kafka import Consumer, TopicPartition
 
-    from channels.ids import JobId, OperatorName
-    from channels.keygroups import key_group_range
-    from channels.naming import changelog_topic
+    from spillway.channels.ids import JobId, OperatorName
+    from spillway.channels.naming import changelog_topic
+    from spillway.channels.routing.keygroups import key_group_range
 
     topic = changelog_topic(JobId(job), OperatorName(OP))
     c = Consumer(
@@ -335,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
     from bench import procstat
     from bench import statesweepstats as st
     from bench.channels import machine
-    from devtools.localbroker import BrokerConfig, LocalBroker
+    from spillway.devtools.localbroker import BrokerConfig, LocalBroker
 
     ap = argparse.ArgumentParser(prog="python -m bench.statesweep", description=__doc__)
     ap.add_argument("--sizes", default=",".join(map(str, SIZES)), help="keys, comma-separated")

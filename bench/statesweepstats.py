@@ -1,6 +1,6 @@
 """State-size sweep figures (``make bench-statesweep``). Pure: no I/O, no clock.
 
-Readiness comes from heartbeats (:mod:`recovery.livestats`: ``state_keys``,
+Readiness comes from heartbeats (:mod:`spillway.recovery.runtime.livestats`: ``state_keys``,
 ``checkpoint``); one kill gives one restart record (:func:`bench.restartstats.restart_of`
 plus the restore figures the sweep adds); :func:`summarise` turns the kills of each
 state size into medians with min–max, and :func:`render` into a table.

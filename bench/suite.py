@@ -64,7 +64,7 @@ from bench import (
 )
 from bench.channels import machine
 from bench.stats import ratios, spread
-from devtools.localbroker.jars import kafka_version
+from spillway.devtools.localbroker.jars import kafka_version
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
@@ -365,7 +365,7 @@ def subprocess_text(command: list[str]) -> str:
 
 def start_broker(stack: contextlib.ExitStack) -> tuple[str, int, Path]:
     """A throw-away broker in a temporary directory on free ports: (bootstrap, pid, log.dirs)."""
-    from devtools.localbroker import BrokerConfig, LocalBroker, free_ports
+    from spillway.devtools.localbroker import BrokerConfig, LocalBroker, free_ports
 
     data_dir = Path(tempfile.mkdtemp(prefix="spillway-bench-suite-"))
     stack.callback(shutil.rmtree, data_dir, ignore_errors=True)
@@ -398,7 +398,7 @@ def b2_guarantees() -> list[str]:
     """exactly-once, and at-least-once where the runner offers it (``RunOptions.guarantee``)."""
     from dataclasses import fields
 
-    from recovery.runner import RunOptions
+    from spillway.recovery.runtime.runner import RunOptions
 
     has = "guarantee" in {f.name for f in fields(RunOptions)}
     return ["exactly-once", "at-least-once"] if has else ["exactly-once"]

@@ -1,8 +1,10 @@
 """``python -m bench.typed``: what typed records cost per record, on the clicks example.
 
 Times, per record, on blocks of ``--block`` clicks: the compiled dataclass → dict
-converter (:func:`spark_jobs.records.to_dict`) against ``dataclasses.asdict``; dict →
-dataclass (:func:`spark_jobs.records.from_dict`) against ``cls(**d)``; and the example's
+converter (:func:`spillway.spark_jobs.records.records.to_dict`) against ``dataclasses.asdict``; dict
+→
+dataclass (:func:`spillway.spark_jobs.records.records.from_dict`) against ``cls(**d)``; and the
+example's
 two typed functions as the runtime calls them (``make_click`` with its output converted,
 ``enrich`` with input and output converted) against the same functions written on dicts.
 Each cell is the median of ``--runs`` timings (min–max beside it). No broker, no I/O.
@@ -19,8 +21,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from spark_jobs.examples import clicks
-from spark_jobs.records import adapt, from_dict, output_schema, to_dict
+from spillway.examples import clicks
+from spillway.spark_jobs.records.records import adapt, from_dict, output_schema, to_dict
 
 
 def _per_record(fn: Callable[[], Any], records: int, runs: int) -> list[float]:

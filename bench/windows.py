@@ -23,10 +23,10 @@ import time
 from pathlib import Path
 from typing import Any, cast
 
-from channels.ids import JobId, Offset, OperatorName, SubtaskId, TopicPartition
-from recovery.state import ChangelogState
-from spark_jobs.operators import TumblingWindowLogic
-from spark_jobs.windows import FixedWindowLogic
+from spillway.channels.ids import JobId, Offset, OperatorName, SubtaskId, TopicPartition
+from spillway.recovery.restore.state import ChangelogState
+from spillway.spark_jobs.operators.operators import TumblingWindowLogic
+from spillway.spark_jobs.operators.windows import FixedWindowLogic
 
 SIZE = 1000
 FAR = 10**9  # the open windows' start: never reached by the advances

@@ -168,7 +168,7 @@ class _Gated:
 
 def pipeline() -> Any:
     """The Spillway job of the configuration in the environment (``spillway run``)."""
-    from spark_jobs.pipeline import Pipeline
+    from spillway.spark_jobs.api.pipeline import Pipeline
 
     cfg = WinConfig.from_env()
     p = Pipeline("bench-windows", chaining=True)

@@ -127,8 +127,8 @@ class _JobEvents:
     """Tails a Spillway job's event topic (started / finished / failed per subtask)."""
 
     def __init__(self, bootstrap: str, job: str) -> None:
-        from channels.ids import JobId
-        from recovery.events import events_topic
+        from spillway.channels.ids import JobId
+        from spillway.recovery.observe.events import events_topic
 
         self.topic = events_topic(JobId(job))
         self.consumer = Consumer(

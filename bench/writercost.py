@@ -1,7 +1,7 @@
 """CPU cost per record of a channel writer by partition count, without a broker.
 
 ``python -m bench.writercost`` writes bench.channels' 300k records of 200 B through a
-:class:`~channels.writer.ChannelWriter` (keyed, default settings) whose producer only
+:class:`~spillway.channels.writer.ChannelWriter` (keyed, default settings) whose producer only
 counts messages, 256 records per call as the channel benchmark does, and prints the
 best of three runs' process CPU time per record for 1, 16, 32 and 128 partitions. It
 isolates what partitioning costs the writer's Python (routing, splitting, encoding)
@@ -9,7 +9,8 @@ from the broker and librdkafka, whose share ``make bench-channels`` includes.
 
 ``python -m bench.writercost --rebalance`` measures a round-robin edge instead: per
 record over 2 partitions (a non-keyed edge before slots, downstream width 2), per record
-over 32, and a batch at a time over 32 slots (:class:`channels.partitioners.Sticky`,
+over 32, and a batch at a time over 32 slots
+(:class:`spillway.channels.routing.partitioners.Sticky`,
 what a round-robin edge into a slotted operator does now).
 """
 
@@ -21,10 +22,10 @@ from collections.abc import Callable
 from typing import Any, cast
 
 from bench.channels import SCHEMA, _key_of, make_records
-from channels.config import ChannelSettings
-from channels.ids import TopicPartition
-from channels.partitioners import KeyHash, Partitioner, RoundRobin, Sticky
-from channels.writer import ChannelWriter, OutputChannel
+from spillway.channels.config import ChannelSettings
+from spillway.channels.ids import TopicPartition
+from spillway.channels.routing.partitioners import KeyHash, Partitioner, RoundRobin, Sticky
+from spillway.channels.writer import ChannelWriter, OutputChannel
 
 
 class _CountingProducer:

@@ -1,7 +1,7 @@
 """The Kafka ACLs a job needs, by prefix: pure data, rendered for the admin API or kafka-acls.
 
-Every name a job uses starts with ``spillway.<job>.``: its topics (:mod:`channels.naming`),
-its transactional ids and its consumer groups (:class:`channels.ids.SubtaskId` and the
+Every name a job uses starts with ``spillway.<job>.``: its topics (:mod:`spillway.channels.naming`),
+its transactional ids and its consumer groups (:class:`spillway.channels.ids.SubtaskId` and the
 readers' groups). So three prefixed grants cover any job, whatever its operators.
 """
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from channels.ids import JobId
-from channels.naming import job_topic_prefix
+from spillway.channels.ids import JobId
+from spillway.channels.naming import job_topic_prefix
 
 # What each call of the job needs (Kafka's authorization model, checked by
 # tests/integration/test_security.py against a broker that enforces ACLs):

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from channels.errors import ConfigError
+from spillway.channels.errors import ConfigError
 
 _SECRET_HINTS = ("password", "secret", "key", "token", "jaas")
 _MASK = "***"
@@ -150,15 +150,15 @@ class KafkaSettings:
 
 
 # The largest record a channel carries (its encoded size, framing included), split over
-# messages (channels.spanning). What bounds it: the reader holds a record's parts, their
-# join and the decoded record at once (about 3x the record), per writer with a record
+# messages (spillway.channels.wire.spanning). What bounds it: the reader holds a record's parts,
+# their join and the decoded record at once (about 3x the record), per writer with a record
 # under way in each partition; all parts go into one transaction, which must commit
 # within transaction.timeout.ms. Each part is one message of at most
 # max_batch_bytes, so the broker's message.max.bytes, a topic's max.message.bytes, the
 # producer's message.max.bytes and the consumer's fetch sizes need only admit one batch.
 MAX_RECORD_BYTES = 64 * 1024 * 1024
 
-CODECS = ("arrow", "avro")  # channel data encodings (channels.envelope.writer_codec)
+CODECS = ("arrow", "avro")  # channel data encodings (spillway.channels.wire.envelope.writer_codec)
 
 
 @dataclass(frozen=True)
@@ -167,7 +167,8 @@ class ChannelSettings:
 
     ``max_batch_bytes`` bounds one Kafka message; it must stay below the broker's
     ``message.max.bytes`` (1 MiB by default). A record larger than a message is split over
-    consecutive messages (channels.spanning) up to ``max_record_bytes`` (at most 64 MiB),
+    consecutive messages (spillway.channels.wire.spanning) up to ``max_record_bytes`` (at most 64
+    MiB),
     its encoded size; a larger one is refused. ``linger_s`` bounds how
     long a record may wait in a batch before it is written — independent of the
     checkpoint interval, so spilling is continuous.
@@ -176,7 +177,7 @@ class ChannelSettings:
     max_batch_bytes: int = 256 * 1024
     linger_s: float = 0.05
     # "arrow": Arrow IPC batches where the channel's schema is flat, Avro elsewhere;
-    # "avro": Avro everywhere. Readers decode both (channels.envelope).
+    # "avro": Avro everywhere. Readers decode both (spillway.channels.wire.envelope).
     codec: str = "arrow"
     max_record_bytes: int = MAX_RECORD_BYTES
 

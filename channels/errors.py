@@ -33,10 +33,8 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from channels.ids import SubtaskId
+from spillway.channels.ids import SubtaskId
 
 
 class Scope(enum.Enum):
@@ -65,13 +63,14 @@ class ConfigError(SpillwayError):
 
 
 class RescaleError(ConfigError):
-    """A change of parallelism that cannot be done soundly (recovery.rescale says which
+    """A change of parallelism that cannot be done soundly (spillway.recovery.restore.rescale says
+    which
     and why); the message names the operator and what to do instead."""
 
 
 class EvolutionError(ConfigError):
     """A restart with changed code and topology refused: the message is the compatibility
-    report (recovery.evolution), naming each change and what to do."""
+    report (spillway.recovery.job.evolution), naming each change and what to do."""
 
 
 class UpgradeError(ConfigError):

@@ -3,16 +3,14 @@
 A subtask is ``(operator, index)`` with a stable index in ``0..p-1``; it always reads the
 same partitions, owns the same state and uses the same transactional id. Offsets are
 plain non-negative ints wrapped in :class:`Offset`; "no offset" is ``None``, never a
-sentinel such as librdkafka's -1001.
+sentinel such as librdkafka's -1001. Checked constructors of names are in
+:mod:`spillway.channels.naming`.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import NewType
-
-from channels.errors import ConfigError
 
 JobId = NewType("JobId", str)
 OperatorName = NewType("OperatorName", str)
@@ -20,35 +18,11 @@ CheckpointId = NewType("CheckpointId", int)
 Offset = NewType("Offset", int)
 """The next offset to read (Kafka's convention for committed offsets). Never negative."""
 
-# Names end up inside Kafka topic names and transactional ids. Kafka allows
-# [a-zA-Z0-9._-]; we keep '.' for our own separators so names stay unambiguous.
-_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-
-
-def job_id(value: str) -> JobId:
-    """``value`` as a :class:`JobId`; :class:`ConfigError` if it is not a valid name."""
-    _check_name(value, "job id")
-    return JobId(value)
-
-
-def operator_name(value: str) -> OperatorName:
-    """Return ``value`` as an :class:`OperatorName`; raise :class:`ConfigError` if invalid."""
-    _check_name(value, "operator name")
-    return OperatorName(value)
-
-
 def offset(value: int) -> Offset:
     """``value`` as an :class:`Offset`; ``ValueError`` for negative (sentinel) values."""
     if value < 0:
         raise ValueError(f"{value} is not an offset (negative values are librdkafka sentinels)")
     return Offset(value)
-
-
-def _check_name(value: str, what: str) -> None:
-    if not _NAME.match(value):
-        raise ConfigError(
-            f"invalid {what} {value!r}: use 1-64 characters from A-Z, a-z, 0-9, '_' and '-'"
-        )
 
 
 @dataclass(frozen=True, order=True)

@@ -8,8 +8,31 @@ from __future__ import annotations
 
 import re
 
-from channels.errors import ConfigError
-from channels.ids import JobId, OperatorName
+from spillway.channels.errors import ConfigError
+from spillway.channels.ids import JobId, OperatorName
+
+# Names end up inside Kafka topic names and transactional ids. Kafka allows
+# [a-zA-Z0-9._-]; we keep '.' for our own separators so names stay unambiguous.
+_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+def job_id(value: str) -> JobId:
+    """``value`` as a :class:`JobId`; :class:`ConfigError` if it is not a valid name."""
+    _check_name(value, "job id")
+    return JobId(value)
+
+
+def operator_name(value: str) -> OperatorName:
+    """Return ``value`` as an :class:`OperatorName`; raise :class:`ConfigError` if invalid."""
+    _check_name(value, "operator name")
+    return OperatorName(value)
+
+
+def _check_name(value: str, what: str) -> None:
+    if not _NAME.match(value):
+        raise ConfigError(
+            f"invalid {what} {value!r}: use 1-64 characters from A-Z, a-z, 0-9, '_' and '-'"
+        )
 
 PREFIX = "spillway"
 _MAX_TOPIC = 249  # Kafka's limit
@@ -18,7 +41,8 @@ _LEGAL = re.compile(r"^[A-Za-z0-9._-]+$")
 
 def channel_topic(job: JobId, upstream: OperatorName, downstream: OperatorName) -> str:
     """The topic of the edge ``upstream → downstream``; its partitions are owned by the
-    downstream subtasks (recovery.ownership: one each, or ranges of key groups or slots)."""
+    downstream subtasks (spillway.recovery.restore.ownership: one each, or ranges of key groups or
+    slots)."""
     return _checked(f"{PREFIX}.{job}.ch.{upstream}.{downstream}")
 
 

@@ -1,7 +1,8 @@
 """The interface through which channel writers and sinks send messages.
 
-Implemented by the producers (channels.kafka) and by the subtask's output collectors
-(recovery.collector), which decide what the guarantee means; writers do not know which.
+Implemented by the producers (spillway.channels.kafka) and by the subtask's output collectors
+(spillway.recovery.runtime.collector), which decide what the guarantee means; writers do not know
+which.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Protocol
 
-from channels.ids import Offset, TopicPartition
+from spillway.channels.ids import Offset, TopicPartition
 
 
 class MessageOutput(Protocol):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from channels.ids import TopicPartition
+from spillway.channels.ids import TopicPartition
 
 __all__ = ["ReaderState", "Spans"]
 
@@ -23,7 +23,7 @@ class ReaderState:
     watermarks: dict[TopicPartition, dict[int, int]] = field(default_factory=dict)
     # Messages of writer w in tp below skip[tp][w] were processed although the checkpointed
     # position of tp is lower (aligned: other channels were held back; any mode: the
-    # position stays at the first part of an incomplete record, channels.spanning).
+    # position stays at the first part of an incomplete record, spillway.channels.wire.spanning).
     skip: dict[TopicPartition, dict[int, int]] = field(default_factory=dict)
     # Whole-job rewinds: messages of writer w in tp with start <= offset < end, for each
     # (start, end) span, were written by a run the job rewound away from; dropped unread.

@@ -4,7 +4,8 @@ A reader's *position* on a partition is the next offset after everything :meth:`
 has returned; the subtask checkpoints positions only between polls, after it has
 processed what was returned, so a restored reader neither skips nor repeats a message.
 
-A record split over several messages (channels.spanning) is returned once its last part
+A record split over several messages (spillway.channels.wire.spanning) is returned once its last
+part
 is read. Until then the position stays at its first part, so no checkpoint lands inside
 a record; messages of other writers read meanwhile (they interleave in the partition) are
 recorded in the skip state, so a restore from that position does not repeat them.
@@ -16,8 +17,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from channels.batchread import BatchDecoders
-from channels.envelope import (
+from spillway.channels.errors import RecordError, SchemaMismatchError
+from spillway.channels.ids import Offset, TopicPartition
+from spillway.channels.inputmarks import InputMark, WriterMark, combine, input_mark
+from spillway.channels.kafka.consumer import AssignedConsumer
+from spillway.channels.progress import ReaderState as ReaderState  # re-exported
+from spillway.channels.progress import Spans as Spans
+from spillway.channels.wire.batchread import BatchDecoders
+from spillway.channels.wire.envelope import (
     H_KIND,
     PART_VERSION,
     Decoders,
@@ -26,14 +33,8 @@ from channels.envelope import (
     read_header,
     writer_of,
 )
-from channels.errors import RecordError, SchemaMismatchError
-from channels.ids import Offset, TopicPartition
-from channels.inputmarks import InputMark, WriterMark, combine, input_mark
-from channels.kafka.consumer import AssignedConsumer
-from channels.progress import ReaderState as ReaderState  # re-exported
-from channels.progress import Spans as Spans
-from channels.schemaid import schema_id_of
-from channels.spanning import Assembler, read_mark
+from spillway.channels.wire.schemaid import schema_id_of
+from spillway.channels.wire.spanning import Assembler, read_mark
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,7 @@ class InputChannel:
     upstream_parallelism: int
     input: str = ""
     # The schemas the channel had in the job's earlier runs: records still in it may have
-    # been written with one (resolved to ``schema``, channels.resolve).
+    # been written with one (resolved to ``schema``, spillway.channels.wire.resolve).
     earlier_schemas: tuple[dict[str, Any], ...] = ()
 
     @property
@@ -90,12 +91,12 @@ class ChannelReader:
         n is held back — its later messages stay unprocessed — until barrier n has come
         on every channel; then :meth:`aligned` returns n.
 
-        ``batches``: data messages as :class:`channels.batchread.ArrowRows` (one Arrow
+        ``batches``: data messages as :class:`spillway.channels.wire.batchread.ArrowRows` (one Arrow
         batch each, for batch operators), not dicts.
 
         ``resends``: the upstream writers write without transactions (at-least-once), so
         a restarted writer may leave a record's parts incomplete and send it again
-        (channels.spanning.Assembler); under exactly-once that is an error."""
+        (spillway.channels.wire.spanning.Assembler); under exactly-once that is an error."""
         self._align = align
         self._barriers: dict[tuple[TopicPartition, int], tuple[int, int]] = {}  # -> (n, offset)
         self._consumed: set[int] = set()  # barrier ids already checkpointed, channels still held
@@ -333,7 +334,7 @@ class ChannelReader:
 
     def input_marks(self) -> dict[str, InputMark]:
         """Per named input: its watermark over its writers, idle, ended
-        (channels.inputmarks)."""
+        (spillway.channels.inputmarks)."""
         writers: dict[str, list[WriterMark]] = {}
         for tp, ch in self._inputs.items():
             per_writer = self.state.watermarks.get(tp, {})
@@ -352,7 +353,7 @@ class ChannelReader:
     def watermark(self) -> int | None:
         """The operator's input watermark: the minimum over its inputs, and within an
         input over its upstream writers, leaving out ended writers and idle writers and
-        inputs (None until each live one reported); see channels.inputmarks."""
+        inputs (None until each live one reported); see spillway.channels.inputmarks."""
         return combine(self.input_marks())
 
     def idle(self) -> bool:

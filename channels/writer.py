@@ -15,21 +15,28 @@ from typing import Any
 
 import pyarrow as pa
 
-from channels.arrowcodec import ArrowCodec
-from channels.batcher import Batcher
-from channels.batchwrite import conform, route_batch
-from channels.config import ChannelSettings
-from channels.envelope import VERSION, Kind, encode_i64, headers, writer_codec, writer_key
-from channels.errors import RecordError
-from channels.ids import TopicPartition
-from channels.output import MessageOutput
-from channels.partitioners import KeyHash, Partitioner, Sticky
-from channels.schemaid import schema_header
-from channels.spanning import check_record_size, part_headers, split
-from channels.spread import Spread
+from spillway.channels.config import ChannelSettings
+from spillway.channels.errors import RecordError
+from spillway.channels.ids import TopicPartition
+from spillway.channels.output import MessageOutput
+from spillway.channels.routing.batchwrite import conform, route_batch
+from spillway.channels.routing.partitioners import KeyHash, Partitioner, Sticky
+from spillway.channels.routing.spread import Spread
+from spillway.channels.wire.arrowcodec import ArrowCodec
+from spillway.channels.wire.batcher import Batcher
+from spillway.channels.wire.envelope import (
+    VERSION,
+    Kind,
+    encode_i64,
+    headers,
+    writer_codec,
+    writer_key,
+)
+from spillway.channels.wire.schemaid import schema_header
+from spillway.channels.wire.spanning import check_record_size, part_headers, split
 
 # Records an Arrow writer of many partitions holds across partitions before splitting
-# them (channels/spread.py), in batches' in-memory bytes: several messages' worth, so
+# them (channels/routing/spread.py), in batches' in-memory bytes: several messages' worth, so
 # each partition's share makes blocks of many records.
 SPREAD_BATCHES = 4
 
@@ -63,8 +70,8 @@ class ChannelWriter:
             # A wide schema's Arrow schema message (in every message) would leave little or
             # no room for records in a small batch: Avro frames with 20 bytes.
             self._codec = writer_codec(channel.schema, "avro")
-        # Every data message and part names its writer schema (channels.schemaid): after a
-        # restart with changed code, readers resolve old records by it.
+        # Every data message and part names its writer schema (spillway.channels.wire.schemaid):
+        # after a restart with changed code, readers resolve old records by it.
         self._schema_header = schema_header(channel.schema)
         self._data_headers = [*headers(Kind.DATA, self._codec.version), self._schema_header]
         self._key = writer_key(writer_index)
@@ -78,7 +85,8 @@ class ChannelWriter:
         self._clock = clock
         self._max_record = settings.max_record_bytes
         self.spanned = 0  # records written as parts, one per oversized record (_send_parts)
-        # Round-robin over slots: a batch at a time to one slot (channels.partitioners).
+        # Round-robin over slots: a batch at a time to one slot
+        # (spillway.channels.routing.partitioners).
         part = channel.partitioner
         self._sticky = part if isinstance(part, Sticky) else None
         # Arrow over several partitions: convert each call's records once, split later.
@@ -353,7 +361,7 @@ class ChannelWriter:
 
     def _check_spanning(self, partition: int, block_size: int) -> None:
         """A record whose block alone exceeds a message goes out as parts of one partition
-        (channels.spanning); :class:`RecordTooLargeError` past ``max_record_bytes``.
+        (spillway.channels.wire.spanning); :class:`RecordTooLargeError` past ``max_record_bytes``.
 
         The batcher holds such a block in a batch of its own (it never fits beside
         another), so :meth:`_send` gets it as one oversized value, after what this writer

@@ -1,6 +1,7 @@
 """Live changes in a chaos run: ``rescale OP N`` and ``upgrade OP`` sent to the running
 driver through the control path of ``spillway rescale`` / ``spillway upgrade``
-(:mod:`recovery.liverescale`: a request event, answered by the driver), then checked
+(:mod:`spillway.recovery.control.liverescale`: a request event, answered by the driver), then
+checked
 with :func:`chaos.check.change_mismatches` until the new subtasks have started as
 planned; a little later once more, so that a restart the change caused late is seen too.
 """
@@ -11,14 +12,14 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from channels.config import KafkaSettings
-from channels.ids import JobId
 from chaos import observe
 from chaos.check import change_mismatches, replay_outside
 from chaos.schedule import Change
-from recovery.liverescale import request_rescale, request_upgrade
-from recovery.plan import JobPlan
-from recovery.rescale import with_parallelism
+from spillway.channels.config import KafkaSettings
+from spillway.channels.ids import JobId
+from spillway.recovery.control.liverescale import request_rescale, request_upgrade
+from spillway.recovery.job.plan import JobPlan
+from spillway.recovery.restore.rescale import with_parallelism
 
 log = logging.getLogger("chaos")
 

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from recovery.liverescale import ANSWERS
+from spillway.recovery.control.liverescale import ANSWERS
 
 Row = tuple[str, int, int, int]  # (key, seq, n, total)
 
@@ -184,7 +184,7 @@ def change_mismatches(
 
     def starts(span: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
         # A subtask attempt announces itself with "fencing"; a driver's own fencing of
-        # old subtasks (recovery.rewind.fence_subtasks) carries no run.
+        # old subtasks (spillway.recovery.control.rewind.fence_subtasks) carries no run.
         return [e for e in span if e.get("event") == "fencing" and e.get("run") == run]
 
     problems = [
@@ -199,7 +199,8 @@ def change_mismatches(
     problems += kill_mismatches(own, run, planned, silent, subtasks)
     beyond = sorted(set(attempts_by_subtask(own, run)) - set(subtasks))
     problems += [f"{s} started, but {operator} has {width} subtasks now" for s in beyond]
-    problems += [  # every old subtask stopped with its checkpoint marked (recovery.handover)
+    # every old subtask stopped with its checkpoint marked (spillway.recovery.restore.handover)
+    problems += [
         f"{subtask_of(e)} found no handed-over mark: {e['handover_unmarked']}"
         for e in own
         if e.get("event") == "started" and e.get("handover_unmarked")

@@ -16,17 +16,17 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     OffsetSpec,
 )
 
-from channels.config import KafkaSettings
-from channels.errors import SpillwayError
-from channels.ids import JobId, Offset, TopicPartition
-from channels.kafka.consumer import AssignedConsumer
-from channels.kafka.retry import retrying
-from channels.naming import job_topic_prefix
 from chaos.check import Row
-from recovery.events import read_events
-from recovery.loader import load_plan
-from recovery.ownership import owned_partitions
-from recovery.plan import JobPlan
+from spillway.channels.config import KafkaSettings
+from spillway.channels.errors import SpillwayError
+from spillway.channels.ids import JobId, Offset, TopicPartition
+from spillway.channels.kafka.consumer import AssignedConsumer
+from spillway.channels.kafka.retry import retrying
+from spillway.channels.naming import job_topic_prefix
+from spillway.recovery.job.loader import load_plan
+from spillway.recovery.job.plan import JobPlan
+from spillway.recovery.observe.events import read_events
+from spillway.recovery.restore.ownership import owned_partitions
 
 
 @retrying(attempts=8)  # the broker faults make leaders and epochs move under the checker

@@ -22,7 +22,7 @@ import zlib
 from collections.abc import Iterator
 from typing import Any
 
-from spark_jobs.pipeline import Pipeline
+from spillway.spark_jobs.api.pipeline import Pipeline
 
 RECORD = {
     "type": "record",

@@ -38,15 +38,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from channels.config import KafkaSettings
-from channels.ids import JobId, OperatorName, TopicPartition
-from channels.naming import channel_topic
 from chaos import observe
 from chaos.changes import inject_change, replays_outside
 from chaos.check import OutputReport, check_output, kill_mismatches
 from chaos.pipeline import OPERATORS, RESCALABLE, UPGRADABLE, reference
 from chaos.schedule import CHANGES, Schedule, make_schedule
-from devtools.localbroker import BrokerConfig, LocalBroker
+from spillway.channels.config import KafkaSettings
+from spillway.channels.ids import JobId, OperatorName, TopicPartition
+from spillway.channels.naming import channel_topic
+from spillway.devtools.localbroker import BrokerConfig, LocalBroker
 
 log = logging.getLogger("chaos")
 
@@ -290,7 +290,7 @@ class ChaosRun:
         """A second live copy of a subtask; Spark's (older) copy must be fenced."""
         self._wait_checkpoints(2)
         older = self._latest_start(op, index)
-        cmd = [sys.executable, "-m", "recovery", "replay", "--job", self.job]
+        cmd = [sys.executable, "-m", "spillway.recovery", "replay", "--job", self.job]
         cmd += ["--operator", op, "--subtask", str(index), "--bootstrap", self.broker.bootstrap]
         with open(self.workdir / "zombie.log", "wb") as out:
             self._zombie = subprocess.Popen(
@@ -348,7 +348,7 @@ class ChaosRun:
         # once or twice (timeouts while it is away).
         attempts = p.max_kills_per_subtask + 9
         slots = self.schedule.slots(OPERATORS, PARALLELISM)
-        cmd = [sys.executable, "-m", "spark_jobs.cli", "run", REF, "--job-id", self.job]
+        cmd = [sys.executable, "-m", "spillway.cli", "run", REF, "--job-id", self.job]
         cmd += ["--bootstrap", self.broker.bootstrap, "--master", f"local[{slots},{attempts}]"]
         # A rerun keeps the widths live rescales gave (the code's would rescale back).
         cmd += [f"--parallelism={op}={n}" for op, n in sorted(self._widths.items())]
@@ -422,7 +422,7 @@ class ChaosRun:
         return found
 
     def _create_output_topic(self) -> None:
-        from channels.kafka.admin import Admin, TopicSpec
+        from spillway.channels.kafka.admin import Admin, TopicSpec
 
         Admin(self.settings).ensure_topics([TopicSpec(self.out_topic, PARALLELISM, {})])
 

@@ -12,7 +12,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from recovery.faults import OCCASIONAL_POINTS, POINTS, CrashPoint
+from spillway.recovery.runtime.faults import OCCASIONAL_POINTS, POINTS, CrashPoint
 
 # Every point a running subtask passes again and again (the chaos job checkpoints on
 # intervals; after-partial-commit has its own test in test_global_checkpoints.py).

@@ -1,6 +1,6 @@
 """The persistent cache of ``make compose-test`` and content hashes of build inputs.
 
-Layout of ``<cache>/compose`` (``<cache>`` is :func:`devtools.localbroker.cache_dir`)::
+Layout of ``<cache>/compose`` (``<cache>`` is :func:`spillway.devtools.localbroker.cache_dir`)::
 
     lock                   one compose-test at a time on a machine
     rootfs/<key>.tar       a debootstrapped Debian, as a tar for ``docker import``
@@ -23,7 +23,7 @@ import shutil
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
-from devtools.localbroker.jars import cache_dir
+from spillway.devtools.localbroker.jars import cache_dir
 
 MARKER = ".complete"
 

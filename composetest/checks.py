@@ -1,6 +1,7 @@
 """What the fault run must show, computed from the job's event log and output (pure).
 
-The event log (:mod:`recovery.events`) has one ``started`` event per attempt of every
+The event log (:mod:`spillway.recovery.observe.events`) has one ``started`` event per attempt of
+every
 subtask, with the host it ran on (the container's host name), and a ``finished`` event
 with what the last attempt replayed: ``{"<topic>[<partition>]": [from, to, records]}``.
 """
@@ -11,9 +12,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from recovery.plandoc import PlanDoc
+from spillway.recovery.job.plandoc import PlanDoc
 
-# The example job (spark_jobs/examples/clicks.py): operator -> its upstream operator.
+# The example job (spillway/examples/clicks.py): operator -> its upstream operator.
 CLICKS_UPSTREAM: dict[str, str | None] = {
     "clicks": None,
     "enrich": "clicks",

@@ -8,6 +8,7 @@ and apt-get, pip, Maven. Each result is cached under a key of what was asked for
 from __future__ import annotations
 
 import logging
+import os
 import re
 import shutil
 import subprocess
@@ -18,7 +19,7 @@ from pathlib import Path
 
 from composetest.cache import digest, fill_once
 from composetest.host import ComposeTestError, run
-from devtools.localbroker.jars import resolve_jars
+from spillway.devtools.localbroker.jars import resolve_jars
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +34,6 @@ SOURCES = (
     "offsets",
     "recovery",
     "spark_jobs",
-    "devtools",  # the CLI's broker, cluster and demo commands
     "chaos",
     "pyproject.toml",
     "README.md",
@@ -196,6 +196,12 @@ def copy_sources(root: Path, target: Path) -> None:
         files = [source] if source.is_file() else sorted(source.rglob("*"))
         for path in files:
             relative = path.relative_to(root)
+            if path.is_symlink():  # spillway/channels -> ../channels: kept a link, as in git
+                link = target / relative
+                if not link.is_symlink() and (tracked is None or str(relative) in tracked):
+                    link.parent.mkdir(parents=True, exist_ok=True)
+                    link.symlink_to(os.readlink(path))
+                continue
             if not path.is_file() or "__pycache__" in relative.parts:
                 continue
             if tracked is not None and str(relative) not in tracked:

@@ -10,7 +10,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from channels.errors import SpillwayError
+from spillway.channels.errors import SpillwayError
 
 log = logging.getLogger(__name__)
 

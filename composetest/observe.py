@@ -14,11 +14,11 @@ from typing import Any
 
 from confluent_kafka.admin import AdminClient
 
-from channels.config import KafkaSettings
-from channels.ids import JobId, OperatorName
 from composetest.checks import CLICKS_UPSTREAM
-from offsets.store import CheckpointStore
-from recovery.events import events_topic, read_events
+from spillway.channels.config import KafkaSettings
+from spillway.channels.ids import JobId, OperatorName
+from spillway.offsets.store import CheckpointStore
+from spillway.recovery.observe.events import events_topic, read_events
 
 log = logging.getLogger(__name__)
 

@@ -34,11 +34,11 @@ from typing import Any
 
 from confluent_kafka import KafkaException
 
-from channels.errors import SpillwayError
 from composetest import checks, observe
 from composetest.cluster import BROKERS, SERVICES, Deployment, output_rows, readme_submit
 from composetest.host import ComposeTestError
-from spark_jobs.examples import clicks
+from spillway.channels.errors import SpillwayError
+from spillway.examples import clicks
 
 log = logging.getLogger(__name__)
 

@@ -40,7 +40,7 @@ Contract:
   records of the abandoned run past ``changelog``, so the restored subtask rewrites its
   whole state at its next checkpoint.
 * ``owned``: the partitions this subtask owned when it took the checkpoint, per topic (its
-  input channels' and its changelog's; ``channels.keygroups.Ownership``): a restore
+  input channels' and its changelog's; ``spillway.channels.routing.keygroups.Ownership``): a restore
   reads the checkpoints of the previous owners of the partitions it owns now.
 * ``changelogs[tp]``: per owned changelog partition, the next offset after the last
   record written there up to and including this checkpoint (a keyed operator's state
@@ -69,11 +69,22 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from channels.errors import CheckpointFormatError, PositionRegressionError, TopologyMismatchError
-from channels.ids import CheckpointId, JobId, Offset, OperatorName, SubtaskId, TopicPartition
-from channels.keygroups import Ownership
-from channels.naming import changelog_topic
-from channels.progress import ReaderState, Spans
+from spillway.channels.errors import (
+    CheckpointFormatError,
+    PositionRegressionError,
+    TopologyMismatchError,
+)
+from spillway.channels.ids import (
+    CheckpointId,
+    JobId,
+    Offset,
+    OperatorName,
+    SubtaskId,
+    TopicPartition,
+)
+from spillway.channels.naming import changelog_topic
+from spillway.channels.progress import ReaderState, Spans
+from spillway.channels.routing.keygroups import Ownership
 
 VERSION = 2
 READS = (1, 2)  # format versions this code reads (1 is converted on load)

@@ -16,14 +16,14 @@ from collections.abc import Callable, Mapping
 
 from confluent_kafka import Message
 
-from channels.config import KafkaSettings
-from channels.errors import RetentionGapError, UndecidedTransactionError
-from channels.ids import JobId, Offset, OperatorName, SubtaskId, TopicPartition
-from channels.kafka.admin import Admin, TopicSpec
-from channels.kafka.consumer import AssignedConsumer
-from channels.kafka.producer import TransactionalProducer
-from channels.naming import checkpoint_topic
-from offsets.checkpoint import Checkpoint
+from spillway.channels.config import KafkaSettings
+from spillway.channels.errors import RetentionGapError, UndecidedTransactionError
+from spillway.channels.ids import JobId, Offset, OperatorName, SubtaskId, TopicPartition
+from spillway.channels.kafka.admin import Admin, TopicSpec
+from spillway.channels.kafka.consumer import AssignedConsumer
+from spillway.channels.kafka.producer import TransactionalProducer
+from spillway.channels.naming import checkpoint_topic
+from spillway.offsets.checkpoint import Checkpoint
 
 log = logging.getLogger("spillway.checkpoints")
 
@@ -284,7 +284,7 @@ def commit_checkpoint(
 
     The record, the consumer positions (to the subtask's own group, so Kafka's lag tools
     show them) and the outputs commit together, or none of them does. ``reached`` is the
-    failure-injection hook (``recovery.faults``): called with ``"before-commit"``,
+    failure-injection hook (``spillway.recovery.runtime.faults``): called with ``"before-commit"``,
     ``"after-send-offsets"`` and ``"during-commit"`` (just before the commit call).
     """
     store.write(producer, checkpoint)

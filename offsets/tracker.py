@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from channels.errors import PositionRegressionError
-from channels.ids import CheckpointId, Offset, TopicPartition
+from spillway.channels.errors import PositionRegressionError
+from spillway.channels.ids import CheckpointId, Offset, TopicPartition
 
 
 class OffsetRegressionError(PositionRegressionError):

@@ -2,6 +2,6 @@
 
 import sys
 
-from recovery.cli import main
+from spillway.recovery.cli import main
 
 sys.exit(main())

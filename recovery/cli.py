@@ -1,4 +1,5 @@
-"""``replay`` and ``status`` (``spillway replay ...`` or ``python -m recovery replay ...``)."""
+"""``replay`` and ``status`` (``spillway replay ...`` or ``python -m spillway.recovery replay
+...``)."""
 
 from __future__ import annotations
 
@@ -9,23 +10,28 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from channels.acls import job_acls, kafka_acls_commands
-from channels.config import KafkaSettings, parse_client_settings, read_client_settings
-from channels.errors import ConfigError
-from channels.ids import job_id
-from channels.kafka.admin import Admin
-from recovery.events import last_submission
-from recovery.globalckpt import read_completed, savepoint
-from recovery.handover import describe_unmarked
-from recovery.heartbeat import LOST_AFTER_S
-from recovery.jobconf import parse_conf, recorded_conf
-from recovery.liverescale import await_answer, latest_shape, request_rescale, request_upgrade
-from recovery.loader import load_plan
-from recovery.plandoc import PlanDoc
-from recovery.replay import replay_subtask
-from recovery.rescale import Rescale, describe
-from recovery.status import as_json, job_status, plan_of, render, submission
-from recovery.upgrade import describe_upgrades
+from spillway.channels.acls import job_acls, kafka_acls_commands
+from spillway.channels.config import KafkaSettings, parse_client_settings, read_client_settings
+from spillway.channels.errors import ConfigError
+from spillway.channels.kafka.admin import Admin
+from spillway.channels.naming import job_id
+from spillway.recovery.control.globalckpt import read_completed, savepoint
+from spillway.recovery.control.liverescale import (
+    await_answer,
+    latest_shape,
+    request_rescale,
+    request_upgrade,
+)
+from spillway.recovery.control.upgrade import describe_upgrades
+from spillway.recovery.job.jobconf import parse_conf, recorded_conf
+from spillway.recovery.job.loader import load_plan
+from spillway.recovery.job.plandoc import PlanDoc
+from spillway.recovery.observe.events import last_submission
+from spillway.recovery.observe.heartbeat import LOST_AFTER_S
+from spillway.recovery.observe.status import as_json, job_status, plan_of, render, submission
+from spillway.recovery.replay import replay_subtask
+from spillway.recovery.restore.handover import describe_unmarked
+from spillway.recovery.restore.rescale import Rescale, describe
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 
@@ -54,14 +60,15 @@ def add_bootstrap(parser: argparse.ArgumentParser) -> None:
 
 
 def add_pipeline_conf(parser: argparse.ArgumentParser, *, env: bool) -> None:
-    """``--conf KEY=VALUE`` (and, with ``env``, ``--env NAME``): see :mod:`recovery.jobconf`."""
+    """``--conf KEY=VALUE`` (and, with ``env``, ``--env NAME``): see
+    :mod:`spillway.recovery.job.jobconf`."""
     parser.add_argument(
         "--conf",
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="pipeline setting, read by the pipeline with spark_jobs.pipeline.conf(KEY) on "
-        "the driver and in every task; repeatable",
+        help="pipeline setting, read by the pipeline with spillway.conf(KEY) on the driver and "
+        "in every task; repeatable",
     )
     if env:
         parser.add_argument(
@@ -286,24 +293,11 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m recovery``."""
-    import logging
-    import sys
+    """``python -m spillway.recovery``: ``replay`` and ``status`` without the rest of the CLI."""
+    from spillway.recovery.commands import run_command
 
-    from channels.config import scrub_logging, scrub_secrets
-    from channels.errors import SpillwayError
-
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    scrub_logging()
-    parser = argparse.ArgumentParser(prog="python -m recovery")
+    parser = argparse.ArgumentParser(prog="python -m spillway.recovery")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug details")
     sub = parser.add_subparsers(dest="command", required=True)
     add_parser(sub)
-    args = parser.parse_args(argv)
-    try:
-        code: int = args.run(args)
-        return code
-    except SpillwayError as e:
-        print(f"recovery: error: {scrub_secrets(str(e))}", file=sys.stderr)
-        return 2
+    return run_command(parser, argv)

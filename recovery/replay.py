@@ -10,20 +10,25 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
-from channels.config import KafkaSettings
-from channels.errors import ConfigError
-from channels.ids import SubtaskId, job_id, operator_name
-from recovery.events import last_submission, read_events
-from recovery.evolution import channel_history, recorded_topologies, with_earlier_schemas
-from recovery.jobconf import replay_conf
-from recovery.liverescale import latest_shape
-from recovery.loader import load_plan
-from recovery.ownership import keep_recorded_max_parallelism
-from recovery.plandoc import PlanDoc
-from recovery.rescale import Rescale, with_parallelism
-from recovery.runner import RunOptions, SubtaskResult, SubtaskRunner
+from spillway.channels.config import KafkaSettings
+from spillway.channels.errors import ConfigError
+from spillway.channels.ids import SubtaskId
+from spillway.channels.naming import job_id, operator_name
+from spillway.recovery.control.liverescale import latest_shape
+from spillway.recovery.job.evolution import (
+    channel_history,
+    recorded_topologies,
+    with_earlier_schemas,
+)
+from spillway.recovery.job.jobconf import replay_conf
+from spillway.recovery.job.loader import load_plan
+from spillway.recovery.job.plandoc import PlanDoc
+from spillway.recovery.observe.events import last_submission, read_events
+from spillway.recovery.restore.ownership import keep_recorded_max_parallelism
+from spillway.recovery.restore.rescale import Rescale, with_parallelism
+from spillway.recovery.runtime.runner import RunOptions, SubtaskResult, SubtaskRunner
 
-log = logging.getLogger("recovery.replay")
+log = logging.getLogger("spillway.recovery.replay")
 
 REPLAY_ATTEMPT = 1000  # marks manual replays in events and checkpoints
 
@@ -43,7 +48,7 @@ def replay_subtask(
     """Run ``job/operator[index]`` from its latest (or ``checkpoint``) to the end of its input.
 
     The plan is built with the pipeline settings the job was submitted with (``--conf``),
-    overridden by ``conf``; see :func:`recovery.jobconf.replay_conf`.
+    overridden by ``conf``; see :func:`spillway.recovery.job.jobconf.replay_conf`.
     """
     jid = job_id(job)
     ref = pipeline
@@ -73,7 +78,7 @@ def replay_subtask(
         known = {str(o.name) for o in plan.operators}
         widths = {o.name: o.parallelism for o in doc.operators if o.name in known}
         plan = with_parallelism(keep_recorded_max_parallelism(plan, doc), widths)
-        if submitted.get("rescale"):  # recovery/rescale.py: a rescaled subtask's handover
+        if submitted.get("rescale"):  # recovery/restore/rescale.py: a rescaled subtask's handover
             rescale = Rescale.from_json(submitted["rescale"], origin)
     try:
         op = plan.operator(operator)

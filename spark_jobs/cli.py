@@ -1,99 +1,227 @@
-"""The ``spillway`` command line.
-
-Every subcommand lives in its own module, which exposes::
-
-    def add_parser(subparsers: Subparsers) -> None
-
-That function adds the command's parser and sets ``run`` as a default: a function
-``(argparse.Namespace) -> int`` returning the exit code. To add a command, import its
-module here and list it in :data:`COMMANDS`.
-
-Exit codes: 0 success, 2 a :class:`~channels.errors.SpillwayError` or a usage error
-(message on stderr, no traceback), 130 interrupted; commands may define others.
-"""
+"""``spillway run MODULE:PIPELINE --job-id ID``: run a job on Spark through pyspark."""
 
 from __future__ import annotations
 
 import argparse
-import logging
+import json
+import os
 import sys
-from collections.abc import Callable, Sequence
-from typing import Protocol, TypeAlias
+from typing import Any
 
-from channels.config import scrub_logging, scrub_secrets
-from channels.errors import SpillwayError
-from devtools import clustercli, demo
-from devtools.localbroker import cli as broker_cli
-from recovery import cli as recovery_cli
-from spark_jobs import run_cli
-from spark_jobs.ui import cli as ui_cli
-
-Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
-
-EXIT_ERROR = 2
-EXIT_INTERRUPTED = 130
+from spillway.channels.config import CODECS, MAX_RECORD_BYTES
+from spillway.channels.errors import ConfigError
+from spillway.recovery.cli import add_bootstrap, add_pipeline_conf, client_settings
+from spillway.recovery.job.jobconf import forwarded_env, parse_conf, parse_env_names
 
 
-class Command(Protocol):
-    """A subcommand module."""
-
-    def add_parser(self, subparsers: Subparsers) -> None: ...
-
-
-COMMANDS: tuple[Command, ...] = (broker_cli, run_cli, recovery_cli, demo, clustercli, ui_cli)
-
-# Our own packages log at INFO (progress such as "resolving jars" or "broker ready");
-# third-party libraries only at WARNING, so the terminal stays readable.
-_OWN_LOGGERS = ("channels", "offsets", "recovery", "spark_jobs")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The full ``spillway`` argument parser with every command in :data:`COMMANDS`."""
-    parser = argparse.ArgumentParser(
-        prog="spillway",
-        description="Kafka-backed persistent channels for PySpark streaming pipelines.",
+def add_parser(subparsers: Any) -> None:
+    """Add ``run`` (also used by ``spark-submit spark_jobs/run.py``)."""
+    p = subparsers.add_parser("run", help="run a pipeline on Spark, one task per subtask")
+    p.add_argument("pipeline", help="MODULE:PIPELINE, e.g. spillway.examples.clicks:pipeline")
+    p.add_argument("--job-id", required=True, help="stays the same across restarts of the job")
+    p.add_argument(
+        "--master", default=None, help="Spark master (default: from spark-submit, else local[N,F])"
     )
+    p.add_argument("--task-attempts", type=int, default=4, help="attempts per subtask (F)")
+    p.add_argument(
+        "--checkpoint-interval", type=float, default=1.0, help="seconds between checkpoints"
+    )
+    _add_restart_options(p)
+    _add_checkpoint_options(p)
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        metavar="N",
+        help="serve Prometheus metrics of the run on http://HOST:N/metrics (driver)",
+    )
+    p.add_argument(
+        "--metrics-host", default="127.0.0.1", help="address the metrics endpoint binds to"
+    )
+    p.add_argument(
+        "--progress",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="progress line on stderr (auto: on; redrawn in place on a terminal, "
+        "a plain line every 10 s otherwise)",
+    )
+    p.add_argument("--replication-factor", type=int, default=1)
+    p.add_argument("--min-insync-replicas", type=int, default=1)
+    add_pipeline_conf(p, env=True)
+    add_bootstrap(p)
+    p.set_defaults(run=_run)
+
+
+def _add_restart_options(p: Any) -> None:
+    """Where a run starts: a rewind, a savepoint, other widths, changed code."""
+    p.add_argument(
+        "--from-checkpoint",
+        type=int,
+        default=None,
+        metavar="N",
+        help="rewind the whole (stopped) job to completed global checkpoint N first; "
+        "what the previous run did after N is ignored (see spillway checkpoints)",
+    )
+    p.add_argument(
+        "--from-savepoint",
+        default=None,
+        metavar="N|latest",
+        help="start the stopped job from a savepoint: completed global checkpoint N (rewound "
+        "to first, as --from-checkpoint), or 'latest' (every subtask's latest checkpoint); "
+        "with --parallelism, operators whose width changes are rescaled from it",
+    )
+    p.add_argument(
+        "--parallelism",
+        action="append",
+        default=[],
+        metavar="OP=N",
+        help="run operator OP with N subtasks instead of the pipeline's width (repeatable); "
+        "on a stopped job whose last run had another width, OP is rescaled",
+    )
+    p.add_argument(
+        "--allow-dropped-state",
+        action="store_true",
+        help="restart with changed code even if it drops state: a removed stateful "
+        "operator, one made stateless, a removed channel (see README, Rescaling)",
+    )
+
+
+def _add_checkpoint_options(p: Any) -> None:
+    """Bad records, checkpoints, guarantees and the channels' encoding and limits."""
+    p.add_argument(
+        "--dead-letter",
+        action="store_true",
+        help="divert bad records to spillway.<job>.dlq instead of stopping the job",
+    )
+    p.add_argument(
+        "--checkpoint-mode",
+        choices=("interval", "unaligned", "aligned"),
+        default="interval",
+        help="unaligned / aligned: also take numbered global checkpoints (barriers in-band)",
+    )
+    p.add_argument(
+        "--guarantee",
+        choices=("exactly-once", "at-least-once"),
+        default="exactly-once",
+        help="at-least-once: outputs without transactions (faster; a restart repeats outputs "
+        "sent after the last checkpoint downstream, nothing is lost)",
+    )
+    p.add_argument(
+        "--channel-codec",
+        choices=CODECS,
+        default="arrow",
+        help="encoding of channel batches: arrow = Arrow IPC where a channel's schema is flat "
+        "(primitive fields), Avro elsewhere; avro = Avro everywhere. Readers take both",
+    )
+    p.add_argument(
+        "--max-record-bytes",
+        type=int,
+        default=MAX_RECORD_BYTES,
+        help="largest record a channel carries, encoded (a record larger than one message "
+        "is split over several; at most and by default 64 MiB); a larger one stops the job",
+    )
+    p.add_argument(
+        "--transaction-timeout-ms",
+        type=int,
+        default=60_000,
+        help="transaction.timeout.ms of every subtask's producer (<= the broker's "
+        "transaction.max.timeout.ms); a subtask stalled longer is aborted by the broker",
+    )
+    p.add_argument(
+        "--global-interval", type=float, default=2.0, help="seconds between global checkpoints"
+    )
+
+
+def _run(args: argparse.Namespace) -> int:
+    from spillway.spark_jobs.spark.driver import run_on_spark, subtask_count
+    from spillway.spark_jobs.spark.jobconfig import JobConfig
+
+    # As `python -m` and uvicorn's --app-dir do: a pipeline module in the current directory
+    # (a checkout's chaos/ or tests/, a user's project) imports with the installed command,
+    # on the driver and, through spark.executorEnv.PYTHONPATH, in every task.
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    if args.task_attempts < 1:
+        raise ConfigError(f"--task-attempts must be >= 1, got {args.task_attempts}")
+    conf = parse_conf(args.conf)
+    forward_env = parse_env_names(args.env)
+    forwarded_env(forward_env)  # each must be set here, before anything starts
+    client = client_settings(args)
+    master = args.master
+    if (
+        master is None
+        and "SPARK_ENV_LOADED" not in os.environ
+        and not os.environ.get("SPILLWAY_SPARK_SUBMIT")
+    ):
+        n = subtask_count(args.pipeline, args.job_id, conf, parse_parallelism(args.parallelism))
+        master = f"local[{n},{args.task_attempts}]"
+    config = JobConfig(
+        pipeline=args.pipeline,
+        job_id=args.job_id,
+        bootstrap=args.bootstrap,
+        master=master,
+        task_attempts=args.task_attempts,
+        checkpoint_interval_s=args.checkpoint_interval,
+        replication_factor=args.replication_factor,
+        min_insync_replicas=args.min_insync_replicas,
+        client=client,
+        dead_letter=args.dead_letter,
+        checkpoint_mode=args.checkpoint_mode,
+        global_interval_s=args.global_interval,
+        guarantee=args.guarantee,
+        transaction_timeout_ms=args.transaction_timeout_ms,
+        channel_codec=args.channel_codec,
+        max_record_bytes=args.max_record_bytes,
+        conf=conf,
+        forward_env=forward_env,
+        metrics_port=args.metrics_port,
+        metrics_host=args.metrics_host,
+        progress=args.progress != "off",
+        parallelism=parse_parallelism(args.parallelism),
+        allow_dropped_state=args.allow_dropped_state,
+    )
+    results = run_on_spark(config, rewind_to=_rewind_to(args))
+    for r in results:
+        print(json.dumps(r.__dict__))
+    failed = [r for r in results if r.status not in ("finished", "skipped", "stopped", "fenced")]
+    return 1 if failed else 0
+
+
+def parse_parallelism(values: list[str]) -> dict[str, int]:
+    """``["OP=N", ...]`` as ``{OP: N}``; :class:`ConfigError` naming a malformed one."""
+    out: dict[str, int] = {}
+    for v in values:
+        name, sep, n = v.partition("=")
+        if not sep or not name or not n.strip().isdigit() or int(n) < 1:
+            raise ConfigError(f"--parallelism {v!r}: expected OP=N with N >= 1, e.g. count=4")
+        if name in out:
+            raise ConfigError(f"--parallelism names operator {name!r} twice")
+        out[name] = int(n)
+    return out
+
+
+def _rewind_to(args: argparse.Namespace) -> int | None:
+    """The global checkpoint to rewind to first (--from-checkpoint or --from-savepoint N)."""
+    savepoint = args.from_savepoint
+    if savepoint is None or savepoint == "latest":
+        return args.from_checkpoint  # type: ignore[no-any-return]
+    if args.from_checkpoint is not None:
+        raise ConfigError("give --from-savepoint or --from-checkpoint, not both")
+    if not savepoint.isdigit():
+        raise ConfigError(
+            f"--from-savepoint {savepoint!r}: expected a completed global checkpoint number "
+            "(spillway checkpoints --job ID lists them) or 'latest'"
+        )
+    return int(savepoint)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``spark-submit spark_jobs/run.py ...``: ``spillway run`` alone, same options and output."""
+    from spillway.recovery.commands import run_command
+
+    # prog "spillway": its errors read as those of `spillway run`, which it is.
+    parser = argparse.ArgumentParser(prog="spillway")
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug details")
-    subparsers = parser.add_subparsers(title="commands", dest="command", metavar="COMMAND")
-    subparsers.required = True
-    for command in COMMANDS:
-        command.add_parser(subparsers)
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``spillway`` with ``argv`` (default: ``sys.argv[1:]``) and return the exit code."""
-    parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:  # argparse exits on --help and on usage errors
-        return exc.code if isinstance(exc.code, int) else EXIT_ERROR
-    _configure_logging(verbose=args.verbose)
-    run: Callable[[argparse.Namespace], int] = args.run
-    try:
-        return run(args)
-    except SpillwayError as exc:
-        # Scrubbed: a secret must not reach the terminal even if it slipped into a message.
-        print(f"spillway: error: {scrub_secrets(str(exc))}", file=sys.stderr)
-        return EXIT_ERROR
-    except KeyboardInterrupt:
-        print("spillway: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
-
-
-def _configure_logging(*, verbose: bool) -> None:
-    # basicConfig does nothing if the root logger is already configured (e.g. when
-    # main() is called from a test or an application), which is what we want.
-    logging.basicConfig(
-        level=logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        datefmt="%H:%M:%S",
-        stream=sys.stderr,
-    )
-    for name in _OWN_LOGGERS:
-        logging.getLogger(name).setLevel(logging.DEBUG if verbose else logging.INFO)
-    scrub_logging()
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_parser(sub)
+    return run_command(parser, ["run", *(sys.argv[1:] if argv is None else argv)])

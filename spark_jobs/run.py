@@ -8,6 +8,6 @@ from __future__ import annotations
 import sys
 
 if __name__ == "__main__":
-    from spark_jobs.cli import main
+    from spillway.spark_jobs.cli import main
 
-    sys.exit(main(["run", *sys.argv[1:]]))
+    sys.exit(main(sys.argv[1:]))

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from importlib import metadata as _metadata
 
-from channels.errors import (
+from spillway.channels.errors import (
     ConfigError,
     JobAbortedError,
     PipelineDefinitionError,
@@ -25,14 +25,14 @@ from channels.errors import (
     SchemaMismatchError,
     SpillwayError,
 )
-from spark_jobs.coprocess import ConnectedKeyedStreams, ConnectedStreams
-from spark_jobs.deltasink import DeltaTableSink
-from spark_jobs.parquetsink import ParquetFileSink
-from spark_jobs.pipeline import KeyedStream, Pipeline, Stream, conf, connect, union
-from spark_jobs.schemas import avro_schema
-from spark_jobs.sinks import ConsoleSink, JsonlFileSink, KafkaTopicSink
-from spark_jobs.sources import FileSource, GeneratorSource, KafkaTopicSource
-from spark_jobs.watermarks import Watermarks
+from spillway.spark_jobs.api.coprocess import ConnectedKeyedStreams, ConnectedStreams
+from spillway.spark_jobs.api.pipeline import KeyedStream, Pipeline, Stream, conf, connect, union
+from spillway.spark_jobs.connectors.deltasink import DeltaTableSink
+from spillway.spark_jobs.connectors.parquetsink import ParquetFileSink
+from spillway.spark_jobs.connectors.sinks import ConsoleSink, JsonlFileSink, KafkaTopicSink
+from spillway.spark_jobs.connectors.sources import FileSource, GeneratorSource, KafkaTopicSource
+from spillway.spark_jobs.records.schemas import avro_schema
+from spillway.spark_jobs.records.watermarks import Watermarks
 
 __all__ = [
     "ConfigError",
@@ -69,7 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Imported when called: the CLI reaches the dev tools (local broker and cluster, the
     # demo and its example pipeline, which imports this package), which a pipeline that
     # only builds a plan does not need.
-    from spark_jobs.cli import main as cli_main
+    from spillway.cli import main as cli_main
 
     return cli_main(argv)
 

@@ -2,6 +2,6 @@
 
 import sys
 
-from spark_jobs.cli import main
+from spillway.cli import main
 
 sys.exit(main())

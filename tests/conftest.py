@@ -4,7 +4,7 @@
 
 1. ``$SPILLWAY_BOOTSTRAP`` (a broker someone else runs; it must answer),
 2. a testcontainers ``KafkaContainer`` when a Docker engine answers,
-3. a :class:`~devtools.localbroker.LocalBroker` in a fresh temporary directory on
+3. a :class:`~spillway.devtools.localbroker.LocalBroker` in a fresh temporary directory on
    free ports, stopped (by its PID) when the session ends.
 
 If none can be had the fixture raises, so every test that needs a broker fails.
@@ -24,8 +24,8 @@ import pytest
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from channels.errors import BrokerUnavailableError
-from devtools.localbroker import BrokerConfig, LocalBroker
+from spillway.channels.errors import BrokerUnavailableError
+from spillway.devtools.localbroker import BrokerConfig, LocalBroker
 
 log = logging.getLogger(__name__)
 

@@ -20,16 +20,16 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # not re-expo
     OffsetSpec,
 )
 
-from channels.config import KafkaSettings
-from channels.errors import (
+from spillway.channels.config import KafkaSettings
+from spillway.channels.errors import (
     AuthenticationError,
     AuthorizationError,
     BrokerUnavailableError,
     TopologyMismatchError,
 )
-from channels.ids import JobId, TopicPartition
-from channels.kafka.retry import retrying
-from channels.naming import job_topic_prefix
+from spillway.channels.ids import JobId, TopicPartition
+from spillway.channels.kafka.retry import retrying
+from spillway.channels.naming import job_topic_prefix
 
 log = logging.getLogger("spillway.admin")
 

@@ -9,10 +9,10 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message
 from confluent_kafka import TopicPartition as CkTopicPartition
 
-from channels.config import KafkaSettings
-from channels.errors import RetentionGapError, SpillwayError
-from channels.ids import Offset, TopicPartition
-from channels.kafka.retry import retrying
+from spillway.channels.config import KafkaSettings
+from spillway.channels.errors import RetentionGapError, SpillwayError
+from spillway.channels.ids import Offset, TopicPartition
+from spillway.channels.kafka.retry import retrying
 
 log = logging.getLogger("spillway.consumer")
 

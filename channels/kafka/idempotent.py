@@ -2,13 +2,13 @@
 
 Every message is visible as soon as the broker has it. Idempotence still keeps
 broker-side retries from writing a message twice; what repeats under at-least-once is
-what a restarted subtask re-sends after its last checkpoint (recovery.collector).
+what a restarted subtask re-sends after its last checkpoint (spillway.recovery.runtime.collector).
 """
 
 from __future__ import annotations
 
-from channels.config import KafkaSettings
-from channels.kafka.producerbase import ProducerBase
+from spillway.channels.config import KafkaSettings
+from spillway.channels.kafka.producerbase import ProducerBase
 
 
 class IdempotentProducer(ProducerBase):

@@ -27,16 +27,16 @@ from typing import Any, TypeVar
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka import TopicPartition as CkTopicPartition
 
-from channels.config import KafkaSettings
-from channels.errors import (
+from spillway.channels.config import KafkaSettings
+from spillway.channels.errors import (
     BrokerUnavailableError,
     ProducerFencedError,
     TransactionAbortedError,
 )
-from channels.ids import Offset, TopicPartition
-from channels.kafka.producerbase import ProducerBase
-from channels.kafka.producerbase import pending_kafka_exception as pending_kafka_exception
-from channels.kafka.retry import is_fenced, kafka_error, retrying
+from spillway.channels.ids import Offset, TopicPartition
+from spillway.channels.kafka.producerbase import ProducerBase
+from spillway.channels.kafka.producerbase import pending_kafka_exception as pending_kafka_exception
+from spillway.channels.kafka.retry import is_fenced, kafka_error, retrying
 
 log = logging.getLogger("spillway.producer")
 

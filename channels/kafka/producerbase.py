@@ -1,9 +1,9 @@
 """What every Spillway producer shares: produce with back-pressure, delivery tracking,
 acknowledged offsets, and Spillway's error policy for what the broker reports.
 
-:class:`channels.kafka.producer.TransactionalProducer` adds transactions (the subtask's
-producer); :class:`channels.kafka.idempotent.IdempotentProducer` is this alone (outputs of
-the at-least-once guarantee). Error policy: see channels.kafka.producer.
+:class:`spillway.channels.kafka.producer.TransactionalProducer` adds transactions (the subtask's
+producer); :class:`spillway.channels.kafka.idempotent.IdempotentProducer` is this alone (outputs of
+the at-least-once guarantee). Error policy: see spillway.channels.kafka.producer.
 """
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
-from channels.errors import (
+from spillway.channels.errors import (
     ProducerFencedError,
     RecordTooLargeError,
     SpillwayError,
     TransactionAbortedError,
 )
-from channels.ids import Offset, TopicPartition
-from channels.kafka.retry import is_fenced, kafka_error
+from spillway.channels.ids import Offset, TopicPartition
+from spillway.channels.kafka.retry import is_fenced, kafka_error
 
 log = logging.getLogger("spillway.producer")
 # The broker refused the message for its size: the same message fails on every retry.

@@ -42,7 +42,7 @@ COPY src /opt/spillway
 RUN --mount=type=bind,source=package,target=/mnt/package \
     set -eux; \
     /opt/spillway-venv/bin/pip install --no-cache-dir --no-index --no-deps /mnt/package/*.whl; \
-    /opt/spillway-venv/bin/python -c "import spark_jobs.cli, channels, offsets, recovery"; \
+    /opt/spillway-venv/bin/python -c "import spillway.cli, spillway.channels, spillway.recovery"; \
     mkdir -p /data/out; \
     chown 185:185 /data/out
 

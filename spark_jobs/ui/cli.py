@@ -8,13 +8,13 @@ import sys
 import threading
 from typing import Any
 
-from channels.errors import ConfigError
-from channels.ids import job_id
-from recovery.cli import add_bootstrap, kafka_settings
-from recovery.jobview import JobView
-from recovery.status import plan_of, submission
-from spark_jobs.ui.feed import UiFeed
-from spark_jobs.ui.server import HOST, make_server
+from spillway.channels.errors import ConfigError
+from spillway.channels.naming import job_id
+from spillway.recovery.cli import add_bootstrap, kafka_settings
+from spillway.recovery.observe.jobview import JobView
+from spillway.recovery.observe.status import plan_of, submission
+from spillway.spark_jobs.ui.feed import UiFeed
+from spillway.spark_jobs.ui.server import HOST, make_server
 
 DEFAULT_PORT = 8650
 

@@ -1,4 +1,5 @@
-"""Tails a job's topics into a :class:`recovery.jobview.JobView` (a background thread).
+"""Tails a job's topics into a :class:`spillway.recovery.observe.jobview.JobView` (a background
+thread).
 
 What ``spillway status`` reads, but followed instead of read once: the event log from the
 start, the newest heartbeats (the tail status reads) and then every new one, the
@@ -16,18 +17,18 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from channels.config import KafkaSettings
-from channels.errors import CheckpointFormatError, RetentionGapError
-from channels.ids import JobId, Offset, TopicPartition
-from channels.kafka.admin import Admin
-from channels.kafka.consumer import AssignedConsumer
-from offsets.checkpoint import Checkpoint
-from recovery.events import events_topic
-from recovery.globalckpt import checkpoints_topic
-from recovery.heartbeat import TAIL_PER_SUBTASK, heartbeats_topic
-from recovery.jobview import JobView
+from spillway.channels.config import KafkaSettings
+from spillway.channels.errors import CheckpointFormatError, RetentionGapError
+from spillway.channels.ids import JobId, Offset, TopicPartition
+from spillway.channels.kafka.admin import Admin
+from spillway.channels.kafka.consumer import AssignedConsumer
+from spillway.offsets.checkpoint import Checkpoint
+from spillway.recovery.control.globalckpt import checkpoints_topic
+from spillway.recovery.observe.events import events_topic
+from spillway.recovery.observe.heartbeat import TAIL_PER_SUBTASK, heartbeats_topic
+from spillway.recovery.observe.jobview import JobView
 
-log = logging.getLogger("spark_jobs.ui")
+log = logging.getLogger("spillway.spark_jobs.ui")
 
 
 class UiFeed:

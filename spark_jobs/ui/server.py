@@ -14,14 +14,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib.resources import files
 from typing import Any
 
-from channels.errors import ConfigError
+from spillway.channels.errors import ConfigError
 
 HOST = "127.0.0.1"
 
 
 def page() -> bytes:
     """The page (``page.html`` next to this module)."""
-    return files("spark_jobs.ui").joinpath("page.html").read_bytes()
+    return files("spillway.spark_jobs.ui").joinpath("page.html").read_bytes()
 
 
 def make_server(

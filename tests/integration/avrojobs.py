@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from spark_jobs.batchagg import Agg
-from spark_jobs.pipeline import Pipeline, Stream
+from spillway.spark_jobs.api.pipeline import Pipeline, Stream
+from spillway.spark_jobs.operators.batchagg import Agg
 from tests.integration.pipelines import ORDER, taxed, taxed_batch
 
 TOTAL = {

@@ -15,8 +15,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spark_jobs.batchagg import Agg
-from spark_jobs.pipeline import Pipeline
+from spillway.spark_jobs.api.pipeline import Pipeline
+from spillway.spark_jobs.operators.batchagg import Agg
 
 EVENT = {
     "type": "record",

@@ -9,8 +9,8 @@ from typing import Any
 from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as CkTopicPartition
 
-from channels.ids import JobId
-from recovery.deadletter import dead_letter_topic
+from spillway.channels.ids import JobId
+from spillway.recovery.runtime.deadletter import dead_letter_topic
 
 
 def read_dlq(bootstrap: str, job: str, timeout_s: float = 60.0) -> list[dict[str, Any]]:

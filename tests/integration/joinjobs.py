@@ -13,8 +13,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from spark_jobs.pipeline import Pipeline, connect
-from spark_jobs.watermarks import Watermarks
+from spillway.spark_jobs.api.pipeline import Pipeline, connect
+from spillway.spark_jobs.records.watermarks import Watermarks
 
 KEYS = 8
 JITTER_MS = 300

@@ -12,9 +12,9 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-from spark_jobs.pipeline import Pipeline
-from spark_jobs.process import ProcessContext
-from spark_jobs.watermarks import Watermarks
+from spillway.spark_jobs.api.pipeline import Pipeline
+from spillway.spark_jobs.operators.process import ProcessContext
+from spillway.spark_jobs.records.watermarks import Watermarks
 
 BOUND_MS = 2000  # max out-of-orderness
 SIZE_MS, HOP_MS = 2000, 1000  # hopping windows

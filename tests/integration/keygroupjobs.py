@@ -12,17 +12,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from channels.config import KafkaSettings
-from channels.ids import JobId, OperatorName
-from offsets.checkpoint import Checkpoint
-from offsets.store import CheckpointStore
-from recovery.events import last_submission, read_events, record_job_event
-from recovery.options import SubtaskResult
-from spark_jobs.pipeline import Pipeline
+from spillway.channels.config import KafkaSettings
+from spillway.channels.ids import JobId, OperatorName
+from spillway.offsets.checkpoint import Checkpoint
+from spillway.offsets.store import CheckpointStore
+from spillway.recovery.observe.events import last_submission, read_events, record_job_event
+from spillway.recovery.runtime.options import SubtaskResult
+from spillway.spark_jobs.api.pipeline import Pipeline
 
 if TYPE_CHECKING:  # the driver is not imported where tasks import the pipelines above
-    from spark_jobs.driver import JobConfig
-    from spark_jobs.opruns import OperatorRuns
+    from spillway.spark_jobs.spark.jobconfig import JobConfig
+    from spillway.spark_jobs.spark.opruns import OperatorRuns
 
 KEYS = 101  # keys k0..k100: every one of the 16 key groups holds some
 MAX_PARALLELISM = 16
@@ -179,7 +179,7 @@ def run_stopped(
 ) -> list[SubtaskResult]:
     """Run ``config``'s job on Spark; once ``stop_when`` holds, stop it as SIGTERM to
     `spillway run` does: every subtask checkpoints and stops (None: run to the end)."""
-    from spark_jobs.driver import run_on_spark
+    from spillway.spark_jobs.spark.driver import run_on_spark
 
     errors: list[BaseException] = []
     settings, job = config.settings(), JobId(config.job_id)
@@ -209,7 +209,7 @@ def run_operated(config: JobConfig, operate: Callable[[], None]) -> list[Subtask
     """Run ``config``'s job on Spark with ``operate`` called in a thread of its own once
     its operators run (a test's ``spillway rescale`` and the like); what ``operate``
     raised fails the caller once the job has ended."""
-    from spark_jobs.driver import run_on_spark
+    from spillway.spark_jobs.spark.driver import run_on_spark
 
     errors: list[BaseException] = []
 

@@ -18,9 +18,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from spark_jobs.pipeline import Pipeline, connect, union
-from spark_jobs.process import ProcessContext
-from spark_jobs.watermarks import Watermarks
+from spillway.spark_jobs.api.pipeline import Pipeline, connect, union
+from spillway.spark_jobs.operators.process import ProcessContext
+from spillway.spark_jobs.records.watermarks import Watermarks
 
 KEYS = 40
 UNPRICED = 3  # the last keys get no price

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from spark_jobs.pipeline import Pipeline, Stream, conf
+from spillway.spark_jobs.api.pipeline import Pipeline, Stream, conf
 
 ORDER = {
     "type": "record",

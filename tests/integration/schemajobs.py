@@ -16,10 +16,10 @@ from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
-from channels.config import KafkaSettings
-from channels.envelope import Decoders, Kind, read_header, writer_of
-from channels.schemaid import schema_id, schema_id_of
-from spark_jobs.pipeline import Pipeline
+from spillway.channels.config import KafkaSettings
+from spillway.channels.wire.envelope import Decoders, Kind, read_header, writer_of
+from spillway.channels.wire.schemaid import schema_id, schema_id_of
+from spillway.spark_jobs.api.pipeline import Pipeline
 
 KEYS = 37
 GROUPS = 8  # key groups: partitions of channel events -> count

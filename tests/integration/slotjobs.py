@@ -6,11 +6,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from channels.config import KafkaSettings
-from channels.ids import JobId, OperatorName
-from offsets.checkpoint import Checkpoint
-from offsets.store import CheckpointStore
-from spark_jobs.pipeline import Pipeline
+from spillway.channels.config import KafkaSettings
+from spillway.channels.ids import JobId, OperatorName
+from spillway.offsets.checkpoint import Checkpoint
+from spillway.offsets.store import CheckpointStore
+from spillway.spark_jobs.api.pipeline import Pipeline
 from tests.integration.keygroupjobs import COUNT, EVENT, add, make_event, reference
 
 

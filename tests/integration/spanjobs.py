@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from spark_jobs.pipeline import Pipeline
+from spillway.spark_jobs.api.pipeline import Pipeline
 
 BIG_BYTES = 5 * 1024 * 1024
 EVERY = 300  # records i with i % EVERY in BIG_AT are big: one in 150 per generator subtask

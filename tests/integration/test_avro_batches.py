@@ -19,9 +19,10 @@ import fastavro
 import pytest
 from confluent_kafka import Producer
 
-from channels.config import KafkaSettings
-from channels.kafka.admin import Admin, TopicSpec
-from spark_jobs.driver import JobConfig, run_on_spark
+from spillway.channels.config import KafkaSettings
+from spillway.channels.kafka.admin import Admin, TopicSpec
+from spillway.spark_jobs.spark.driver import run_on_spark
+from spillway.spark_jobs.spark.jobconfig import JobConfig
 from tests.integration.deadletters import read_dlq
 from tests.integration.pipelines import ORDER, taxed
 

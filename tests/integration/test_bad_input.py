@@ -9,14 +9,15 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from channels.config import KafkaSettings
-from channels.envelope import Kind, headers, writer_key
-from channels.ids import JobId, OperatorName, TopicPartition
-from offsets.store import CheckpointStore
-from recovery.events import read_events
-from recovery.loader import load_plan
-from spark_jobs.driver import JobConfig, run_on_spark
-from spark_jobs.submit import prepare_topics
+from spillway.channels.config import KafkaSettings
+from spillway.channels.ids import JobId, OperatorName, TopicPartition
+from spillway.channels.wire.envelope import Kind, headers, writer_key
+from spillway.offsets.store import CheckpointStore
+from spillway.recovery.job.loader import load_plan
+from spillway.recovery.observe.events import read_events
+from spillway.spark_jobs.spark.driver import run_on_spark
+from spillway.spark_jobs.spark.jobconfig import JobConfig
+from spillway.spark_jobs.spark.submit import prepare_topics
 from tests.integration.deadletters import read_dlq
 from tests.integration.pipelines import make_event
 

@@ -15,10 +15,11 @@ import pytest
 from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as CkTopicPartition
 
-from channels import jsontext
-from channels.config import KafkaSettings
-from channels.kafka.admin import Admin, TopicSpec
-from spark_jobs.driver import JobConfig, run_on_spark
+from spillway.channels.config import KafkaSettings
+from spillway.channels.kafka.admin import Admin, TopicSpec
+from spillway.channels.wire import jsontext
+from spillway.spark_jobs.spark.driver import run_on_spark
+from spillway.spark_jobs.spark.jobconfig import JobConfig
 from tests.integration.batchpipelines import kept_rows, reference
 from tests.integration.deadletters import read_dlq
 

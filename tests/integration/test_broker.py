@@ -25,9 +25,9 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # not re-expo
     NewTopic,
 )
 
-from channels.errors import BrokerUnavailableError, ConfigError
-from devtools.localbroker import BrokerConfig, LocalBroker, StartResult, StopResult
-from spark_jobs.cli import main
+from spillway.channels.errors import BrokerUnavailableError, ConfigError
+from spillway.cli import main
+from spillway.devtools.localbroker import BrokerConfig, LocalBroker, StartResult, StopResult
 
 pytestmark = pytest.mark.broker
 
@@ -162,7 +162,7 @@ def test_second_start_is_a_noop_that_says_so(
     assert pid is not None
     caplog.clear()
 
-    with caplog.at_level("INFO", logger="devtools.localbroker"):
+    with caplog.at_level("INFO", logger="spillway.devtools.localbroker"):
         assert own_broker.start() is StartResult.ALREADY_RUNNING
         exit_code = main(["broker", "start", "--dir", str(own_broker.config.data_dir)])
 

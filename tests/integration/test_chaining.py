@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from channels.config import KafkaSettings
-from channels.ids import JobId
-from channels.keygroups import DEFAULT_MAX_PARALLELISM, key_group_range
-from recovery.events import read_events
-from spark_jobs.driver import JobConfig, run_on_spark
-from spark_jobs.examples import clicks
+from spillway.channels.config import KafkaSettings
+from spillway.channels.ids import JobId
+from spillway.channels.routing.keygroups import DEFAULT_MAX_PARALLELISM, key_group_range
+from spillway.examples import clicks
+from spillway.recovery.observe.events import read_events
+from spillway.spark_jobs.spark.driver import run_on_spark
+from spillway.spark_jobs.spark.jobconfig import JobConfig
 from tests.integration.conftest import RECORDS
 from tests.integration.pipelines import make_event, tag
 from tests.integration.test_spark_jobs import REF, read_output, starts

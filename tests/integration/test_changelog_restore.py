@@ -6,12 +6,12 @@ from typing import Any, cast
 
 import pytest
 
-from channels.config import KafkaSettings
-from channels.ids import Offset, TopicPartition
-from channels.kafka.admin import Admin, TopicSpec
-from channels.kafka.consumer import AssignedConsumer
-from channels.kafka.producer import TransactionalProducer
-from recovery.state import CHANGELOG_TOPIC_CONFIG, ChangelogState
+from spillway.channels.config import KafkaSettings
+from spillway.channels.ids import Offset, TopicPartition
+from spillway.channels.kafka.admin import Admin, TopicSpec
+from spillway.channels.kafka.consumer import AssignedConsumer
+from spillway.channels.kafka.producer import TransactionalProducer
+from spillway.recovery.restore.state import CHANGELOG_TOPIC_CONFIG, ChangelogState
 
 KEYS = 2500  # more than one consume batch (1000), and not a multiple of it
 

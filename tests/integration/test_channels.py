@@ -13,24 +13,24 @@ from typing import Any
 
 import pytest
 
-from channels.config import ChannelSettings, KafkaSettings
-from channels.envelope import Kind
-from channels.errors import (
+from spillway.channels.config import ChannelSettings, KafkaSettings
+from spillway.channels.errors import (
     ProducerFencedError,
     RecordTooLargeError,
     SchemaMismatchError,
     TopologyMismatchError,
 )
-from channels.ids import CheckpointId, JobId, OperatorName, SubtaskId, TopicPartition
-from channels.kafka.admin import Admin, TopicSpec
-from channels.kafka.consumer import AssignedConsumer
-from channels.kafka.producer import TransactionalProducer
-from channels.naming import channel_topic
-from channels.partitioners import KeyHash
-from channels.reader import ChannelReader, InputChannel, ReaderState
-from channels.writer import ChannelWriter, OutputChannel
-from offsets.checkpoint import Checkpoint
-from offsets.store import CheckpointStore, commit_checkpoint
+from spillway.channels.ids import CheckpointId, JobId, OperatorName, SubtaskId, TopicPartition
+from spillway.channels.kafka.admin import Admin, TopicSpec
+from spillway.channels.kafka.consumer import AssignedConsumer
+from spillway.channels.kafka.producer import TransactionalProducer
+from spillway.channels.naming import channel_topic
+from spillway.channels.reader import ChannelReader, InputChannel, ReaderState
+from spillway.channels.routing.partitioners import KeyHash
+from spillway.channels.wire.envelope import Kind
+from spillway.channels.writer import ChannelWriter, OutputChannel
+from spillway.offsets.checkpoint import Checkpoint
+from spillway.offsets.store import CheckpointStore, commit_checkpoint
 
 SCHEMA = {
     "type": "record",
@@ -193,7 +193,7 @@ _KILLED_WRITER = textwrap.dedent(
     import sys, time
     sys.path.insert(0, {root!r})
     from tests.integration.test_channels import writer_for
-    from channels.config import KafkaSettings
+    from spillway.channels.config import KafkaSettings
     settings = KafkaSettings({bootstrap!r})
     producer, writer = writer_for(settings, {job!r}, {topic!r}, 0)
     producer.begin()
@@ -345,7 +345,7 @@ def test_delivery_kinds(kafka_bootstrap: str, unique: str) -> None:
 def test_records_larger_than_a_message_span_parts_committed_together(
     kafka_bootstrap: str, unique: str, codec: str
 ) -> None:
-    """Records of 10-30 KB through 4 KiB messages (channels.spanning): a transaction
+    """Records of 10-30 KB through 4 KiB messages (spillway.channels.wire.spanning): a transaction
     aborted after some parts leaves nothing a reader sees, and a reader restarted from
     a position taken while it held part of a record neither loses nor repeats one."""
     settings = KafkaSettings(kafka_bootstrap)

@@ -1,6 +1,6 @@
 """The click-stream job on a local Spark standalone cluster: a master, two workers, a broker.
 
-The cluster (:class:`devtools.cluster.LocalCluster`) runs real processes on 127.0.0.1
+The cluster (:class:`spillway.devtools.cluster.LocalCluster`) runs real processes on 127.0.0.1
 from the pyspark installation, with its own :class:`LocalBroker`; the job's output must
 equal the batch reference exactly, and after ``stop`` no process of the cluster may be
 left: not the daemons, not the executors, not their Python workers.
@@ -18,14 +18,15 @@ from typing import Any
 
 import pytest
 
-from devtools.cluster import EXIT_NOT_RUNNING, LocalCluster, StopResult
-from spark_jobs.cli import main
-from spark_jobs.driver import JobConfig, run_on_spark
-from spark_jobs.examples import clicks
+from spillway.cli import main
+from spillway.devtools.cluster import EXIT_NOT_RUNNING, LocalCluster, StopResult
+from spillway.examples import clicks
+from spillway.spark_jobs.spark.driver import run_on_spark
+from spillway.spark_jobs.spark.jobconfig import JobConfig
 
 log = logging.getLogger(__name__)
 
-REF = "spark_jobs.examples.clicks:pipeline"
+REF = "spillway.examples.clicks:pipeline"
 RECORDS = 20_000
 
 

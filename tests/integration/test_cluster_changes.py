@@ -1,5 +1,5 @@
 """`spillway rescale`, `spillway upgrade` and a savepoint restart on a Spark standalone
-cluster (:class:`devtools.cluster.LocalCluster`: a master, two workers and a broker, all
+cluster (:class:`spillway.devtools.cluster.LocalCluster`: a master, two workers and a broker, all
 on 127.0.0.1), as issue 16 asks: "the commands work on local mode and on `spillway
 cluster`". One job (generate → map ``tag`` → keyed ``count`` → files, and ``tag`` → a
 ``rows`` file sink) goes through three changes:
@@ -35,15 +35,16 @@ from typing import Any
 
 import pytest
 
-from channels.config import KafkaSettings
-from channels.ids import JobId, OperatorName
-from devtools.cluster import LocalCluster
-from offsets.store import CheckpointStore
-from recovery.cli import main as recovery_main
-from recovery.events import last_submission, read_events, record_job_event
-from spark_jobs.cli import main as spillway_main
-from spark_jobs.driver import JobConfig, run_on_spark
-from spark_jobs.opruns import OperatorRuns
+from spillway.channels.config import KafkaSettings
+from spillway.channels.ids import JobId, OperatorName
+from spillway.cli import main as spillway_main
+from spillway.devtools.cluster import LocalCluster
+from spillway.offsets.store import CheckpointStore
+from spillway.recovery.cli import main as recovery_main
+from spillway.recovery.observe.events import last_submission, read_events, record_job_event
+from spillway.spark_jobs.spark.driver import run_on_spark
+from spillway.spark_jobs.spark.jobconfig import JobConfig
+from spillway.spark_jobs.spark.opruns import OperatorRuns
 from tests.integration.keygroupjobs import (
     first_starts,
     last_run_starts,
@@ -64,7 +65,7 @@ MODULE = "cluster_changes_pipeline"
 PIPELINE = """
 import os
 
-from spark_jobs.pipeline import Pipeline
+from spillway.spark_jobs.api.pipeline import Pipeline
 from tests.integration.keygroupjobs import COUNT, EVENT, add, make_event
 
 VERSION = "{version}"

@@ -25,12 +25,12 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from channels.config import KafkaSettings
-from channels.ids import JobId, OperatorName
-from channels.kafka.admin import Admin, TopicSpec
-from channels.partitioners import KeyHash
-from offsets.store import CheckpointStore
-from recovery.events import read_events
+from spillway.channels.config import KafkaSettings
+from spillway.channels.ids import JobId, OperatorName
+from spillway.channels.kafka.admin import Admin, TopicSpec
+from spillway.channels.routing.partitioners import KeyHash
+from spillway.offsets.store import CheckpointStore
+from spillway.recovery.observe.events import read_events
 from tests.integration.deadletters import read_dlq
 from tests.integration.windows import BOUND_MS, WINDOW_MS
 
@@ -44,7 +44,7 @@ ROUNDS_AFTER_FIRST_WINDOW = 200  # input keeps arriving this long after windows 
 
 def start_job(bootstrap: str, job: str, log: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
     """``spillway run`` in its own session, so SIGTERM reaches only the driver."""
-    cmd = [sys.executable, "-m", "spark_jobs.cli", "run", REF, "--job-id", job]
+    cmd = [sys.executable, "-m", "spillway.cli", "run", REF, "--job-id", job]
     cmd += ["--bootstrap", bootstrap, "--master", "local[7,2]", "--dead-letter"]
     with open(log, "wb") as out:
         return subprocess.Popen(
@@ -140,7 +140,8 @@ def reference(
 
 
 # "kafka"/"column": read_kafka(batches=True), its event time the Kafka timestamp or the
-# "ts" column; its watermarks are observed per batch and partition (spark_jobs.batchsources).
+# "ts" column; its watermarks are observed per batch and partition
+# (spillway.spark_jobs.connectors.batchsources).
 @pytest.mark.parametrize("batches", ["", "kafka", "column"])
 def test_windows_fire_on_an_unbounded_kafka_source_and_late_records_are_dead_lettered(
     kafka_bootstrap: str, unique: str, tmp_path: Path, batches: str

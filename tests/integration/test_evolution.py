@@ -14,13 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from channels.config import KafkaSettings
-from channels.errors import EvolutionError
-from channels.ids import JobId
-from offsets.checkpoint import fingerprint
-from recovery.events import last_submission, read_events, record_job_event
-from spark_jobs.driver import JobConfig, run_on_spark
-from spark_jobs.opruns import OperatorRuns
+from spillway.channels.config import KafkaSettings
+from spillway.channels.errors import EvolutionError
+from spillway.channels.ids import JobId
+from spillway.offsets.checkpoint import fingerprint
+from spillway.recovery.observe.events import last_submission, read_events, record_job_event
+from spillway.spark_jobs.spark.driver import run_on_spark
+from spillway.spark_jobs.spark.jobconfig import JobConfig
+from spillway.spark_jobs.spark.opruns import OperatorRuns
 from tests.integration.keygroupjobs import count_checkpoints, read_output, reference, wait_until
 
 OLD = "tests.integration.keygroupjobs:keyed_count"

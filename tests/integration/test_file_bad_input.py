@@ -17,11 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from channels.config import KafkaSettings
-from channels.ids import JobId, OperatorName
-from offsets.store import CheckpointStore
-from recovery.events import read_events
-from spark_jobs.driver import JobConfig, run_on_spark
+from spillway.channels.config import KafkaSettings
+from spillway.channels.ids import JobId, OperatorName
+from spillway.offsets.store import CheckpointStore
+from spillway.recovery.observe.events import read_events
+from spillway.spark_jobs.spark.driver import run_on_spark
+from spillway.spark_jobs.spark.jobconfig import JobConfig
 from tests.integration.test_bad_input import read_dlq
 
 REF = "tests.integration.pipelines:file_sums"

@@ -10,21 +10,22 @@ from pathlib import Path
 
 import pytest
 
-from channels.config import KafkaSettings
-from channels.envelope import Kind, decode_data, read_kind, writer_of
-from channels.ids import JobId, Offset, OperatorName, TopicPartition
-from channels.kafka.consumer import AssignedConsumer
-from offsets.checkpoint import Checkpoint
-from offsets.store import CheckpointStore
-from recovery.events import read_events
-from recovery.globalckpt import read_completed
-from recovery.loader import load_plan
-from spark_jobs.cli import main
-from spark_jobs.driver import JobConfig, run_on_spark
-from spark_jobs.examples import clicks
+from spillway.channels.config import KafkaSettings
+from spillway.channels.ids import JobId, Offset, OperatorName, TopicPartition
+from spillway.channels.kafka.consumer import AssignedConsumer
+from spillway.channels.wire.envelope import Kind, decode_data, read_kind, writer_of
+from spillway.cli import main
+from spillway.examples import clicks
+from spillway.offsets.checkpoint import Checkpoint
+from spillway.offsets.store import CheckpointStore
+from spillway.recovery.control.globalckpt import read_completed
+from spillway.recovery.job.loader import load_plan
+from spillway.recovery.observe.events import read_events
+from spillway.spark_jobs.spark.driver import run_on_spark
+from spillway.spark_jobs.spark.jobconfig import JobConfig
 from tests.integration.test_spark_jobs import read_output
 
-REF = "spark_jobs.examples.clicks:pipeline"
+REF = "spillway.examples.clicks:pipeline"
 RECORDS = 40_000
 
 
@@ -136,8 +137,8 @@ def test_global_checkpoints_are_consistent_and_exact_with_a_kill(
 def test_coordinator_death_does_not_stop_processing_and_numbering_resumes(
     kafka_bootstrap: str, unique: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from recovery.events import last_submission
-    from recovery.globalckpt import Coordinator, savepoint
+    from spillway.recovery.control.globalckpt import Coordinator, savepoint
+    from spillway.recovery.observe.events import last_submission
 
     paced_clicks(monkeypatch, tmp_path, RECORDS, seconds=25)
     monkeypatch.delenv("SPILLWAY_CRASH_AT", raising=False)

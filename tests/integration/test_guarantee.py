@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from spark_jobs.driver import JobConfig, run_on_spark
-from spark_jobs.examples import clicks
+from spillway.examples import clicks
+from spillway.spark_jobs.spark.driver import run_on_spark
+from spillway.spark_jobs.spark.jobconfig import JobConfig
 from tests.integration.test_spark_jobs import RECORDS, REF, read_output
 
 

@@ -24,11 +24,12 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from channels.config import KafkaSettings
-from channels.ids import JobId
-from channels.kafka.admin import Admin, TopicSpec
-from recovery.events import read_events
-from spark_jobs.driver import JobConfig, run_on_spark
+from spillway.channels.config import KafkaSettings
+from spillway.channels.ids import JobId
+from spillway.channels.kafka.admin import Admin, TopicSpec
+from spillway.recovery.observe.events import read_events
+from spillway.spark_jobs.spark.driver import run_on_spark
+from spillway.spark_jobs.spark.jobconfig import JobConfig
 from tests.integration.deadletters import read_dlq
 from tests.integration.joinjobs import LOWER, UPPER, left, pair, right, very_late
 
@@ -125,7 +126,7 @@ PHASES, PER_PHASE = 4, 400
 
 def start_job(bootstrap: str, job: str, log: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
     """``spillway run`` of the lookup pipeline in its own session (SIGTERM: the driver)."""
-    cmd = [sys.executable, "-m", "spark_jobs.cli", "run", "tests.integration.joinjobs:lookup"]
+    cmd = [sys.executable, "-m", "spillway.cli", "run", "tests.integration.joinjobs:lookup"]
     cmd += ["--job-id", job, "--bootstrap", bootstrap, "--master", "local[6,2]"]
     with open(log, "wb") as out:
         return subprocess.Popen(

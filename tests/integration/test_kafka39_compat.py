@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from channels.keygroups import DEFAULT_MAX_PARALLELISM, key_group_range
-from devtools.demo import run_demo
-from devtools.localbroker import BrokerConfig, LocalBroker
-from devtools.localbroker.process import command_line
+from spillway.channels.routing.keygroups import DEFAULT_MAX_PARALLELISM, key_group_range
+from spillway.devtools.demo import run_demo
+from spillway.devtools.localbroker import BrokerConfig, LocalBroker
+from spillway.devtools.localbroker.process import command_line
 
 KAFKA_39 = "3.9.1"
 

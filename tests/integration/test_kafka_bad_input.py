@@ -21,17 +21,23 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from channels.config import KafkaSettings
-from channels.errors import RecordTooLargeError
-from channels.ids import JobId, OperatorName, SubtaskId
-from channels.kafka.admin import Admin, TopicSpec
-from channels.kafka.producer import TransactionalProducer
-from channels.naming import job_topic_prefix
-from recovery.deadletter import MAX_MESSAGE_BYTES, PRODUCER_CONFIG, DeadLetters, dead_letter_topic
-from recovery.events import read_events
-from recovery.loader import load_plan
-from recovery.origins import TopicOffset
-from spark_jobs.driver import JobConfig, run_on_spark
+from spillway.channels.config import KafkaSettings
+from spillway.channels.errors import RecordTooLargeError
+from spillway.channels.ids import JobId, OperatorName, SubtaskId
+from spillway.channels.kafka.admin import Admin, TopicSpec
+from spillway.channels.kafka.producer import TransactionalProducer
+from spillway.channels.naming import job_topic_prefix
+from spillway.recovery.job.loader import load_plan
+from spillway.recovery.job.origins import TopicOffset
+from spillway.recovery.observe.events import read_events
+from spillway.recovery.runtime.deadletter import (
+    MAX_MESSAGE_BYTES,
+    PRODUCER_CONFIG,
+    DeadLetters,
+    dead_letter_topic,
+)
+from spillway.spark_jobs.spark.driver import run_on_spark
+from spillway.spark_jobs.spark.jobconfig import JobConfig
 from tests.integration.deadletters import read_dlq
 
 REF = "tests.integration.pipelines:kafka_sums"
@@ -193,7 +199,7 @@ def test_dead_letter_channel_takes_every_class_of_bad_kafka_value_with_its_origi
 def spillway(*argv: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """``spillway ARGV`` in a child process, capturing what it prints."""
     return subprocess.run(
-        [sys.executable, "-m", "spark_jobs.cli", *argv],
+        [sys.executable, "-m", "spillway.cli", *argv],
         env={**os.environ, **env},
         capture_output=True,
         text=True,

@@ -10,10 +10,11 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as CkTopicPartition
 
-from channels.config import KafkaSettings
-from channels.kafka.admin import Admin, TopicSpec
-from recovery.events import read_events
-from spark_jobs.driver import JobConfig, run_on_spark
+from spillway.channels.config import KafkaSettings
+from spillway.channels.kafka.admin import Admin, TopicSpec
+from spillway.recovery.observe.events import read_events
+from spillway.spark_jobs.spark.driver import run_on_spark
+from spillway.spark_jobs.spark.jobconfig import JobConfig
 from tests.integration.pipelines import taxed
 
 ORDERS = 30_000

@@ -18,15 +18,16 @@ import pytest
 from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as CkTopicPartition
 
-from channels.config import KafkaSettings
-from channels.envelope import Decoders, Kind, read_header
-from channels.ids import JobId, OperatorName, TopicPartition
-from channels.kafka.admin import Admin
-from channels.keygroups import key_group, key_group_range
-from channels.naming import changelog_topic, channel_topic
-from offsets.store import CheckpointStore
-from recovery.events import read_events
-from spark_jobs.driver import JobConfig, run_on_spark
+from spillway.channels.config import KafkaSettings
+from spillway.channels.ids import JobId, OperatorName, TopicPartition
+from spillway.channels.kafka.admin import Admin
+from spillway.channels.naming import changelog_topic, channel_topic
+from spillway.channels.routing.keygroups import key_group, key_group_range
+from spillway.channels.wire.envelope import Decoders, Kind, read_header
+from spillway.offsets.store import CheckpointStore
+from spillway.recovery.observe.events import read_events
+from spillway.spark_jobs.spark.driver import run_on_spark
+from spillway.spark_jobs.spark.jobconfig import JobConfig
 from tests.integration.keygroupjobs import EVENT, MAX_PARALLELISM, read_output, reference
 
 REF = "tests.integration.keygroupjobs:key_totals"

@@ -27,11 +27,11 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from channels.config import KafkaSettings
-from channels.ids import JobId, OperatorName
-from channels.kafka.admin import Admin, TopicSpec
-from offsets.store import CheckpointStore
-from recovery.events import read_events
+from spillway.channels.config import KafkaSettings
+from spillway.channels.ids import JobId, OperatorName
+from spillway.channels.kafka.admin import Admin, TopicSpec
+from spillway.offsets.store import CheckpointStore
+from spillway.recovery.observe.events import read_events
 from tests.integration.deadletters import read_dlq
 from tests.integration.keyedops import BOUND_MS, GAP_MS, HOP_MS, LATENESS_MS, SIZE_MS
 
@@ -46,7 +46,7 @@ OPERATORS = ("hop", "sess", "proc")
 
 def start_job(bootstrap: str, job: str, log: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
     """``spillway run`` in its own session, so SIGTERM reaches only the driver."""
-    cmd = [sys.executable, "-m", "spark_jobs.cli", "run", REF, "--job-id", job]
+    cmd = [sys.executable, "-m", "spillway.cli", "run", REF, "--job-id", job]
     cmd += ["--bootstrap", bootstrap, "--master", "local[6,2]", "--dead-letter"]
     with open(log, "wb") as out:
         return subprocess.Popen(

@@ -14,12 +14,13 @@ from typing import Any
 
 import pytest
 
-from channels.config import KafkaSettings
-from channels.ids import JobId
-from recovery.cli import main as recovery_main
-from recovery.events import last_submission, read_events, record_job_event
-from spark_jobs.driver import JobConfig, run_on_spark
-from spark_jobs.opruns import OperatorRuns
+from spillway.channels.config import KafkaSettings
+from spillway.channels.ids import JobId
+from spillway.recovery.cli import main as recovery_main
+from spillway.recovery.observe.events import last_submission, read_events, record_job_event
+from spillway.spark_jobs.spark.driver import run_on_spark
+from spillway.spark_jobs.spark.jobconfig import JobConfig
+from spillway.spark_jobs.spark.opruns import OperatorRuns
 from tests.integration.keygroupjobs import (
     count_checkpoints,
     last_run_starts,

@@ -21,20 +21,21 @@ from typing import Any
 
 import pytest
 
-from channels.config import KafkaSettings
-from channels.ids import JobId, OperatorName
-from offsets.store import CheckpointStore
-from recovery.cli import main as recovery_main
-from recovery.events import read_events
-from spark_jobs.driver import JobConfig, run_on_spark
-from spark_jobs.opruns import OperatorRuns
+from spillway.channels.config import KafkaSettings
+from spillway.channels.ids import JobId, OperatorName
+from spillway.offsets.store import CheckpointStore
+from spillway.recovery.cli import main as recovery_main
+from spillway.recovery.observe.events import read_events
+from spillway.spark_jobs.spark.driver import run_on_spark
+from spillway.spark_jobs.spark.jobconfig import JobConfig
+from spillway.spark_jobs.spark.opruns import OperatorRuns
 from tests.integration.keygroupjobs import last_run_starts, wait_until
 
 RECORDS = 4000
 MODULE = "upgradable_pipeline"
 PIPELINE = """
 import os
-from spark_jobs.pipeline import Pipeline
+from spillway.spark_jobs.api.pipeline import Pipeline
 
 VERSION = "{version}"
 EVENT = {{"type": "record", "name": "Event", "fields": [{{"name": "seq", "type": "long"}}]}}

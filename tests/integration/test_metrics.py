@@ -25,11 +25,11 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from channels.keygroups import DEFAULT_MAX_PARALLELISM
-from spark_jobs.examples import clicks
+from spillway.channels.routing.keygroups import DEFAULT_MAX_PARALLELISM
+from spillway.examples import clicks
 from tests.integration.conftest import RECORDS
 
-REF = "spark_jobs.examples.clicks:pipeline"
+REF = "spillway.examples.clicks:pipeline"
 SUBTASKS = [f"{op}[{i}]" for op in ("clicks", "enrich", "count", "out") for i in range(2)]
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -81,7 +81,7 @@ def test_metrics_show_the_restart_and_the_replay_of_a_killed_subtask(
 ) -> None:
     port = free_port()
     log = tmp_path / "driver.log"
-    cmd = [sys.executable, "-m", "spark_jobs.cli", "run", REF, "--job-id", unique]
+    cmd = [sys.executable, "-m", "spillway.cli", "run", REF, "--job-id", unique]
     cmd += ["--bootstrap", kafka_bootstrap, "--master", "local[8,2]", "--metrics-port", str(port)]
     env = {
         **os.environ,
@@ -138,7 +138,7 @@ def test_metrics_show_global_checkpoint_durations_as_the_coordinator_logs_them(
 ) -> None:
     port = free_port()
     log = tmp_path / "driver.log"
-    cmd = [sys.executable, "-m", "spark_jobs.cli", "run", REF, "--job-id", unique]
+    cmd = [sys.executable, "-m", "spillway.cli", "run", REF, "--job-id", unique]
     cmd += ["--bootstrap", kafka_bootstrap, "--master", "local[8,2]", "--metrics-port", str(port)]
     cmd += ["--checkpoint-mode", "unaligned", "--global-interval", "1"]
     env = {**os.environ, "CLICKS_RATE": str(RECORDS / 2 / 12)}

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from spark_jobs.driver import JobConfig, run_on_spark
+from spillway.spark_jobs.spark.driver import run_on_spark
+from spillway.spark_jobs.spark.jobconfig import JobConfig
 from tests.integration.multiinput import (
     KEYS,
     UNPRICED,

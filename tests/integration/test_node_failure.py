@@ -1,6 +1,6 @@
 """A node failure mid-job: SIGKILL one Spark worker's whole process tree while the job runs.
 
-A :class:`~devtools.cluster.LocalCluster` with two workers runs the click-stream job
+A :class:`~spillway.devtools.cluster.LocalCluster` with two workers runs the click-stream job
 (8 subtasks, each a long-running Spark task). Each worker has 8 cores and the master grants
 the application 8 (``app_cores``), spread 4 and 4: both workers hold 4 subtasks, and each
 keeps 4 cores free, where the master starts a replacement executor when the other worker
@@ -29,20 +29,21 @@ from typing import Any
 
 import pytest
 
-from channels.config import KafkaSettings
-from channels.ids import JobId, OperatorName
-from channels.keygroups import DEFAULT_MAX_PARALLELISM, key_group_range
-from devtools.cluster import LocalCluster, StopResult
-from offsets.store import CheckpointStore
-from recovery.events import read_events
-from recovery.runner import SubtaskResult
-from spark_jobs.driver import JobConfig, run_on_spark
-from spark_jobs.examples import clicks
+from spillway.channels.config import KafkaSettings
+from spillway.channels.ids import JobId, OperatorName
+from spillway.channels.routing.keygroups import DEFAULT_MAX_PARALLELISM, key_group_range
+from spillway.devtools.cluster import LocalCluster, StopResult
+from spillway.examples import clicks
+from spillway.offsets.store import CheckpointStore
+from spillway.recovery.observe.events import read_events
+from spillway.recovery.runtime.runner import SubtaskResult
+from spillway.spark_jobs.spark.driver import run_on_spark
+from spillway.spark_jobs.spark.jobconfig import JobConfig
 from tests.integration.test_cluster import leftovers, live_processes, read_output
 
 log = logging.getLogger(__name__)
 
-REF = "spark_jobs.examples.clicks:pipeline"
+REF = "spillway.examples.clicks:pipeline"
 RECORDS = 60_000
 PARALLELISM = 2
 EMIT_S = 20.0  # the sources are paced to emit for about this long: the kill lands mid-stream

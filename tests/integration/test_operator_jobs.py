@@ -1,5 +1,5 @@
 """One operator stopped and started again while the others keep running (real Spark, real
-broker): every operator is a Spark job of its own (spark_jobs.opruns)."""
+broker): every operator is a Spark job of its own (spillway.spark_jobs.spark.opruns)."""
 
 from __future__ import annotations
 
@@ -13,16 +13,17 @@ from typing import Any
 
 import pytest
 
-from channels.config import KafkaSettings
-from channels.ids import JobId, OperatorName
-from offsets.store import CheckpointStore
-from recovery.events import read_events
-from spark_jobs.driver import JobConfig, run_on_spark
-from spark_jobs.examples import clicks
-from spark_jobs.opruns import OperatorRuns
+from spillway.channels.config import KafkaSettings
+from spillway.channels.ids import JobId, OperatorName
+from spillway.examples import clicks
+from spillway.offsets.store import CheckpointStore
+from spillway.recovery.observe.events import read_events
+from spillway.spark_jobs.spark.driver import run_on_spark
+from spillway.spark_jobs.spark.jobconfig import JobConfig
+from spillway.spark_jobs.spark.opruns import OperatorRuns
 from tests.integration.conftest import RECORDS
 
-REF = "spark_jobs.examples.clicks:pipeline"
+REF = "spillway.examples.clicks:pipeline"
 
 
 def read_output(out: Path) -> dict[str, tuple[str, int]]:

@@ -14,7 +14,8 @@ import pyarrow.dataset as ds
 import pytest
 from deltalake import DeltaTable
 
-from spark_jobs.driver import JobConfig, run_on_spark
+from spillway.spark_jobs.spark.driver import run_on_spark
+from spillway.spark_jobs.spark.jobconfig import JobConfig
 from tests.integration.pipelines import make_visit
 
 PARTITIONING = ds.partitioning(pa.schema([("section", pa.string())]), flavor="hive")

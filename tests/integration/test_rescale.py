@@ -14,17 +14,18 @@ from typing import Any
 
 import pytest
 
-from channels.config import KafkaSettings
-from channels.errors import RescaleError
-from channels.ids import JobId, OperatorName
-from channels.kafka.admin import Admin
-from channels.naming import checkpoint_topic
-from recovery.cli import main as recovery_main
-from recovery.events import last_submission, read_events
-from recovery.globalckpt import read_completed
-from recovery.options import SubtaskResult
-from spark_jobs.cli import main as cli_main
-from spark_jobs.driver import JobConfig, run_on_spark
+from spillway.channels.config import KafkaSettings
+from spillway.channels.errors import RescaleError
+from spillway.channels.ids import JobId, OperatorName
+from spillway.channels.kafka.admin import Admin
+from spillway.channels.naming import checkpoint_topic
+from spillway.cli import main as cli_main
+from spillway.recovery.cli import main as recovery_main
+from spillway.recovery.control.globalckpt import read_completed
+from spillway.recovery.observe.events import last_submission, read_events
+from spillway.recovery.runtime.options import SubtaskResult
+from spillway.spark_jobs.spark.driver import run_on_spark
+from spillway.spark_jobs.spark.jobconfig import JobConfig
 from tests.integration.keygroupjobs import (
     count_checkpoints,
     read_output,

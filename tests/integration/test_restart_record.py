@@ -11,22 +11,23 @@ from typing import Any
 
 import pytest
 
-from channels.config import KafkaSettings
-from channels.envelope import Kind
-from channels.ids import JobId, Offset, OperatorName, SubtaskId, TopicPartition
-from channels.kafka.consumer import AssignedConsumer
-from channels.reader import ChannelReader, InputChannel
-from offsets.checkpoint import Checkpoint
-from offsets.store import CheckpointStore
-from recovery.events import read_events
-from recovery.ownership import owned_partitions
-from recovery.phases import PHASES, merge, missing, out_of_order
-from recovery.progress import READ
-from spark_jobs.driver import JobConfig, run_on_spark
-from spark_jobs.examples import clicks
+from spillway.channels.config import KafkaSettings
+from spillway.channels.ids import JobId, Offset, OperatorName, SubtaskId, TopicPartition
+from spillway.channels.kafka.consumer import AssignedConsumer
+from spillway.channels.reader import ChannelReader, InputChannel
+from spillway.channels.wire.envelope import Kind
+from spillway.examples import clicks
+from spillway.offsets.checkpoint import Checkpoint
+from spillway.offsets.store import CheckpointStore
+from spillway.recovery.observe.events import read_events
+from spillway.recovery.observe.phases import PHASES, merge, missing, out_of_order
+from spillway.recovery.restore.ownership import owned_partitions
+from spillway.recovery.restore.progress import READ
+from spillway.spark_jobs.spark.driver import run_on_spark
+from spillway.spark_jobs.spark.jobconfig import JobConfig
 from tests.integration.conftest import RECORDS
 
-REF = "spark_jobs.examples.clicks:pipeline"
+REF = "spillway.examples.clicks:pipeline"
 
 
 def read_output(out: Path) -> dict[str, tuple[str, int]]:

@@ -7,19 +7,20 @@ from pathlib import Path
 
 import pytest
 
-from channels.config import KafkaSettings
-from channels.ids import JobId, TopicPartition
-from channels.kafka.admin import Admin
-from recovery.events import read_events
-from recovery.globalckpt import read_completed
-from recovery.loader import load_plan
-from spark_jobs.cli import main
-from spark_jobs.driver import JobConfig, run_on_spark
-from spark_jobs.examples import clicks
+from spillway.channels.config import KafkaSettings
+from spillway.channels.ids import JobId, TopicPartition
+from spillway.channels.kafka.admin import Admin
+from spillway.cli import main
+from spillway.examples import clicks
+from spillway.recovery.control.globalckpt import read_completed
+from spillway.recovery.job.loader import load_plan
+from spillway.recovery.observe.events import read_events
+from spillway.spark_jobs.spark.driver import run_on_spark
+from spillway.spark_jobs.spark.jobconfig import JobConfig
 from tests.integration.test_global_checkpoints import paced_clicks
 from tests.integration.test_spark_jobs import output_files, read_output
 
-REF = "spark_jobs.examples.clicks:pipeline"
+REF = "spillway.examples.clicks:pipeline"
 RECORDS = 40_000
 
 

@@ -25,16 +25,17 @@ from typing import Any
 
 import pytest
 
-from channels.config import KafkaSettings
-from channels.errors import EvolutionError
-from channels.ids import JobId, OperatorName
-from channels.naming import channel_topic
-from channels.schemaid import schema_id
-from offsets.store import CheckpointStore
-from recovery.events import last_submission, read_events, record_job_event
-from recovery.globalckpt import read_completed
-from spark_jobs.driver import JobConfig, run_on_spark
-from spark_jobs.opruns import OperatorRuns
+from spillway.channels.config import KafkaSettings
+from spillway.channels.errors import EvolutionError
+from spillway.channels.ids import JobId, OperatorName
+from spillway.channels.naming import channel_topic
+from spillway.channels.wire.schemaid import schema_id
+from spillway.offsets.store import CheckpointStore
+from spillway.recovery.control.globalckpt import read_completed
+from spillway.recovery.observe.events import last_submission, read_events, record_job_event
+from spillway.spark_jobs.spark.driver import run_on_spark
+from spillway.spark_jobs.spark.jobconfig import JobConfig
+from spillway.spark_jobs.spark.opruns import OperatorRuns
 from tests.integration.keygroupjobs import count_checkpoints, last_run_starts, wait_until
 from tests.integration.schemajobs import V1_ID, V2, channel_events, reference
 

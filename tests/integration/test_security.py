@@ -2,7 +2,7 @@
 
 The module starts its own :class:`LocalBroker` with a SASL_PLAINTEXT listener and the
 KRaft StandardAuthorizer. The job runs as ``User:alice``, who has no rights but the
-prefixed grants of :func:`channels.acls.job_acls`, and it reaches the broker only
+prefixed grants of :func:`spillway.channels.acls.job_acls`, and it reaches the broker only
 through the SASL listener with settings from a properties file. So when its output
 equals the batch reference, every producer, consumer and admin client — driver, Spark
 executors, status and recovery commands — got the settings, and the documented ACLs
@@ -30,13 +30,13 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # not re-expo
     ResourceType,
 )
 
-from channels.acls import job_acls
-from channels.ids import JobId
-from devtools.localbroker import BrokerConfig, LocalBroker
-from spark_jobs.examples import clicks
+from spillway.channels.acls import job_acls
+from spillway.channels.ids import JobId
+from spillway.devtools.localbroker import BrokerConfig, LocalBroker
+from spillway.examples import clicks
 from tests.integration.test_spark_jobs import read_output
 
-REF = "spark_jobs.examples.clicks:pipeline"
+REF = "spillway.examples.clicks:pipeline"
 RECORDS = 12_000
 SECRET = "Zq7-planted-SECRET-pw-4711"
 WRONG = "Wr0ng-planted-pw-0815"
@@ -97,7 +97,7 @@ def kafka_args(broker: BrokerConfig, settings: Path) -> list[str]:
 
 
 def spillway(
-    *argv: str, module: str = "spark_jobs.cli", env: dict[str, str] | None = None
+    *argv: str, module: str = "spillway.cli", env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     """Run a Spillway command line in a child process, capturing everything it prints."""
     return subprocess.run(

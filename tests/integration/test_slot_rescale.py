@@ -16,14 +16,15 @@ from typing import Any
 
 import pytest
 
-from channels.config import KafkaSettings
-from channels.ids import JobId, OperatorName
-from channels.kafka.admin import Admin
-from channels.naming import channel_topic
-from recovery.cli import main as recovery_main
-from recovery.events import last_submission, read_events
-from spark_jobs.driver import JobConfig, run_on_spark
-from spark_jobs.opruns import OperatorRuns
+from spillway.channels.config import KafkaSettings
+from spillway.channels.ids import JobId, OperatorName
+from spillway.channels.kafka.admin import Admin
+from spillway.channels.naming import channel_topic
+from spillway.recovery.cli import main as recovery_main
+from spillway.recovery.observe.events import last_submission, read_events
+from spillway.spark_jobs.spark.driver import run_on_spark
+from spillway.spark_jobs.spark.jobconfig import JobConfig
+from spillway.spark_jobs.spark.opruns import OperatorRuns
 from tests.integration.keygroupjobs import (
     last_run_starts,
     print_pauses,

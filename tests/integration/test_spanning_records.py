@@ -24,15 +24,16 @@ import pytest
 from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as CkTopicPartition
 
-from channels.config import KafkaSettings
-from channels.envelope import PART_VERSION, read_header
-from channels.ids import JobId, OperatorName
-from channels.kafka.admin import Admin
-from channels.keygroups import key_group, key_group_range
-from channels.naming import channel_topic
-from channels.spanning import read_mark
-from recovery.events import read_events
-from spark_jobs.driver import JobConfig, run_on_spark
+from spillway.channels.config import KafkaSettings
+from spillway.channels.ids import JobId, OperatorName
+from spillway.channels.kafka.admin import Admin
+from spillway.channels.naming import channel_topic
+from spillway.channels.routing.keygroups import key_group, key_group_range
+from spillway.channels.wire.envelope import PART_VERSION, read_header
+from spillway.channels.wire.spanning import read_mark
+from spillway.recovery.observe.events import read_events
+from spillway.spark_jobs.spark.driver import run_on_spark
+from spillway.spark_jobs.spark.jobconfig import JobConfig
 from tests.integration.spanjobs import BIG_BYTES, is_big, make_event, read_output, reference
 
 REF = "tests.integration.spanjobs:span_totals"

@@ -21,14 +21,14 @@ from typing import Any
 
 import pytest
 
-from channels.config import KafkaSettings
-from channels.ids import JobId, OperatorName
-from channels.keygroups import key_group, key_group_range
-from offsets.checkpoint import Checkpoint
-from offsets.store import CheckpointStore
-from recovery.cli import main as recovery_main
-from recovery.events import read_events
-from spark_jobs.driver import JobConfig
+from spillway.channels.config import KafkaSettings
+from spillway.channels.ids import JobId, OperatorName
+from spillway.channels.routing.keygroups import key_group, key_group_range
+from spillway.offsets.checkpoint import Checkpoint
+from spillway.offsets.store import CheckpointStore
+from spillway.recovery.cli import main as recovery_main
+from spillway.recovery.observe.events import read_events
+from spillway.spark_jobs.spark.jobconfig import JobConfig
 from tests.integration.keygroupjobs import (
     count_checkpoints,
     last_run_starts,

@@ -18,19 +18,20 @@ from typing import Any
 
 import pytest
 
-from channels.config import KafkaSettings
-from channels.ids import JobId, OperatorName
-from channels.keygroups import DEFAULT_MAX_PARALLELISM, key_group_range
-from devtools.demo import run_demo
-from offsets.store import CheckpointStore
-from recovery.events import read_events
-from recovery.replay import replay_subtask
-from spark_jobs.cli import main
-from spark_jobs.driver import JobConfig, run_on_spark
-from spark_jobs.examples import clicks
+from spillway.channels.config import KafkaSettings
+from spillway.channels.ids import JobId, OperatorName
+from spillway.channels.routing.keygroups import DEFAULT_MAX_PARALLELISM, key_group_range
+from spillway.cli import main
+from spillway.devtools.demo import run_demo
+from spillway.examples import clicks
+from spillway.offsets.store import CheckpointStore
+from spillway.recovery.observe.events import read_events
+from spillway.recovery.replay import replay_subtask
+from spillway.spark_jobs.spark.driver import run_on_spark
+from spillway.spark_jobs.spark.jobconfig import JobConfig
 from tests.integration.conftest import RECORDS
 
-REF = "spark_jobs.examples.clicks:pipeline"
+REF = "spillway.examples.clicks:pipeline"
 
 
 def read_output(out: Path) -> dict[str, tuple[str, int]]:
@@ -155,7 +156,7 @@ def test_bounded_job_rerun_after_finish_writes_nothing_twice(
 
 def start_driver(bootstrap: str, job: str, log: Path, **env: str) -> subprocess.Popen[bytes]:
     """``spillway run`` of the clicks job in its own session (so a test can kill its 'machine')."""
-    cmd = [sys.executable, "-m", "spark_jobs.cli", "run", REF, "--job-id", job]
+    cmd = [sys.executable, "-m", "spillway.cli", "run", REF, "--job-id", job]
     cmd += ["--bootstrap", bootstrap, "--master", "local[8,2]"]
     with open(log, "wb") as out:
         return subprocess.Popen(

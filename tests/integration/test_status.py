@@ -21,11 +21,11 @@ from typing import Any
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from channels.config import KafkaSettings
-from channels.ids import JobId
-from channels.keygroups import key_group_range
-from recovery.events import last_submission, read_events
-from spark_jobs.cli import main
+from spillway.channels.config import KafkaSettings
+from spillway.channels.ids import JobId
+from spillway.channels.routing.keygroups import key_group_range
+from spillway.cli import main
+from spillway.recovery.observe.events import last_submission, read_events
 
 ENV_REF = "tests.integration.pipelines:env_configured"
 CONF_REF = "tests.integration.pipelines:configured"
@@ -40,7 +40,7 @@ def bare_env() -> dict[str, str]:
 def spillway(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """A ``spillway`` command line in a child process with exactly ``env`` (default: bare)."""
     return subprocess.run(
-        [sys.executable, "-m", "spark_jobs.cli", *argv],
+        [sys.executable, "-m", "spillway.cli", *argv],
         env=env if env is not None else bare_env(),
         capture_output=True,
         text=True,
@@ -82,7 +82,7 @@ def test_status_needs_nothing_from_the_job_environment_and_shows_a_killed_subtas
     argv += ["--master", f"local[{WIDTH + 1},1]", "--checkpoint-interval", "0.5"]
     with open(log, "wb") as out:
         driver = subprocess.Popen(
-            [sys.executable, "-m", "spark_jobs.cli", *argv],
+            [sys.executable, "-m", "spillway.cli", *argv],
             env=job_env,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -119,7 +119,7 @@ def test_status_needs_nothing_from_the_job_environment_and_shows_a_killed_subtas
         # events[0] (an endless source) goes on in a `spillway replay` process...
         replay_argv = ["replay", "--job", unique, "--operator", "events", "--subtask", "0"]
         replay = subprocess.Popen(
-            [sys.executable, "-m", "spark_jobs.cli", *replay_argv, "--bootstrap", kafka_bootstrap],
+            [sys.executable, "-m", "spillway.cli", *replay_argv, "--bootstrap", kafka_bootstrap],
             env=job_env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

@@ -12,8 +12,8 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from recovery.phases import PHASES
-from spark_jobs.examples import clicks
+from spillway.examples import clicks
+from spillway.recovery.observe.phases import PHASES
 from tests.integration.conftest import RECORDS
 from tests.integration.uijob import (
     KILLED,

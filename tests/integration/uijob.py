@@ -21,12 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from channels.config import KafkaSettings
-from channels.ids import JobId
-from recovery.events import last_submission
+from spillway.channels.config import KafkaSettings
+from spillway.channels.ids import JobId
+from spillway.recovery.observe.events import last_submission
 from tests.integration.conftest import RECORDS
 
-REF = "spark_jobs.examples.clicks:pipeline"
+REF = "spillway.examples.clicks:pipeline"
 OPERATORS = [("clicks", 2), ("enrich", 2), ("count", 2), ("out", 2)]
 SUBTASKS = [f"{op}[{i}]" for op, p in OPERATORS for i in range(p)]
 KILLED = "count[0]"
@@ -52,7 +52,7 @@ def free_port() -> int:
 
 def spillway(*argv: str) -> subprocess.CompletedProcess[str]:
     """A ``spillway`` command line in a child process."""
-    cmd = [sys.executable, "-m", "spark_jobs.cli", *argv]
+    cmd = [sys.executable, "-m", "spillway.cli", *argv]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
 
 
@@ -120,7 +120,7 @@ def clicks_with_a_kill(bootstrap: str, job: str, tmp_path: Path) -> Iterator[UiJ
     Stops both processes (by pid) on the way out.
     """
     driver_log, ui_log = tmp_path / "driver.log", tmp_path / "ui.log"
-    cmd = [sys.executable, "-m", "spark_jobs.cli", "run", REF, "--job-id", job]
+    cmd = [sys.executable, "-m", "spillway.cli", "run", REF, "--job-id", job]
     cmd += ["--bootstrap", bootstrap, "--master", "local[8,2]"]
     env = {
         **os.environ,
@@ -141,7 +141,7 @@ def clicks_with_a_kill(bootstrap: str, job: str, tmp_path: Path) -> Iterator[UiJ
 
         wait_until("submitted", submitted)
         port = free_port()
-        ui_cmd = [sys.executable, "-m", "spark_jobs.cli", "ui", "--job", job]
+        ui_cmd = [sys.executable, "-m", "spillway.cli", "ui", "--job", job]
         ui_cmd += ["--bootstrap", bootstrap, "--port", str(port), "--every", "0.5"]
         with open(ui_log, "wb") as out:
             ui = subprocess.Popen(ui_cmd, stdout=out, stderr=subprocess.STDOUT)

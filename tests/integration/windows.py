@@ -8,8 +8,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from spark_jobs.pipeline import Pipeline
-from spark_jobs.watermarks import Watermarks
+from spillway.spark_jobs.api.pipeline import Pipeline
+from spillway.spark_jobs.records.watermarks import Watermarks
 
 WINDOW_MS = 1000
 BOUND_MS = 2000  # max out-of-orderness

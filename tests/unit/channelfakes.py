@@ -6,8 +6,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from channels.envelope import Kind, RecordCodec, encode_i64, frame_batch, headers, writer_key
-from channels.ids import Offset, TopicPartition
+from spillway.channels.ids import Offset, TopicPartition
+from spillway.channels.wire.envelope import (
+    Kind,
+    RecordCodec,
+    encode_i64,
+    frame_batch,
+    headers,
+    writer_key,
+)
 
 SCHEMA = {"type": "record", "name": "R", "fields": [{"name": "v", "type": "long"}]}
 CODEC = RecordCodec(SCHEMA)

@@ -6,8 +6,8 @@ from concurrent.futures import Future
 from types import SimpleNamespace
 from typing import Any
 
-from channels.config import KafkaSettings
-from channels.kafka.admin import Admin, TopicSpec
+from spillway.channels.config import KafkaSettings
+from spillway.channels.kafka.admin import Admin, TopicSpec
 
 
 class _LaggingCluster:

@@ -10,9 +10,10 @@ import pyarrow as pa
 import pytest
 from fastavro import schemaless_reader
 
-from channels.arrowcodec import arrow_schema
-from channels.batcher import Batcher
-from channels.envelope import (
+from spillway.channels.errors import ConfigError, SchemaMismatchError
+from spillway.channels.wire.arrowcodec import arrow_schema
+from spillway.channels.wire.batcher import Batcher
+from spillway.channels.wire.envelope import (
     ARROW_VERSION,
     VERSION,
     Decoders,
@@ -22,7 +23,6 @@ from channels.envelope import (
     headers,
     writer_codec,
 )
-from channels.errors import ConfigError, SchemaMismatchError
 
 FLAT: dict[str, Any] = {
     "type": "record",
@@ -130,7 +130,8 @@ def test_readers_decode_both_encodings_by_header() -> None:
     arrow = writer_codec(FLAT, "arrow")
     assert d.decode(ARROW_VERSION, arrow.frame([arrow.encode_block(ROWS)]))[0]["id"] == 2**62
     # A reader whose schema is not flat reads an Arrow message of an earlier, flat schema of
-    # the channel resolved to its own (channels.resolve): the new field takes its default.
+    # the channel resolved to its own (spillway.channels.wire.resolve): the new field takes its
+    # default.
     avro_only = Decoders(
         {**FLAT, "fields": [*FLAT["fields"], {"name": "t", "type": "long", "default": 0}]}
     )

@@ -1,4 +1,4 @@
-"""JSON text of Arrow batches (channels.arrowjson) and the Kafka sink that writes it:
+"""JSON text of Arrow batches (spillway.channels.wire.arrowjson) and the Kafka sink that writes it:
 byte for byte what jsontext.dumps writes for each row's dict."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from channels import jsontext
-from channels.arrowjson import json_values
-from channels.batchread import ArrowRows
-from recovery.batchpath import reads_batches
-from spark_jobs.sinks import KafkaTopicSink
+from spillway.channels.wire import jsontext
+from spillway.channels.wire.arrowjson import json_values
+from spillway.channels.wire.batchread import ArrowRows
+from spillway.recovery.runtime.batchpath import reads_batches
+from spillway.spark_jobs.connectors.sinks import KafkaTopicSink
 from tests.unit.test_sinks_sources import ctx
 
 STRINGS = ['a"b', "x\\y", "plé\u2028", "t\tab\x01\x1f\x7f", "", "new\nline\r\b\f", None, "ω/"]
@@ -131,9 +131,9 @@ def test_kafka_sink_writes_arrow_rows_as_their_records_would_be() -> None:
 
 
 def test_kafka_sink_keyed_by_a_column_writes_the_records_keys() -> None:
-    from channels.arrowjson import key_values
-    from channels.batchwrite import ColumnKey
-    from channels.partitioners import key_bytes
+    from spillway.channels.routing.batchwrite import ColumnKey
+    from spillway.channels.routing.partitioners import key_bytes
+    from spillway.channels.wire.arrowjson import key_values
 
     rows = [{"n": i, "page": None if i % 9 == 0 else f"/p/{i % 4}", "u": i % 3} for i in range(30)]
     batch = pa.RecordBatch.from_pylist(rows)

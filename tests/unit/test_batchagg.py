@@ -1,4 +1,5 @@
-"""Columnar keyed aggregation (spark_jobs.batchagg) against the record path's aggregate,
+"""Columnar keyed aggregation (spillway.spark_jobs.operators.batchagg) against the record path's
+aggregate,
 incl. a restore of its state through the changelog. No broker: the changelog is a list."""
 
 from __future__ import annotations
@@ -11,11 +12,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from channels.errors import ConfigError, PipelineDefinitionError, RecordError
-from channels.ids import JobId, Offset, OperatorName, SubtaskId, TopicPartition
-from recovery.state import ChangelogState
-from spark_jobs.batchagg import Agg, BatchAggregate, BatchAggregateLogic
-from spark_jobs.operators import KeyedAggregateLogic
+from spillway.channels.errors import ConfigError, PipelineDefinitionError, RecordError
+from spillway.channels.ids import JobId, Offset, OperatorName, SubtaskId, TopicPartition
+from spillway.recovery.restore.state import ChangelogState
+from spillway.spark_jobs.operators.batchagg import Agg, BatchAggregate, BatchAggregateLogic
+from spillway.spark_jobs.operators.operators import KeyedAggregateLogic
 
 SCHEMA = pa.schema([("k", pa.string()), ("x", pa.int32()), ("f", pa.float64())])
 AGGS = {

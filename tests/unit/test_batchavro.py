@@ -1,4 +1,5 @@
-"""The column-by-column Avro decoder (spark_jobs.batchavro) against fastavro's per-record
+"""The column-by-column Avro decoder (spillway.spark_jobs.connectors.batchavro) against fastavro's
+per-record
 reader: equal rows for every flat type, nullable or not; each malformed value rejected
 alone with its offset and the rest of the run kept."""
 
@@ -13,10 +14,15 @@ import fastavro
 import pyarrow as pa
 import pytest
 
-from channels.errors import PipelineDefinitionError
-from recovery.origins import TopicOffset
-from spark_jobs.batchavro import AvroDecoder, AvroRecords, avro_framing, decode_kafka_avro
-from spark_jobs.lines import LineError
+from spillway.channels.errors import PipelineDefinitionError
+from spillway.recovery.job.origins import TopicOffset
+from spillway.spark_jobs.connectors.batchavro import (
+    AvroDecoder,
+    AvroRecords,
+    avro_framing,
+    decode_kafka_avro,
+)
+from spillway.spark_jobs.records.lines import LineError
 
 ALL = {
     "type": "record",

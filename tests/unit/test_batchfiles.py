@@ -1,4 +1,5 @@
-"""read_files as batches (spark_jobs.batchfiles) on real CSV and Parquet files, against the
+"""read_files as batches (spillway.spark_jobs.connectors.batchfiles) on real CSV and Parquet files,
+against the
 record path: parse_csv line by line, then the Arrow channel codec's checks."""
 
 from __future__ import annotations
@@ -11,11 +12,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from channels.arrowcodec import ArrowCodec, arrow_schema
-from channels.errors import ConfigError, SchemaMismatchError
-from recovery.origins import FileLine
-from spark_jobs.batchfiles import FileBatch, read_csv_batches, read_parquet_batches
-from spark_jobs.lines import LineError, field_types, parse_csv, parse_csv_header
+from spillway.channels.errors import ConfigError, SchemaMismatchError
+from spillway.channels.wire.arrowcodec import ArrowCodec, arrow_schema
+from spillway.recovery.job.origins import FileLine
+from spillway.spark_jobs.connectors.batchfiles import (
+    FileBatch,
+    read_csv_batches,
+    read_parquet_batches,
+)
+from spillway.spark_jobs.records.lines import LineError, field_types, parse_csv, parse_csv_header
 
 AVRO: dict[str, Any] = {
     "type": "record",

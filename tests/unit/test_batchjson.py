@@ -1,4 +1,5 @@
-"""Kafka JSON values decoded a run at a time (spark_jobs.batchjson), against the record
+"""Kafka JSON values decoded a run at a time (spillway.spark_jobs.connectors.batchjson), against the
+record
 path: parse_json_value at the source, then the Arrow channel codec's checks."""
 
 from __future__ import annotations
@@ -8,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from channels.arrowcodec import ArrowCodec, arrow_schema
-from channels.errors import SchemaMismatchError
-from recovery.origins import TopicOffset
-from spark_jobs.batchjson import decode_json_values, decode_kafka_json
-from spark_jobs.lines import LineError, field_types, parse_json_value
+from spillway.channels.errors import SchemaMismatchError
+from spillway.channels.wire.arrowcodec import ArrowCodec, arrow_schema
+from spillway.recovery.job.origins import TopicOffset
+from spillway.spark_jobs.connectors.batchjson import decode_json_values, decode_kafka_json
+from spillway.spark_jobs.records.lines import LineError, field_types, parse_json_value
 
 AVRO: dict[str, Any] = {
     "type": "record",

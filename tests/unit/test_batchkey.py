@@ -1,4 +1,5 @@
-"""Key functions over whole batches (channels.batchkey): checked at definition, routed
+"""Key functions over whole batches (spillway.channels.routing.batchkey): checked at definition,
+routed
 vectorised to the record path's partitions, and feeding aggregate_batches with results
 equal to the record aggregate keyed per record."""
 
@@ -12,15 +13,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from channels.batchkey import BatchKey, BatchKeyHash
-from channels.batchwrite import route_batch
-from channels.errors import PipelineDefinitionError, RecordError
-from channels.ids import JobId, OperatorName, SubtaskId, TopicPartition
-from channels.partitioners import KeyHash
-from recovery.state import ChangelogState
-from spark_jobs.batchagg import Agg
-from spark_jobs.operators import KeyedAggregateLogic
-from spark_jobs.pipeline import Pipeline
+from spillway.channels.errors import PipelineDefinitionError, RecordError
+from spillway.channels.ids import JobId, OperatorName, SubtaskId, TopicPartition
+from spillway.channels.routing.batchkey import BatchKey, BatchKeyHash
+from spillway.channels.routing.batchwrite import route_batch
+from spillway.channels.routing.partitioners import KeyHash
+from spillway.recovery.restore.state import ChangelogState
+from spillway.spark_jobs.api.pipeline import Pipeline
+from spillway.spark_jobs.operators.batchagg import Agg
+from spillway.spark_jobs.operators.operators import KeyedAggregateLogic
 
 SCHEMA = {
     "type": "record",

@@ -1,4 +1,5 @@
-"""Batch operators (spark_jobs.batchops) against the record path and plain Python, and the
+"""Batch operators (spillway.spark_jobs.operators.batchops) against the record path and plain
+Python, and the
 bisection that dead-letters exactly the failing rows. The dead-letter channel is a fake."""
 
 from __future__ import annotations
@@ -11,15 +12,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from channels.errors import PipelineDefinitionError, RecordError, SchemaMismatchError
-from recovery.origins import Origin, TopicOffset, topic_runs
-from spark_jobs.batchops import (
+from spillway.channels.errors import PipelineDefinitionError, RecordError, SchemaMismatchError
+from spillway.recovery.job.origins import Origin, TopicOffset, topic_runs
+from spillway.spark_jobs.operators.batchops import (
     FilterBatchesLogic,
     MapBatchesLogic,
     isolate_rows,
     process_batch,
 )
-from spark_jobs.operators import FilterLogic, MapLogic
+from spillway.spark_jobs.operators.operators import FilterLogic, MapLogic
 
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string()), ("x", pa.float64())])
 OUT = pa.schema([("id", pa.int64()), ("y", pa.float64())])

@@ -9,18 +9,24 @@ from typing import Any, cast
 import pyarrow as pa
 import pytest
 
-from channels.batchread import ArrowRows, BatchDecoders
-from channels.batchwrite import ColumnKeyHash, conform, route_batch
-from channels.config import ChannelSettings
-from channels.envelope import ARROW_VERSION, VERSION, RecordCodec, decode_data, read_header
-from channels.errors import PipelineDefinitionError, SchemaMismatchError
-from channels.partitioners import Broadcast, Forward, KeyHash, RoundRobin
-from channels.writer import ChannelWriter, OutputChannel
-from recovery.batchpath import as_batch_logic, is_batch_logic
-from recovery.origins import Same, TopicOffset
-from spark_jobs.batchops import FilterBatchesLogic, MapBatchesLogic
-from spark_jobs.operators import MapLogic
-from spark_jobs.pipeline import Pipeline
+from spillway.channels.config import ChannelSettings
+from spillway.channels.errors import PipelineDefinitionError, SchemaMismatchError
+from spillway.channels.routing.batchwrite import ColumnKeyHash, conform, route_batch
+from spillway.channels.routing.partitioners import Broadcast, Forward, KeyHash, RoundRobin
+from spillway.channels.wire.batchread import ArrowRows, BatchDecoders
+from spillway.channels.wire.envelope import (
+    ARROW_VERSION,
+    VERSION,
+    RecordCodec,
+    decode_data,
+    read_header,
+)
+from spillway.channels.writer import ChannelWriter, OutputChannel
+from spillway.recovery.job.origins import Same, TopicOffset
+from spillway.recovery.runtime.batchpath import as_batch_logic, is_batch_logic
+from spillway.spark_jobs.api.pipeline import Pipeline
+from spillway.spark_jobs.operators.batchops import FilterBatchesLogic, MapBatchesLogic
+from spillway.spark_jobs.operators.operators import MapLogic
 
 SCHEMA = {
     "type": "record",
@@ -94,7 +100,7 @@ def test_batch_decoders_give_the_arrow_message_as_it_arrived_and_avro_as_a_batch
     assert got.batch.schema.equals(ARROW)
     assert got.batch.to_pylist() == rows(50)
     avro = RecordCodec(SCHEMA)
-    from channels.envelope import frame_blocks
+    from spillway.channels.wire.envelope import frame_blocks
 
     value = frame_blocks([avro.encode_block(rows(5))])
     assert d.decode(VERSION, value).batch.to_pylist() == rows(5)
@@ -229,7 +235,7 @@ def test_batch_operators_are_never_chained() -> None:
 
 
 def test_a_stateless_batch_operator_chains_into_its_batch_source() -> None:
-    from spark_jobs.batchagg import Agg
+    from spillway.spark_jobs.operators.batchagg import Agg
 
     p = Pipeline("t", chaining=True)
     src = p.read_kafka("src", "in", schema=SCHEMA, batches=True)
@@ -245,7 +251,7 @@ def test_a_stateless_batch_operator_chains_into_its_batch_source() -> None:
 
 
 def test_key_by_a_column_routes_by_the_column_and_feeds_aggregate_batches() -> None:
-    from spark_jobs.batchagg import Agg
+    from spillway.spark_jobs.operators.batchagg import Agg
 
     p = Pipeline("t")
     s = p.generate("g", make=lambda i: rows(1, i)[0], schema=SCHEMA, count=10)
@@ -265,7 +271,7 @@ def test_key_by_a_column_routes_by_the_column_and_feeds_aggregate_batches() -> N
 
 
 def test_aggregate_batches_definitions_that_cannot_work_are_refused() -> None:
-    from spark_jobs.batchagg import Agg
+    from spillway.spark_jobs.operators.batchagg import Agg
 
     p = Pipeline("t")
     s = p.generate("g", make=lambda i: rows(1, i)[0], schema=SCHEMA, count=10)
@@ -287,8 +293,8 @@ def test_batch_file_source_reads_what_the_record_source_reads_from_any_position(
 
     import pyarrow.parquet as pq
 
-    from spark_jobs.batchsources import BatchFileSource
-    from spark_jobs.sources import FileSource
+    from spillway.spark_jobs.connectors.batchsources import BatchFileSource
+    from spillway.spark_jobs.connectors.sources import FileSource
     from tests.unit.test_sinks_sources import ctx
 
     schema = {"type": "record", "name": "R", "fields": SCHEMA["fields"][:2]}
@@ -333,7 +339,7 @@ def test_batch_file_source_reads_what_the_record_source_reads_from_any_position(
 
 
 def test_batch_file_source_refuses_what_it_cannot_read() -> None:
-    from spark_jobs.batchsources import BatchFileSource
+    from spillway.spark_jobs.connectors.batchsources import BatchFileSource
 
     with pytest.raises(PipelineDefinitionError, match="csv or parquet"):
         BatchFileSource("*.jsonl", "jsonl", 1, SCHEMA)
@@ -347,9 +353,9 @@ def test_a_parquet_sink_writes_arrow_rows_as_they_arrived(tmp_path: Path) -> Non
 
     import pyarrow.dataset as ds
 
-    from recovery.batchpath import reads_batches
-    from spark_jobs.parquetsink import ParquetFileSink
-    from spark_jobs.sinks import JsonlFileSink
+    from spillway.recovery.runtime.batchpath import reads_batches
+    from spillway.spark_jobs.connectors.parquetsink import ParquetFileSink
+    from spillway.spark_jobs.connectors.sinks import JsonlFileSink
     from tests.unit.test_sinks_sources import ctx
 
     arrow = pa.schema([pa.field(f.name, f.type) for f in ARROW])  # as a user's schema
@@ -378,9 +384,9 @@ def test_batch_file_source_watermarks_equal_the_record_sources(tmp_path: Path, f
 
     import pyarrow.parquet as pq
 
-    from spark_jobs.batchsources import BatchFileSource
-    from spark_jobs.sources import FileSource
-    from spark_jobs.watermarks import Watermarks
+    from spillway.spark_jobs.connectors.batchsources import BatchFileSource
+    from spillway.spark_jobs.connectors.sources import FileSource
+    from spillway.spark_jobs.records.watermarks import Watermarks
     from tests.unit.test_sinks_sources import ctx
 
     schema = {
@@ -424,7 +430,7 @@ def test_batch_file_source_watermarks_equal_the_record_sources(tmp_path: Path, f
 
 def test_batch_source_timestamp_columns_are_checked_at_definition() -> None:
     p = Pipeline("t")
-    from spark_jobs.watermarks import Watermarks
+    from spillway.spark_jobs.records.watermarks import Watermarks
 
     schema = {**SCHEMA, "fields": [*SCHEMA["fields"], {"name": "note", "type": ["null", "long"]}]}
     schema["fields"] = [f for f in schema["fields"] if f["type"] != ["null", "string"]]

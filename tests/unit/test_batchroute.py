@@ -1,4 +1,5 @@
-"""Vectorised key routing (channels.batchroute) against the record path's stable_hash % M."""
+"""Vectorised key routing (spillway.channels.routing.batchroute) against the record path's
+stable_hash % M."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from channels.batchroute import key_groups, split_by_key_group
-from channels.errors import ConfigError
-from channels.partitioners import KeyHash, stable_hash
+from spillway.channels.errors import ConfigError
+from spillway.channels.routing.batchroute import key_groups, split_by_key_group
+from spillway.channels.routing.partitioners import KeyHash, stable_hash
 
 
 def _random_keys(rng: random.Random, typ: pa.DataType, n: int) -> list[Any]:

@@ -57,12 +57,15 @@ def test_fill_times_from_the_first_start_to_the_last_finish() -> None:
         st.fill_times(events[2:3], 116.0)
 
 
+RESTORER = "spillway.recovery.restore.restorer"
+
+
 def test_restored_records_of_one_subtask_in_log_order() -> None:
     lines = [
-        "2026 INFO recovery.restorer: j/count[1] restored 10 keys from 12 changelog records",
-        "2026 INFO recovery.restorer: j/count[0] restored 0 keys from 0 changelog records",
+        f"2026 INFO {RESTORER}: j/count[1] restored 10 keys from 12 changelog records",
+        f"2026 INFO {RESTORER}: j/count[0] restored 0 keys from 0 changelog records",
         "noise j/count[0] restored nothing",
-        "2026 INFO recovery.restorer: j/count[0] restored 487 keys from 1376 changelog records",
+        f"2026 INFO {RESTORER}: j/count[0] restored 487 keys from 1376 changelog records",
     ]
     assert st.restored_records(lines, "j/count[0]") == [(0, 0), (487, 1376)]
     assert st.restored_records(lines, "j/count[2]") == []

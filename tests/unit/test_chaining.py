@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from channels.ids import JobId, SubtaskId
-from recovery.plan import JobPlan
-from spark_jobs.operators import ChainedLogic, MapLogic, TumblingWindowLogic
-from spark_jobs.pipeline import Pipeline
+from spillway.channels.ids import JobId, SubtaskId
+from spillway.recovery.job.plan import JobPlan
+from spillway.spark_jobs.api.pipeline import Pipeline
+from spillway.spark_jobs.operators.operators import ChainedLogic, MapLogic, TumblingWindowLogic
 from tests.unit.test_pipeline_definition import CHANGELOG_CFG, CHANNEL_CFG, EVENT, counting, source
 
 

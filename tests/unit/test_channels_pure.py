@@ -10,9 +10,30 @@ from typing import Any
 import pytest
 from fastavro import schemaless_reader
 
-from channels.batcher import Batcher
-from channels.config import ChannelSettings, KafkaSettings
-from channels.envelope import (
+from spillway.channels.config import ChannelSettings, KafkaSettings
+from spillway.channels.errors import (
+    ConfigError,
+    PipelineDefinitionError,
+    RecordTooLargeError,
+    SchemaMismatchError,
+)
+from spillway.channels.ids import SubtaskId, offset
+from spillway.channels.naming import (
+    changelog_topic,
+    channel_topic,
+    checkpoint_topic,
+    job_id,
+    operator_name,
+)
+from spillway.channels.routing.partitioners import (
+    Broadcast,
+    Forward,
+    KeyHash,
+    RoundRobin,
+    stable_hash,
+)
+from spillway.channels.wire.batcher import Batcher
+from spillway.channels.wire.envelope import (
     Kind,
     RecordCodec,
     decode_data,
@@ -25,15 +46,6 @@ from channels.envelope import (
     writer_key,
     writer_of,
 )
-from channels.errors import (
-    ConfigError,
-    PipelineDefinitionError,
-    RecordTooLargeError,
-    SchemaMismatchError,
-)
-from channels.ids import SubtaskId, job_id, offset, operator_name
-from channels.naming import changelog_topic, channel_topic, checkpoint_topic
-from channels.partitioners import Broadcast, Forward, KeyHash, RoundRobin, stable_hash
 
 SCHEMA = {
     "type": "record",
@@ -45,7 +57,7 @@ SCHEMA = {
 def test_stable_hash_is_the_same_in_another_process() -> None:
     here = [stable_hash(k) for k in ("a", "user-42", 7, b"x", ("a", 1))]
     code = (
-        "from channels.partitioners import stable_hash;"
+        "from spillway.channels.routing.partitioners import stable_hash;"
         "print([stable_hash(k) for k in ('a', 'user-42', 7, b'x', ('a', 1))])"
     )
     there = subprocess.run(
@@ -199,7 +211,7 @@ class _FakeProducer:
 def test_write_many_blocks_and_single_writes_keep_order_and_split_big_groups(codec: str) -> None:
     from typing import cast
 
-    from channels.writer import ChannelWriter, OutputChannel
+    from spillway.channels.writer import ChannelWriter, OutputChannel
 
     producer = _FakeProducer()
     channel = OutputChannel("t", SCHEMA, KeyHash(lambda r: r["key"], 2), 2)
@@ -223,7 +235,7 @@ def test_write_many_blocks_and_single_writes_keep_order_and_split_big_groups(cod
 def test_write_many_names_the_record_that_does_not_fit_the_schema() -> None:
     from typing import Any, cast
 
-    from channels.writer import ChannelWriter, OutputChannel
+    from spillway.channels.writer import ChannelWriter, OutputChannel
 
     channel = OutputChannel("t", SCHEMA, Forward(0, 1), 1)
     for codec in ("arrow", "avro"):
@@ -244,7 +256,7 @@ def test_write_many_names_the_record_that_does_not_fit_the_schema() -> None:
 def test_a_wide_schema_in_small_batches_keeps_avro() -> None:
     from typing import cast
 
-    from channels.writer import ChannelWriter, OutputChannel
+    from spillway.channels.writer import ChannelWriter, OutputChannel
 
     wide = {
         "type": "record",

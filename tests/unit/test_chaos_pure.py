@@ -13,7 +13,7 @@ from chaos.check import (
 )
 from chaos.pipeline import OPERATORS, reference
 from chaos.schedule import CHAOS_POINTS, make_schedule
-from recovery.faults import parse
+from spillway.recovery.runtime.faults import parse
 
 
 def test_schedule_is_seeded_hits_every_point_and_respects_the_attempt_limit() -> None:

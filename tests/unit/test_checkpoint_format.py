@@ -6,9 +6,16 @@ import json
 
 import pytest
 
-from channels.errors import CheckpointFormatError, PositionRegressionError
-from channels.ids import CheckpointId, JobId, Offset, OperatorName, SubtaskId, TopicPartition
-from offsets.checkpoint import VERSION, Checkpoint, check_forward
+from spillway.channels.errors import CheckpointFormatError, PositionRegressionError
+from spillway.channels.ids import (
+    CheckpointId,
+    JobId,
+    Offset,
+    OperatorName,
+    SubtaskId,
+    TopicPartition,
+)
+from spillway.offsets.checkpoint import VERSION, Checkpoint, check_forward
 
 SUB = SubtaskId(JobId("j"), OperatorName("gen"), 0)
 TP = TopicPartition("spillway.j.ch.a.gen", 0)

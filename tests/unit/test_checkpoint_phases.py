@@ -9,8 +9,8 @@ import json
 from typing import Any, cast
 
 from bench.checkpoints import slowest
-from channels.kafka.consumer import AssignedConsumer
-from recovery.globalckpt import GlobalProgress, feed
+from spillway.channels.kafka.consumer import AssignedConsumer
+from spillway.recovery.control.globalckpt import GlobalProgress, feed
 
 
 def _checkpointed(sub: str, n: int, reported: float, **timing: Any) -> dict[str, Any]:

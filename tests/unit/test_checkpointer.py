@@ -8,18 +8,25 @@ from typing import Any
 
 import pytest
 
-from channels.errors import PositionRegressionError
-from channels.ids import CheckpointId, JobId, Offset, OperatorName, SubtaskId, TopicPartition
-from channels.progress import ReaderState
-from offsets.checkpoint import Checkpoint
-from recovery import faults
-from recovery.cadence import AlignedCadence, IntervalCadence, UnalignedCadence
-from recovery.checkpointer import Checkpointer, Observers, Parts
-from recovery.crashpoints import CrashPoints
-from recovery.faults import Faults
-from recovery.lifecycle import Lifecycle, Phase
-from recovery.livestats import LiveStats
-from recovery.options import RunOptions, SubtaskResult
+from spillway.channels.errors import PositionRegressionError
+from spillway.channels.ids import (
+    CheckpointId,
+    JobId,
+    Offset,
+    OperatorName,
+    SubtaskId,
+    TopicPartition,
+)
+from spillway.channels.progress import ReaderState
+from spillway.offsets.checkpoint import Checkpoint
+from spillway.recovery.runtime import faults
+from spillway.recovery.runtime.cadence import AlignedCadence, IntervalCadence, UnalignedCadence
+from spillway.recovery.runtime.checkpointer import Checkpointer, Observers, Parts
+from spillway.recovery.runtime.crashpoints import CrashPoints
+from spillway.recovery.runtime.faults import Faults
+from spillway.recovery.runtime.lifecycle import Lifecycle, Phase
+from spillway.recovery.runtime.livestats import LiveStats
+from spillway.recovery.runtime.options import RunOptions, SubtaskResult
 
 SUB = SubtaskId(JobId("j"), OperatorName("count"), 1)
 IN = TopicPartition("spillway.j.ch.a.count", 1)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from spark_jobs.cli import main
+from spillway.cli import main
 
 
 @pytest.mark.parametrize(
@@ -12,16 +12,16 @@ from spark_jobs.cli import main
     [
         (["run", "no_colon", "--job-id", "j"], "must look like MODULE:PIPELINE"),
         (["run", "no_such_module_xyz:p", "--job-id", "j"], "cannot import pipeline module"),
-        (["run", "spark_jobs.examples.clicks:nope", "--job-id", "j"], "has no attribute 'nope'"),
-        (["run", "spark_jobs.examples.clicks:pipeline", "--job-id", "bad.id"], "invalid job id"),
+        (["run", "spillway.examples.clicks:nope", "--job-id", "j"], "has no attribute 'nope'"),
+        (["run", "spillway.examples.clicks:pipeline", "--job-id", "bad.id"], "invalid job id"),
         (
-            ["run", "spark_jobs.examples.clicks:pipeline", "--job-id", "j", "--task-attempts", "0"],
+            ["run", "spillway.examples.clicks:pipeline", "--job-id", "j", "--task-attempts", "0"],
             "--task-attempts",
         ),
         (
             [
                 "run",
-                "spark_jobs.examples.clicks:pipeline",
+                "spillway.examples.clicks:pipeline",
                 "--job-id",
                 "j",
                 "--kafka-config",
@@ -32,7 +32,7 @@ from spark_jobs.cli import main
         (
             [
                 "run",
-                "spark_jobs.examples.clicks:pipeline",
+                "spillway.examples.clicks:pipeline",
                 "--job-id",
                 "j",
                 "--checkpoint-interval",
@@ -55,7 +55,7 @@ def test_missing_broker_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> 
     code = main(
         [
             "run",
-            "spark_jobs.examples.clicks:pipeline",
+            "spillway.examples.clicks:pipeline",
             "--job-id",
             "j",
             "--bootstrap",

@@ -5,11 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from channels.config import KafkaSettings
-from channels.ids import JobId, OperatorName, SubtaskId
-from channels.kafka.idempotent import IdempotentProducer
-from channels.kafka.producer import TransactionalProducer
-from recovery.collector import AtLeastOnceCollector, ExactlyOnceCollector, make_collector
+from spillway.channels.config import KafkaSettings
+from spillway.channels.ids import JobId, OperatorName, SubtaskId
+from spillway.channels.kafka.idempotent import IdempotentProducer
+from spillway.channels.kafka.producer import TransactionalProducer
+from spillway.recovery.runtime.collector import (
+    AtLeastOnceCollector,
+    ExactlyOnceCollector,
+    make_collector,
+)
 
 SUB = SubtaskId(JobId("j"), OperatorName("map"), 2)
 SETTINGS = KafkaSettings("127.0.0.1:1")  # never contacted: nothing here starts a client

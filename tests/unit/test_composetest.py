@@ -14,7 +14,7 @@ import pytest
 
 from composetest import cache, checks, composecli, fetch
 from composetest.cluster import readme_submit
-from recovery.plandoc import VERSION as PLAN_VERSION
+from spillway.recovery.job.plandoc import VERSION as PLAN_VERSION
 
 JOB = "j1"
 

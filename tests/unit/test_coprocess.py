@@ -8,15 +8,15 @@ from typing import Any
 
 import pytest
 
-from channels.envelope import Kind
-from channels.errors import PipelineDefinitionError, RecordError
-from channels.ids import TopicPartition
-from channels.reader import Delivery
-from recovery.cadence import UnalignedCadence
-from recovery.inputs import input_call
-from spark_jobs.coprocess import CoProcessLogic
-from spark_jobs.pipeline import Pipeline, connect
-from spark_jobs.process import ProcessContext
+from spillway.channels.errors import PipelineDefinitionError, RecordError
+from spillway.channels.ids import TopicPartition
+from spillway.channels.reader import Delivery
+from spillway.channels.wire.envelope import Kind
+from spillway.recovery.job.inputs import input_call
+from spillway.recovery.runtime.cadence import UnalignedCadence
+from spillway.spark_jobs.api.coprocess import CoProcessLogic
+from spillway.spark_jobs.api.pipeline import Pipeline, connect
+from spillway.spark_jobs.operators.process import ProcessContext
 from tests.unit.test_multi_input import EVENT, OTHER, gen
 from tests.unit.test_process import restored
 from tests.unit.test_processor import FakeTriggers, ScriptedReader, processor

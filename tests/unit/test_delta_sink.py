@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
-from channels.errors import SpillwayError
-from channels.ids import JobId, OperatorName, SubtaskId
-from spark_jobs.deltasink import DeltaTableSink
-from spark_jobs.parquetsink import ParquetFileSink
-from spark_jobs.schemas import arrow_schema_of, avro_schema
+from spillway.channels.errors import SpillwayError
+from spillway.channels.ids import JobId, OperatorName, SubtaskId
+from spillway.spark_jobs.connectors.deltasink import DeltaTableSink
+from spillway.spark_jobs.connectors.parquetsink import ParquetFileSink
+from spillway.spark_jobs.records.schemas import arrow_schema_of, avro_schema
 
 
 @dataclass

@@ -350,7 +350,7 @@ def test_readme_submit_matches_the_compose_file() -> None:
     script = argv[argv.index("--master") + 2]
     assert script == "/opt/spillway/spark_jobs/run.py"
     assert (ROOT / script.removeprefix("/opt/spillway/")).is_file()
-    assert argv[argv.index(script) + 1] == "spark_jobs.examples.clicks:pipeline"
+    assert argv[argv.index(script) + 1] == "spillway.examples.clicks:pipeline"
     internal = []
     for broker in BROKERS:
         advertised = listeners(env(broker)["KAFKA_ADVERTISED_LISTENERS"])

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from channels.errors import PipelineDefinitionError
-from spark_jobs.pipeline import Pipeline, Stream
-from spark_jobs.watermarks import Watermarks
+from spillway.channels.errors import PipelineDefinitionError
+from spillway.spark_jobs.api.pipeline import Pipeline, Stream
+from spillway.spark_jobs.records.watermarks import Watermarks
 
 EVENT = {
     "type": "record",

@@ -9,19 +9,19 @@ from typing import Any, cast
 
 import pytest
 
-from channels.config import ChannelSettings
-from channels.envelope import Kind, headers
-from channels.ids import CheckpointId, JobId, OperatorName, SubtaskId, TopicPartition
-from channels.partitioners import Forward
-from channels.reader import ChannelReader, InputChannel
-from channels.writer import ChannelWriter, OutputChannel
-from offsets.checkpoint import Checkpoint
-from recovery.deadletter import DeadLetters
-from recovery.eventtime import IdleAnnouncer, SetAsides
-from recovery.origins import TopicOffset
-from recovery.plan import SetAside
-from recovery.state import ChangelogState
-from spark_jobs.operators import ChainedLogic, MapLogic, TumblingWindowLogic
+from spillway.channels.config import ChannelSettings
+from spillway.channels.ids import CheckpointId, JobId, OperatorName, SubtaskId, TopicPartition
+from spillway.channels.reader import ChannelReader, InputChannel
+from spillway.channels.routing.partitioners import Forward
+from spillway.channels.wire.envelope import Kind, headers
+from spillway.channels.writer import ChannelWriter, OutputChannel
+from spillway.offsets.checkpoint import Checkpoint
+from spillway.recovery.job.origins import TopicOffset
+from spillway.recovery.job.plan import SetAside
+from spillway.recovery.restore.state import ChangelogState
+from spillway.recovery.runtime.deadletter import DeadLetters
+from spillway.recovery.runtime.eventtime import IdleAnnouncer, SetAsides
+from spillway.spark_jobs.operators.operators import ChainedLogic, MapLogic, TumblingWindowLogic
 from tests.unit.channelfakes import SCHEMA, TP, Msg, ScriptedConsumer
 
 SUBTASK = SubtaskId(JobId("j"), OperatorName("win"), 0)

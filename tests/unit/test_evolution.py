@@ -1,15 +1,20 @@
 """Restarting with changed code and topology, without a broker: the compatibility report
-(recovery/evolution.py) and Avro schema resolution (recovery/avrocompat.py)."""
+(recovery/job/evolution.py) and Avro schema resolution (recovery/job/avrocompat.py)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from recovery.avrocompat import resolution_problems
-from recovery.evolution import compare, evolution_of, recorded_fingerprint, topology_doc
-from recovery.plan import JobPlan
-from recovery.rescale import with_parallelism
-from spark_jobs.pipeline import Pipeline
+from spillway.recovery.job.avrocompat import resolution_problems
+from spillway.recovery.job.evolution import (
+    compare,
+    evolution_of,
+    recorded_fingerprint,
+    topology_doc,
+)
+from spillway.recovery.job.plan import JobPlan
+from spillway.recovery.restore.rescale import with_parallelism
+from spillway.spark_jobs.api.pipeline import Pipeline
 
 
 def schema(*fields: str, **typed: Any) -> dict[str, Any]:

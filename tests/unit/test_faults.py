@@ -8,14 +8,14 @@ import sys
 
 import pytest
 
-from channels.errors import ConfigError
-from channels.ids import JobId, OperatorName, SubtaskId
-from recovery.faults import POINTS, CrashPoint, Faults, parse
+from spillway.channels.errors import ConfigError
+from spillway.channels.ids import JobId, OperatorName, SubtaskId
+from spillway.recovery.runtime.faults import POINTS, CrashPoint, Faults, parse
 
 _CHILD = """
 import sys, time
-from channels.ids import JobId, OperatorName, SubtaskId
-from recovery.faults import Faults
+from spillway.channels.ids import JobId, OperatorName, SubtaskId
+from spillway.recovery.runtime.faults import Faults
 f = Faults(SubtaskId(JobId("j"), OperatorName("op"), 1), attempt=2, spec=sys.argv[1])
 for point in sys.argv[2:]:
     if point == "during-commit":

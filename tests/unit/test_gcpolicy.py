@@ -1,4 +1,4 @@
-"""recovery.gcpolicy: the collector settings while a subtask runs, and after."""
+"""spillway.recovery.runtime.gcpolicy: the collector settings while a subtask runs, and after."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import gc
 
 import pytest
 
-from recovery.gcpolicy import YOUNG_THRESHOLD, streaming_collector
+from spillway.recovery.runtime.gcpolicy import YOUNG_THRESHOLD, streaming_collector
 
 
 def test_settings_apply_inside_and_are_restored_after() -> None:

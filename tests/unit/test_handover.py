@@ -1,4 +1,4 @@
-"""The handed-over mark of a live rescale without a broker (recovery/handover.py): which
+"""The handed-over mark of a live rescale without a broker (recovery/restore/handover.py): which
 previous owners a new subtask finds without it, what it continues from then, and what
 ``spillway status`` shows."""
 
@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from channels.ids import CheckpointId
-from offsets.checkpoint import Checkpoint
-from recovery.handover import Unmarked, describe_unmarked, live_handover, unmarked
-from recovery.rescale import OperatorHandover, Rescale, handover_checkpoint
+from spillway.channels.ids import CheckpointId
+from spillway.offsets.checkpoint import Checkpoint
+from spillway.recovery.restore.handover import Unmarked, describe_unmarked, live_handover, unmarked
+from spillway.recovery.restore.rescale import OperatorHandover, Rescale, handover_checkpoint
 from tests.unit.test_rescale_plan import plan, restorer_of, sub
 
 OLD, NEW = plan(count=2), plan(count=3)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from channels.config import scrub_secrets
-from channels.errors import ConfigError
-from recovery.jobconf import (
+from spillway.channels.config import scrub_secrets
+from spillway.channels.errors import ConfigError
+from spillway.cli import main
+from spillway.recovery.job.jobconf import (
     conf,
     forwarded_env,
     masked,
@@ -14,11 +15,10 @@ from recovery.jobconf import (
     parse_env_names,
     replay_conf,
 )
-from recovery.loader import load_plan
-from spark_jobs import pipeline
-from spark_jobs.cli import main
+from spillway.recovery.job.loader import load_plan
+from spillway.spark_jobs.api import pipeline
 
-RUN = ["run", "spark_jobs.examples.clicks:pipeline", "--job-id", "j", "--bootstrap", "127.0.0.1:1"]
+RUN = ["run", "spillway.examples.clicks:pipeline", "--job-id", "j", "--bootstrap", "127.0.0.1:1"]
 
 
 def test_parse_conf_keeps_values_whole_and_the_last_wins() -> None:
@@ -82,12 +82,12 @@ def test_run_rejects_bad_options_before_anything_starts(
 
 
 def test_conf_is_what_the_plan_was_loaded_with() -> None:
-    load_plan("spark_jobs.examples.clicks:pipeline", "j", {"greeting": "hi"})
+    load_plan("spillway.examples.clicks:pipeline", "j", {"greeting": "hi"})
     assert pipeline.conf("greeting") == "hi"
     assert pipeline.conf("other", "default") == "default"
     with pytest.raises(ConfigError, match=r"'other' is not set; pass --conf other=VALUE"):
         conf("other")
-    load_plan("spark_jobs.examples.clicks:pipeline", "j")  # a plan without settings
+    load_plan("spillway.examples.clicks:pipeline", "j")  # a plan without settings
     with pytest.raises(ConfigError, match=r"\(settings given: none\)"):
         conf("greeting")
 
@@ -106,7 +106,7 @@ def test_a_pipeline_reading_conf_gets_it_while_it_is_built() -> None:
 def test_secret_settings_are_masked_when_recorded_and_scrubbed_in_text() -> None:
     settings = {"db.password": "pw-unit-123", "api.token": "tok-unit-456", "dir": "/x"}
     assert masked(settings) == {"db.password": "***", "api.token": "***", "dir": "/x"}
-    load_plan("spark_jobs.examples.clicks:pipeline", "j", settings)
+    load_plan("spillway.examples.clicks:pipeline", "j", settings)
     assert scrub_secrets("pw-unit-123 and tok-unit-456 in /x") == "*** and *** in /x"
 
 

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from channels.errors import ConfigError
-from recovery.jobview import JobView, edges_of
-from recovery.plandoc import PlanDoc
-from spark_jobs.ui.server import make_server, serve_in_thread
+from spillway.channels.errors import ConfigError
+from spillway.recovery.job.plandoc import PlanDoc
+from spillway.recovery.observe.jobview import JobView, edges_of
+from spillway.spark_jobs.ui.server import make_server, serve_in_thread
 
 JOB = "j1"
 RUN = "r1"

@@ -1,5 +1,7 @@
-"""The joins without a broker: the pure bookkeeping (spark_jobs.joinbook) and the join
-logic over keyed state (spark_jobs.joins), each against a brute-force reference on
+"""The joins without a broker: the pure bookkeeping (spillway.spark_jobs.operators.joinbook) and the
+join
+logic over keyed state (spillway.spark_jobs.operators.joins), each against a brute-force reference
+on
 shuffled input with watermarks that leave some records too late, restored midway."""
 
 from __future__ import annotations
@@ -9,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from channels.errors import PipelineDefinitionError
-from spark_jobs.joinbook import LEFT, RIGHT, AsOfBook, IntervalBook, TimedRows
-from spark_jobs.joins import AsOfJoinLogic, IntervalJoinLogic, LookupJoinLogic
-from spark_jobs.pipeline import Pipeline, connect
+from spillway.channels.errors import PipelineDefinitionError
+from spillway.spark_jobs.api.pipeline import Pipeline, connect
+from spillway.spark_jobs.operators.joinbook import LEFT, RIGHT, AsOfBook, IntervalBook, TimedRows
+from spillway.spark_jobs.operators.joins import AsOfJoinLogic, IntervalJoinLogic, LookupJoinLogic
 from tests.unit.test_multi_input import EVENT, OTHER, gen
 from tests.unit.test_process import restored
 from tests.unit.test_windows import Ctx

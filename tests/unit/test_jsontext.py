@@ -1,4 +1,4 @@
-"""channels.jsontext: the sinks' JSON text, checked against the standard library."""
+"""spillway.channels.wire.jsontext: the sinks' JSON text, checked against the standard library."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from channels import jsontext
+from spillway.channels.wire import jsontext
 
 _STDLIB = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
 

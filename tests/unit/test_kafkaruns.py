@@ -1,10 +1,11 @@
-"""Consumed messages grouped into one run per partition (channels.kafka.runs), no broker."""
+"""Consumed messages grouped into one run per partition (spillway.channels.kafka.runs), no
+broker."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from channels.kafka.runs import PartitionRun, partition_runs
+from spillway.channels.kafka.runs import PartitionRun, partition_runs
 
 
 @dataclass

@@ -1,11 +1,11 @@
-"""Key groups and ownership records (channels/keygroups.py): pure, no broker."""
+"""Key groups and ownership records (channels/routing/keygroups.py): pure, no broker."""
 
 from __future__ import annotations
 
 import pytest
 
-from channels.errors import CheckpointFormatError, PipelineDefinitionError
-from channels.keygroups import (
+from spillway.channels.errors import CheckpointFormatError, PipelineDefinitionError
+from spillway.channels.routing.keygroups import (
     MAX_PARALLELISM_LIMIT,
     Ownership,
     key_group,
@@ -13,7 +13,7 @@ from channels.keygroups import (
     max_parallelism,
     owner_of,
 )
-from channels.partitioners import KeyHash
+from spillway.channels.routing.partitioners import KeyHash
 
 
 @pytest.mark.parametrize("m", [1, 2, 3, 7, 16, 32, 100, 128])

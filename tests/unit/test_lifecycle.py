@@ -6,8 +6,8 @@ from collections import deque
 
 import pytest
 
-from channels.errors import SpillwayError
-from recovery.lifecycle import ALLOWED, IllegalTransitionError, Lifecycle, Phase
+from spillway.channels.errors import SpillwayError
+from spillway.recovery.runtime.lifecycle import ALLOWED, IllegalTransitionError, Lifecycle, Phase
 
 ALLOWED_PAIRS = sorted(
     ((src, dst) for src, targets in ALLOWED.items() for dst in targets),

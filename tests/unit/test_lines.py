@@ -8,14 +8,14 @@ from typing import Any
 
 import pytest
 
-from spark_jobs.lines import (
+from spillway.spark_jobs.connectors.sources import FileSource
+from spillway.spark_jobs.records.lines import (
     LineError,
     field_types,
     parse_csv,
     parse_csv_header,
     parse_jsonl,
 )
-from spark_jobs.sources import FileSource
 from tests.unit.test_sinks_sources import ctx
 
 SCHEMA = {
@@ -179,7 +179,7 @@ def test_csv_line_numbers_count_the_header(tmp_path: Path) -> None:
 
 
 def test_csv_header_without_a_required_field_is_a_config_error(tmp_path: Path) -> None:
-    from channels.errors import ConfigError
+    from spillway.channels.errors import ConfigError
 
     path = tmp_path / "a.csv"
     path.write_bytes(b"k,w\na,1\n")

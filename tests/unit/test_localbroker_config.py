@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from channels.errors import ConfigError
-from devtools.localbroker import BrokerConfig, LocalBroker, StopResult, cache_dir, jars
-from devtools.localbroker.config import (
+from spillway.channels.errors import ConfigError
+from spillway.cli import main
+from spillway.devtools.localbroker import BrokerConfig, LocalBroker, StopResult, cache_dir, jars
+from spillway.devtools.localbroker.config import (
     render_log4j2_properties,
     render_log4j_properties,
     render_server_properties,
 )
-from devtools.localbroker.process import free_ports, tail_lines
-from spark_jobs.cli import main
+from spillway.devtools.localbroker.process import free_ports, tail_lines
 
 
 def parse_properties(text: str) -> dict[str, str]:

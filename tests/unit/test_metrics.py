@@ -13,13 +13,13 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from channels.errors import ConfigError
-from channels.ids import JobId, OperatorName, SubtaskId
-from recovery.metrics import JobMetrics, Snapshot, SubtaskMetrics
-from recovery.plandoc import InputDoc, OperatorDoc, PlanDoc
-from spark_jobs.metrics_http import SnapshotCollector, families, serve
-from spark_jobs.progress import ProgressLine, percent_done, render
-from spark_jobs.sources import FileSource, GeneratorSource
+from spillway.channels.errors import ConfigError
+from spillway.channels.ids import JobId, OperatorName, SubtaskId
+from spillway.recovery.job.plandoc import InputDoc, OperatorDoc, PlanDoc
+from spillway.recovery.observe.metrics import JobMetrics, Snapshot, SubtaskMetrics
+from spillway.spark_jobs.connectors.sources import FileSource, GeneratorSource
+from spillway.spark_jobs.spark.metrics_http import SnapshotCollector, families, serve
+from spillway.spark_jobs.spark.progress import ProgressLine, percent_done, render
 
 CH = "spillway.j.src-count"
 PLAN = PlanDoc(
@@ -264,7 +264,7 @@ class _Topic:
 def test_bounded_kafka_source_progress_counts_offsets_up_to_its_fixed_ends(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import spark_jobs.sources as sources
+    import spillway.spark_jobs.connectors.sources as sources
 
     monkeypatch.setattr(sources, "Admin", _Topic)
     monkeypatch.setattr(sources, "AssignedConsumer", _Topic)

@@ -8,12 +8,12 @@ from typing import Any, cast
 
 import pytest
 
-from channels.envelope import Kind
-from channels.errors import PipelineDefinitionError
-from channels.ids import TopicPartition
-from channels.inputmarks import InputMark, WriterMark, combine, input_mark
-from channels.reader import ChannelReader, InputChannel
-from spark_jobs.pipeline import Pipeline, union
+from spillway.channels.errors import PipelineDefinitionError
+from spillway.channels.ids import TopicPartition
+from spillway.channels.inputmarks import InputMark, WriterMark, combine, input_mark
+from spillway.channels.reader import ChannelReader, InputChannel
+from spillway.channels.wire.envelope import Kind
+from spillway.spark_jobs.api.pipeline import Pipeline, union
 from tests.unit.channelfakes import SCHEMA, Msg, ScriptedConsumer
 
 LIVE, IDLE, ENDED = (False, False), (False, True), (True, False)

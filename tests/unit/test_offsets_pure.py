@@ -6,11 +6,18 @@ import json
 
 import pytest
 
-from channels.errors import CheckpointFormatError, RetentionGapError, TopologyMismatchError
-from channels.ids import CheckpointId, JobId, Offset, OperatorName, SubtaskId, TopicPartition
-from offsets.checkpoint import Checkpoint, fingerprint
-from offsets.store import check_retention
-from offsets.tracker import CheckpointSequence, OffsetRegressionError, PositionTracker
+from spillway.channels.errors import CheckpointFormatError, RetentionGapError, TopologyMismatchError
+from spillway.channels.ids import (
+    CheckpointId,
+    JobId,
+    Offset,
+    OperatorName,
+    SubtaskId,
+    TopicPartition,
+)
+from spillway.offsets.checkpoint import Checkpoint, fingerprint
+from spillway.offsets.store import check_retention
+from spillway.offsets.tracker import CheckpointSequence, OffsetRegressionError, PositionTracker
 
 SUB = SubtaskId(JobId("j"), OperatorName("count"), 1)
 TP = TopicPartition("spillway.j.ch.a.count", 1)

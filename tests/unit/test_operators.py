@@ -7,10 +7,10 @@ from typing import Any, cast
 
 import pytest
 
-from channels.errors import RecordError, SpillwayError
-from channels.ids import JobId, Offset, OperatorName, SubtaskId, TopicPartition
-from recovery.state import ChangelogState
-from spark_jobs.operators import (
+from spillway.channels.errors import RecordError, SpillwayError
+from spillway.channels.ids import JobId, Offset, OperatorName, SubtaskId, TopicPartition
+from spillway.recovery.restore.state import ChangelogState
+from spillway.spark_jobs.operators.operators import (
     FilterLogic,
     FlatMapLogic,
     KeyedAggregateLogic,

@@ -1,13 +1,14 @@
-"""The per-operator Spark job bookkeeping (spark_jobs.opjobs), without Spark or a broker."""
+"""The per-operator Spark job bookkeeping (spillway.spark_jobs.spark.opjobs), without Spark or a
+broker."""
 
 from __future__ import annotations
 
 import pytest
 
-from channels.errors import ConfigError
-from channels.ids import JobId, OperatorName
-from recovery.events import operator_stop
-from spark_jobs.opjobs import (
+from spillway.channels.errors import ConfigError
+from spillway.channels.ids import JobId, OperatorName
+from spillway.recovery.observe.events import operator_stop
+from spillway.spark_jobs.spark.opjobs import (
     Action,
     OperatorJobs,
     OpState,

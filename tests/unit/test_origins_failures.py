@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from channels.errors import (
+from spillway.channels.errors import (
     BrokerUnavailableError,
     ConfigError,
     ProducerFencedError,
@@ -17,22 +17,29 @@ from channels.errors import (
     SchemaMismatchError,
     TransactionAbortedError,
 )
-from channels.ids import JobId, OperatorName, SubtaskId
-from recovery.deadletter import TRUNCATED_BYTES, dead_letter_doc
-from recovery.failures import (
+from spillway.channels.ids import JobId, OperatorName, SubtaskId
+from spillway.recovery.job.origins import (
+    UNKNOWN,
+    FileLine,
+    Same,
+    TopicOffset,
+    line_runs,
+    topic_runs,
+)
+from spillway.recovery.job.plan import Rejected
+from spillway.recovery.runtime.deadletter import TRUNCATED_BYTES, dead_letter_doc
+from spillway.recovery.runtime.failures import (
     abort_message,
     emit_failure,
     failure_fields,
     process_failure,
     source_failure,
 )
-from recovery.origins import UNKNOWN, FileLine, Same, TopicOffset, line_runs, topic_runs
-from recovery.plan import Rejected
-from spark_jobs.failfast import deterministic_failure
-from spark_jobs.lines import LineError, field_types, parse_json_value
-from spark_jobs.pipeline import Pipeline
-from spark_jobs.sources import FileSource
-from spark_jobs.usertopics import check_user_topics
+from spillway.spark_jobs.api.pipeline import Pipeline
+from spillway.spark_jobs.connectors.sources import FileSource
+from spillway.spark_jobs.connectors.usertopics import check_user_topics
+from spillway.spark_jobs.records.lines import LineError, field_types, parse_json_value
+from spillway.spark_jobs.spark.failfast import deterministic_failure
 from tests.unit.test_sinks_sources import ctx
 
 SUBTASK = SubtaskId(JobId("j"), OperatorName("parse"), 1)

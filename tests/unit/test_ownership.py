@@ -1,4 +1,4 @@
-"""Ownership bookkeeping without a broker: recovery/ownership.py, the checkpoint's new
+"""Ownership bookkeeping without a broker: recovery/restore/ownership.py, the checkpoint's new
 fields, keyed changelog state and the recorded plan."""
 
 from __future__ import annotations
@@ -7,20 +7,27 @@ from typing import Any, cast
 
 import pytest
 
-from channels.errors import ConfigError, SpillwayError
-from channels.ids import CheckpointId, JobId, Offset, OperatorName, SubtaskId, TopicPartition
-from channels.keygroups import Ownership, key_group
-from offsets.checkpoint import Checkpoint
-from recovery.ownership import (
+from spillway.channels.errors import ConfigError, SpillwayError
+from spillway.channels.ids import (
+    CheckpointId,
+    JobId,
+    Offset,
+    OperatorName,
+    SubtaskId,
+    TopicPartition,
+)
+from spillway.channels.routing.keygroups import Ownership, key_group
+from spillway.offsets.checkpoint import Checkpoint
+from spillway.recovery.job.plan import JobPlan
+from spillway.recovery.job.plandoc import PlanDoc
+from spillway.recovery.restore.ownership import (
     adopted_max_parallelism,
     keep_recorded_max_parallelism,
     owned_partitions,
     owned_state,
     with_max_parallelism,
 )
-from recovery.plan import JobPlan
-from recovery.plandoc import PlanDoc
-from spark_jobs.pipeline import Pipeline
+from spillway.spark_jobs.api.pipeline import Pipeline
 
 EVENT = {
     "type": "record",
@@ -188,7 +195,7 @@ class _Changelogs:
 
 
 def test_keyed_state_restores_each_owned_partition_up_to_its_own_offset() -> None:
-    from recovery.state import ChangelogState
+    from spillway.recovery.restore.state import ChangelogState
 
     logs: dict[int, list[tuple[str, bytes | None]]] = {
         6: [('"a"', b"1"), ('"b"', b"2"), ('"a"', None), ('"c"', b"3")],

@@ -12,11 +12,11 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pytest
 
-from channels.errors import PipelineDefinitionError, SchemaMismatchError
-from channels.ids import JobId, OperatorName, SubtaskId
-from spark_jobs.parquetsink import ParquetFileSink
-from spark_jobs.pipeline import Pipeline
-from spark_jobs.schemas import arrow_schema_of, avro_schema
+from spillway.channels.errors import PipelineDefinitionError, SchemaMismatchError
+from spillway.channels.ids import JobId, OperatorName, SubtaskId
+from spillway.spark_jobs.api.pipeline import Pipeline
+from spillway.spark_jobs.connectors.parquetsink import ParquetFileSink
+from spillway.spark_jobs.records.schemas import arrow_schema_of, avro_schema
 
 
 @dataclass

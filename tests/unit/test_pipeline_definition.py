@@ -10,15 +10,15 @@ from typing import Any
 
 import pytest
 
-from channels.errors import ConfigError, PipelineDefinitionError, SpillwayError
-from channels.ids import JobId, OperatorName, SubtaskId
-from channels.kafka.admin import TopicSpec
-from channels.keygroups import DEFAULT_MAX_PARALLELISM
-from channels.partitioners import Broadcast, Forward, KeyHash, RoundRobin
-from offsets.store import CHECKPOINT_TOPIC_CONFIG
-from recovery.loader import load_plan
-from recovery.plan import JobPlan
-from spark_jobs.pipeline import KeyedStream, Pipeline, Stream
+from spillway.channels.errors import ConfigError, PipelineDefinitionError, SpillwayError
+from spillway.channels.ids import JobId, OperatorName, SubtaskId
+from spillway.channels.kafka.admin import TopicSpec
+from spillway.channels.routing.keygroups import DEFAULT_MAX_PARALLELISM
+from spillway.channels.routing.partitioners import Broadcast, Forward, KeyHash, RoundRobin
+from spillway.offsets.store import CHECKPOINT_TOPIC_CONFIG
+from spillway.recovery.job.loader import load_plan
+from spillway.recovery.job.plan import JobPlan
+from spillway.spark_jobs.api.pipeline import KeyedStream, Pipeline, Stream
 
 EVENT = {
     "type": "record",
@@ -496,21 +496,21 @@ def test_fingerprint_changes_with_routing() -> None:
 
 
 @pytest.mark.parametrize(
-    "ref", ["spark_jobs.examples.clicks", ":pipeline", "spark_jobs.examples.clicks:", ""]
+    "ref", ["spillway.examples.clicks", ":pipeline", "spillway.examples.clicks:", ""]
 )
 def test_load_plan_bad_reference_format(ref: str) -> None:
     with pytest.raises(ConfigError) as info:
         load_plan(ref, "j")
     assert str(info.value) == (
-        f"pipeline {ref!r} must look like MODULE:PIPELINE, e.g. spark_jobs.examples.clicks:pipeline"
+        f"pipeline {ref!r} must look like MODULE:PIPELINE, e.g. spillway.examples.clicks:pipeline"
     )
 
 
 def test_load_plan_missing_module() -> None:
     with pytest.raises(ConfigError) as info:
-        load_plan("spark_jobs.examples.no_such_module:pipeline", "j")
+        load_plan("spillway.examples.no_such_module:pipeline", "j")
     msg = str(info.value)
-    assert "cannot import pipeline module 'spark_jobs.examples.no_such_module'" in msg
+    assert "cannot import pipeline module 'spillway.examples.no_such_module'" in msg
     assert "is it on PYTHONPATH" in msg
 
 
@@ -522,13 +522,13 @@ def test_load_plan_relative_module_is_a_config_error() -> None:
 
 def test_load_plan_missing_attribute() -> None:
     with pytest.raises(ConfigError) as info:
-        load_plan("spark_jobs.examples.clicks:nope", "j")
-    assert str(info.value) == "module 'spark_jobs.examples.clicks' has no attribute 'nope'"
+        load_plan("spillway.examples.clicks:nope", "j")
+    assert str(info.value) == "module 'spillway.examples.clicks' has no attribute 'nope'"
 
 
 @pytest.mark.parametrize("attr", ["SECTIONS", "CLICK", "Counter"])
 def test_load_plan_object_without_plan(attr: str) -> None:
-    ref = f"spark_jobs.examples.clicks:{attr}"
+    ref = f"spillway.examples.clicks:{attr}"
     with pytest.raises(PipelineDefinitionError) as info:
         load_plan(ref, "j")
     assert str(info.value) == f"{ref} is not a pipeline (it has no plan() method)"
@@ -537,7 +537,7 @@ def test_load_plan_object_without_plan(attr: str) -> None:
 def test_load_plan_function_that_needs_arguments_is_a_clear_error() -> None:
     # make_click(i) is callable but not a pipeline factory: calling it without arguments
     # raises a bare TypeError instead of an error that names the reference.
-    ref = "spark_jobs.examples.clicks:make_click"
+    ref = "spillway.examples.clicks:make_click"
     with pytest.raises(SpillwayError, match=re.escape(ref)):
         load_plan(ref, "j")
 
@@ -545,7 +545,7 @@ def test_load_plan_function_that_needs_arguments_is_a_clear_error() -> None:
 def test_load_plan_clicks_example(monkeypatch: pytest.MonkeyPatch) -> None:
     for var in ("CLICKS_RECORDS", "CLICKS_OUT", "CLICKS_PARALLELISM", "CLICKS_RATE"):
         monkeypatch.delenv(var, raising=False)
-    plan = load_plan("spark_jobs.examples.clicks:pipeline", "clicks-1")
+    plan = load_plan("spillway.examples.clicks:pipeline", "clicks-1")
     assert isinstance(plan, JobPlan)
     assert plan.job == "clicks-1"
     assert [(op.name, op.parallelism, op.kind) for op in plan.operators] == [
@@ -561,21 +561,21 @@ def test_load_plan_clicks_example(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_load_plan_clicks_example_reads_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CLICKS_PARALLELISM", "3")
     monkeypatch.setenv("CLICKS_RECORDS", "100")
-    plan = load_plan("spark_jobs.examples.clicks:pipeline", "c")
+    plan = load_plan("spillway.examples.clicks:pipeline", "c")
     assert {op.parallelism for op in plan.operators} == {3}
     assert plan.operator("clicks").description == {"source": "generator", "count": 100}
 
 
 def test_load_plan_accepts_a_pipeline_object(monkeypatch: pytest.MonkeyPatch) -> None:
-    import spark_jobs.examples.clicks as clicks
+    import spillway.examples.clicks as clicks
 
     monkeypatch.setattr(clicks, "built", clicks.build(10, "/x", 1), raising=False)
-    plan = load_plan("spark_jobs.examples.clicks:built", "c")
+    plan = load_plan("spillway.examples.clicks:built", "c")
     assert [op.parallelism for op in plan.operators] == [1, 1, 1, 1]
 
 
 def test_final_results_of_an_unbounded_source_are_rejected() -> None:
-    from spark_jobs.examples import clicks
+    from spillway.examples import clicks
 
     p = Pipeline("x")
     s = p.generate("gen", make=clicks.make_click, schema=clicks.CLICK, count=None)

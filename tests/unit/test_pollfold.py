@@ -1,4 +1,4 @@
-"""Folding one poll's batches (recovery.pollfold) and the processor using it: one
+"""Folding one poll's batches (spillway.recovery.runtime.pollfold) and the processor using it: one
 operator call per poll with every row's origin, none held across a poll's end, and
 none in the unaligned mode (which checkpoints inside a message)."""
 
@@ -9,19 +9,19 @@ from typing import Any, cast
 
 import pyarrow as pa
 
-from channels.batchread import ArrowRows
-from channels.envelope import Kind
-from channels.ids import JobId, OperatorName, SubtaskId, TopicPartition
-from channels.reader import Delivery
-from recovery.cadence import IntervalCadence, UnalignedCadence
-from recovery.crashpoints import CrashPoints
-from recovery.eventtime import SetAsides
-from recovery.faults import Faults
-from recovery.options import RunOptions, SubtaskResult
-from recovery.origins import UNKNOWN, Origins, Same, TopicOffset
-from recovery.pollfold import PollFold, Spans
-from recovery.processor import Processor
-from spark_jobs.batchops import process_batch
+from spillway.channels.ids import JobId, OperatorName, SubtaskId, TopicPartition
+from spillway.channels.reader import Delivery
+from spillway.channels.wire.batchread import ArrowRows
+from spillway.channels.wire.envelope import Kind
+from spillway.recovery.job.origins import UNKNOWN, Origins, Same, TopicOffset
+from spillway.recovery.runtime.cadence import IntervalCadence, UnalignedCadence
+from spillway.recovery.runtime.crashpoints import CrashPoints
+from spillway.recovery.runtime.eventtime import SetAsides
+from spillway.recovery.runtime.faults import Faults
+from spillway.recovery.runtime.options import RunOptions, SubtaskResult
+from spillway.recovery.runtime.pollfold import PollFold, Spans
+from spillway.recovery.runtime.processor import Processor
+from spillway.spark_jobs.operators.batchops import process_batch
 from tests.unit.test_processor import FakeTriggers, ScriptedReader
 
 SUB = SubtaskId(JobId("j"), OperatorName("agg"), 0)

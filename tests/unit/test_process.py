@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
-from channels.errors import PipelineDefinitionError
-from channels.ids import TopicPartition
-from recovery.state import ChangelogState
-from spark_jobs.operators import ChainedLogic, MapLogic
-from spark_jobs.pipeline import Pipeline
-from spark_jobs.process import ProcessContext, ProcessLogic
+from spillway.channels.errors import PipelineDefinitionError
+from spillway.channels.ids import TopicPartition
+from spillway.recovery.restore.state import ChangelogState
+from spillway.spark_jobs.api.pipeline import Pipeline
+from spillway.spark_jobs.operators.operators import ChainedLogic, MapLogic
+from spillway.spark_jobs.operators.process import ProcessContext, ProcessLogic
 from tests.integration import keyedops
 from tests.unit.test_windows import Ctx
 

@@ -7,16 +7,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from channels.envelope import Kind
-from channels.ids import JobId, Offset, OperatorName, SubtaskId, TopicPartition
-from channels.reader import Delivery
-from recovery.cadence import Partial, UnalignedCadence
-from recovery.crashpoints import CrashPoints
-from recovery.eventtime import SetAsides
-from recovery.faults import Faults
-from recovery.options import RunOptions, SubtaskResult
-from recovery.processor import Processor
-from recovery.progress import Replay
+from spillway.channels.ids import JobId, Offset, OperatorName, SubtaskId, TopicPartition
+from spillway.channels.reader import Delivery
+from spillway.channels.wire.envelope import Kind
+from spillway.recovery.restore.progress import Replay
+from spillway.recovery.runtime.cadence import Partial, UnalignedCadence
+from spillway.recovery.runtime.crashpoints import CrashPoints
+from spillway.recovery.runtime.eventtime import SetAsides
+from spillway.recovery.runtime.faults import Faults
+from spillway.recovery.runtime.options import RunOptions, SubtaskResult
+from spillway.recovery.runtime.processor import Processor
 
 SUB = SubtaskId(JobId("j"), OperatorName("double"), 0)
 TP = TopicPartition("spillway.j.ch.a.double", 0)

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from channels.config import KafkaSettings
-from channels.errors import ProducerFencedError, SpillwayError, TransactionAbortedError
-from channels.ids import Offset, TopicPartition
-from channels.kafka import producer as producer_module
-from channels.kafka.producer import TransactionalProducer, pending_kafka_exception
+from spillway.channels.config import KafkaSettings
+from spillway.channels.errors import ProducerFencedError, SpillwayError, TransactionAbortedError
+from spillway.channels.ids import Offset, TopicPartition
+from spillway.channels.kafka import producer as producer_module
+from spillway.channels.kafka.producer import TransactionalProducer, pending_kafka_exception
 
 
 def _fenced() -> KafkaException:

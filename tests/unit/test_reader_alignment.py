@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from channels.envelope import Kind
-from channels.ids import Offset, TopicPartition
-from channels.reader import ChannelReader, InputChannel, ReaderState
+from spillway.channels.ids import Offset, TopicPartition
+from spillway.channels.reader import ChannelReader, InputChannel, ReaderState
+from spillway.channels.wire.envelope import Kind
 from tests.unit.channelfakes import SCHEMA, TP, Msg
 
 

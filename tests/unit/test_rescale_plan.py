@@ -1,4 +1,4 @@
-"""Restore under a new parallelism without a broker (recovery/rescale.py): which
+"""Restore under a new parallelism without a broker (recovery/restore/rescale.py): which
 positions and changelog offsets each new subtask continues from, up and down, keyed and
 non-keyed edges, stateful and stateless operators, and the cases refused."""
 
@@ -11,15 +11,22 @@ from typing import Any, cast
 
 import pytest
 
-from channels.config import KafkaSettings
-from channels.errors import ConfigError, RescaleError, TopologyMismatchError
-from channels.ids import CheckpointId, JobId, Offset, OperatorName, SubtaskId, TopicPartition
-from channels.keygroups import key_group_range
-from offsets.checkpoint import Checkpoint
-from recovery.ownership import keep_recorded_max_parallelism, owned_partitions
-from recovery.plan import JobPlan
-from recovery.plandoc import PlanDoc
-from recovery.rescale import (
+from spillway.channels.config import KafkaSettings
+from spillway.channels.errors import ConfigError, RescaleError, TopologyMismatchError
+from spillway.channels.ids import (
+    CheckpointId,
+    JobId,
+    Offset,
+    OperatorName,
+    SubtaskId,
+    TopicPartition,
+)
+from spillway.channels.routing.keygroups import key_group_range
+from spillway.offsets.checkpoint import Checkpoint
+from spillway.recovery.job.plan import JobPlan
+from spillway.recovery.job.plandoc import PlanDoc
+from spillway.recovery.restore.ownership import keep_recorded_max_parallelism, owned_partitions
+from spillway.recovery.restore.rescale import (
     OperatorHandover,
     Rescale,
     accepts_fingerprint,
@@ -30,10 +37,10 @@ from recovery.rescale import (
     previous_parallelism,
     with_parallelism,
 )
-from recovery.restorer import Restorer
-from spark_jobs.liverescale import check_live
-from spark_jobs.pipeline import Pipeline
-from spark_jobs.run_cli import _rewind_to, parse_parallelism
+from spillway.recovery.restore.restorer import Restorer
+from spillway.spark_jobs.api.pipeline import Pipeline
+from spillway.spark_jobs.cli import _rewind_to, parse_parallelism
+from spillway.spark_jobs.spark.liverescale import check_live
 
 M = 8
 EVENT = {

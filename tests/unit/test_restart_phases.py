@@ -13,10 +13,10 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from bench import restartstats
-from channels.config import KafkaSettings
-from channels.ids import JobId, Offset, OperatorName, SubtaskId, TopicPartition
-from channels.kafka.producer import TransactionalProducer
-from recovery.phases import (
+from spillway.channels.config import KafkaSettings
+from spillway.channels.ids import JobId, Offset, OperatorName, SubtaskId, TopicPartition
+from spillway.channels.kafka.producer import TransactionalProducer
+from spillway.recovery.observe.phases import (
     PHASES,
     PhaseClock,
     merge,
@@ -26,10 +26,17 @@ from recovery.phases import (
     start_time_from,
     steps,
 )
-from recovery.progress import READ, UPPER_BOUND, ReadMark, Replay, last_mark, replay_ends
-from spark_jobs.attempts import TaskAttempt, retries
-from spark_jobs.daemon import forget_zip_finders
-from spark_jobs.sources import FileSource, GeneratorSource, KafkaTopicSource
+from spillway.recovery.restore.progress import (
+    READ,
+    UPPER_BOUND,
+    ReadMark,
+    Replay,
+    last_mark,
+    replay_ends,
+)
+from spillway.spark_jobs.connectors.sources import FileSource, GeneratorSource, KafkaTopicSource
+from spillway.spark_jobs.spark.attempts import TaskAttempt, retries
+from spillway.spark_jobs.spark.daemon import forget_zip_finders
 
 A, B = TopicPartition("ch", 0), TopicPartition("ch", 1)
 
@@ -256,7 +263,7 @@ def test_daemon_forgets_zip_importers_only(tmp_path: Path) -> None:
 
 
 def test_subtask_ids_name_the_progress_partition() -> None:
-    from recovery.progress import ProgressLog
+    from spillway.recovery.restore.progress import ProgressLog
 
     log = ProgressLog(KafkaSettings("127.0.0.1:1"), SubtaskId(JobId("j"), OperatorName("op"), 2))
     assert log.tp == TopicPartition("spillway.j.progress.op", 2)
@@ -264,7 +271,7 @@ def test_subtask_ids_name_the_progress_partition() -> None:
 
 
 def test_source_replay_spans_the_reread_and_catches_up_once() -> None:
-    from recovery.progress import SourceReplay
+    from spillway.recovery.restore.progress import SourceReplay
 
     g = GeneratorSource(lambda i: {"i": i}, None, parallelism=2)
     g._next = 4  # restored at index 4; the dead attempt had emitted up to 10

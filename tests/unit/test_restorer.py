@@ -7,11 +7,18 @@ from typing import Any, cast
 
 import pytest
 
-from channels.config import KafkaSettings
-from channels.errors import ConfigError, TopologyMismatchError
-from channels.ids import CheckpointId, JobId, Offset, OperatorName, SubtaskId, TopicPartition
-from offsets.checkpoint import Checkpoint
-from recovery.restorer import Restorer
+from spillway.channels.config import KafkaSettings
+from spillway.channels.errors import ConfigError, TopologyMismatchError
+from spillway.channels.ids import (
+    CheckpointId,
+    JobId,
+    Offset,
+    OperatorName,
+    SubtaskId,
+    TopicPartition,
+)
+from spillway.offsets.checkpoint import Checkpoint
+from spillway.recovery.restore.restorer import Restorer
 
 SUB = SubtaskId(JobId("j"), OperatorName("count"), 0)
 A, B = TopicPartition("spillway.j.ch.a.count", 0), TopicPartition("spillway.j.ch.b.count", 0)

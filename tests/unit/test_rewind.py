@@ -9,18 +9,25 @@ from typing import Any, cast
 
 import pytest
 
-from channels.envelope import Kind
-from channels.errors import CheckpointFormatError, ConfigError, RetentionGapError
-from channels.ids import CheckpointId, JobId, Offset, OperatorName, SubtaskId, TopicPartition
-from channels.reader import ChannelReader, InputChannel, ReaderState
-from offsets.checkpoint import Checkpoint
-from offsets.store import prune_point
-from recovery.globalckpt import GlobalProgress
-from recovery.plan import JobPlan
-from recovery.rewind import _add_span, check_compaction_window, plan_rewind
-from recovery.runner import GlobalCadence
-from spark_jobs.pipeline import Pipeline
-from spark_jobs.sinks import JsonlFileSink
+from spillway.channels.errors import CheckpointFormatError, ConfigError, RetentionGapError
+from spillway.channels.ids import (
+    CheckpointId,
+    JobId,
+    Offset,
+    OperatorName,
+    SubtaskId,
+    TopicPartition,
+)
+from spillway.channels.reader import ChannelReader, InputChannel, ReaderState
+from spillway.channels.wire.envelope import Kind
+from spillway.offsets.checkpoint import Checkpoint
+from spillway.offsets.store import prune_point
+from spillway.recovery.control.globalckpt import GlobalProgress
+from spillway.recovery.control.rewind import _add_span, check_compaction_window, plan_rewind
+from spillway.recovery.job.plan import JobPlan
+from spillway.recovery.runtime.runner import GlobalCadence
+from spillway.spark_jobs.api.pipeline import Pipeline
+from spillway.spark_jobs.connectors.sinks import JsonlFileSink
 from tests.unit.test_reader_alignment import SCHEMA, TP, Msg, ScriptedConsumer, data
 
 EVENT = {

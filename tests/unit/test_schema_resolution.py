@@ -1,7 +1,7 @@
 """Reading channel records written with an older schema of the channel, without a broker:
-schema ids (channels/schemaid.py), Avro and Arrow resolution (channels/resolve.py) through
+schema ids (channels/wire/schemaid.py), Avro and Arrow resolution (channels/wire/resolve.py) through
 the decoders and the reader, and how a run learns the channel's earlier schemas from the
-job's recorded topologies (recovery/evolution.py, recovery/rescale.py PlanShape)."""
+job's recorded topologies (recovery/job/evolution.py, recovery/restore/rescale.py PlanShape)."""
 
 from __future__ import annotations
 
@@ -10,27 +10,33 @@ from typing import Any, cast
 import pyarrow as pa
 import pytest
 
-from channels.arrowcodec import arrow_schema
-from channels.batchread import BatchDecoders
-from channels.config import ChannelSettings
-from channels.envelope import ARROW_VERSION, VERSION, Decoders, RecordCodec, writer_codec
-from channels.errors import SchemaMismatchError
-from channels.ids import JobId, OperatorName, SubtaskId
-from channels.partitioners import Forward
-from channels.reader import ChannelReader, InputChannel
-from channels.schemaid import H_SCHEMA, WriterSchemas, schema_id, schema_id_of
-from channels.writer import ChannelWriter, OutputChannel
-from recovery.evolution import (
+from spillway.channels.config import ChannelSettings
+from spillway.channels.errors import SchemaMismatchError
+from spillway.channels.ids import JobId, OperatorName, SubtaskId
+from spillway.channels.reader import ChannelReader, InputChannel
+from spillway.channels.routing.partitioners import Forward
+from spillway.channels.wire.arrowcodec import arrow_schema
+from spillway.channels.wire.batchread import BatchDecoders
+from spillway.channels.wire.envelope import (
+    ARROW_VERSION,
+    VERSION,
+    Decoders,
+    RecordCodec,
+    writer_codec,
+)
+from spillway.channels.wire.schemaid import H_SCHEMA, WriterSchemas, schema_id, schema_id_of
+from spillway.channels.writer import ChannelWriter, OutputChannel
+from spillway.recovery.job.evolution import (
     channel_history,
     recorded_fingerprint,
     recorded_plan,
     topology_doc,
     with_earlier_schemas,
 )
-from recovery.ownership import owned_partitions
-from recovery.rescale import PlanShape, with_parallelism
-from recovery.runner import input_channels
-from spark_jobs.pipeline import Pipeline
+from spillway.recovery.restore.ownership import owned_partitions
+from spillway.recovery.restore.rescale import PlanShape, with_parallelism
+from spillway.recovery.runtime.runner import input_channels
+from spillway.spark_jobs.api.pipeline import Pipeline
 from tests.unit.channelfakes import FakeProducer, LogMsg, ScriptedLog
 
 

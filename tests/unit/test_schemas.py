@@ -12,13 +12,19 @@ from typing import Any, NotRequired, Optional, TypedDict
 import pyarrow as pa
 import pytest
 
-from channels.arrowcodec import arrow_schema
-from channels.envelope import Decoders, frame_blocks, writer_codec
-from channels.errors import PipelineDefinitionError, SchemaMismatchError
-from channels.mismatch import describe
-from spark_jobs.pipeline import Pipeline
-from spark_jobs.records import adapt, from_dict, output_converter, output_schema, to_dict
-from spark_jobs.schemas import arrow_schema_of, avro_schema
+from spillway.channels.errors import PipelineDefinitionError, SchemaMismatchError
+from spillway.channels.wire.arrowcodec import arrow_schema
+from spillway.channels.wire.envelope import Decoders, frame_blocks, writer_codec
+from spillway.channels.wire.mismatch import describe
+from spillway.spark_jobs.api.pipeline import Pipeline
+from spillway.spark_jobs.records.records import (
+    adapt,
+    from_dict,
+    output_converter,
+    output_schema,
+    to_dict,
+)
+from spillway.spark_jobs.records.schemas import arrow_schema_of, avro_schema
 
 
 @dataclass

@@ -8,19 +8,19 @@ from pathlib import Path
 
 import pytest
 
-from channels.acls import job_acls, kafka_acls_commands
-from channels.config import (
+from spillway.channels.acls import job_acls, kafka_acls_commands
+from spillway.channels.config import (
     KafkaSettings,
     SecretFilter,
     parse_client_settings,
     read_client_settings,
     scrub_secrets,
 )
-from channels.errors import ConfigError
-from channels.ids import JobId, SubtaskId, operator_name
-from channels.naming import changelog_topic, channel_topic, checkpoint_topic
-from devtools.localbroker import BrokerConfig, SaslListener
-from devtools.localbroker.config import read_ports, render_server_properties
+from spillway.channels.errors import ConfigError
+from spillway.channels.ids import JobId, SubtaskId
+from spillway.channels.naming import changelog_topic, channel_topic, checkpoint_topic, operator_name
+from spillway.devtools.localbroker import BrokerConfig, SaslListener
+from spillway.devtools.localbroker.config import read_ports, render_server_properties
 
 SECRET = "pw-Unit-9f3a"
 

@@ -13,10 +13,10 @@ import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 import pytest
 
-from channels.errors import ConfigError
-from channels.ids import JobId, OperatorName, SubtaskId
-from spark_jobs.sinks import JsonlFileSink
-from spark_jobs.sources import FileSource, GeneratorSource
+from spillway.channels.errors import ConfigError
+from spillway.channels.ids import JobId, OperatorName, SubtaskId
+from spillway.spark_jobs.connectors.sinks import JsonlFileSink
+from spillway.spark_jobs.connectors.sources import FileSource, GeneratorSource
 
 
 @dataclass

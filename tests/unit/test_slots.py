@@ -1,8 +1,8 @@
 """Round-robin edges into slotted operators, without a broker: the sticky spread over
-slots (channels/partitioners.py, channels/writer.py), which operators get slots and how
-a job recorded before slots keeps its partitions (spark_jobs/graph.py,
-recovery/ownership.py), and rescaling such an operator up and down, live or from a
-savepoint (recovery/rescale.py, spark_jobs/liverescale.py)."""
+slots (channels/routing/partitioners.py, channels/writer.py), which operators get slots and how
+a job recorded before slots keeps its partitions (spark_jobs/api/graph.py,
+recovery/restore/ownership.py), and rescaling such an operator up and down, live or from a
+savepoint (recovery/restore/rescale.py, spark_jobs/spark/liverescale.py)."""
 
 from __future__ import annotations
 
@@ -12,25 +12,36 @@ from typing import Any, cast
 
 import pytest
 
-from channels.config import ChannelSettings
-from channels.envelope import Kind, decode_data, read_header
-from channels.errors import RescaleError
-from channels.ids import CheckpointId, JobId, Offset, OperatorName, SubtaskId, TopicPartition
-from channels.keygroups import key_group_range, owner_of
-from channels.partitioners import RoundRobin, Sticky
-from channels.writer import ChannelWriter, OutputChannel
-from offsets.checkpoint import Checkpoint
-from recovery.ownership import (
+from spillway.channels.config import ChannelSettings
+from spillway.channels.errors import RescaleError
+from spillway.channels.ids import (
+    CheckpointId,
+    JobId,
+    Offset,
+    OperatorName,
+    SubtaskId,
+    TopicPartition,
+)
+from spillway.channels.routing.keygroups import key_group_range, owner_of
+from spillway.channels.routing.partitioners import RoundRobin, Sticky
+from spillway.channels.wire.envelope import Kind, decode_data, read_header
+from spillway.channels.writer import ChannelWriter, OutputChannel
+from spillway.offsets.checkpoint import Checkpoint
+from spillway.recovery.job.plan import JobPlan
+from spillway.recovery.job.plandoc import PlanDoc
+from spillway.recovery.restore.ownership import (
     adopted_max_parallelism,
     keep_recorded_max_parallelism,
     owned_partitions,
     with_max_parallelism,
 )
-from recovery.plan import JobPlan
-from recovery.plandoc import PlanDoc
-from recovery.rescale import check_rescalable, handover_checkpoint, with_parallelism
-from spark_jobs.liverescale import check_live
-from spark_jobs.pipeline import Pipeline
+from spillway.recovery.restore.rescale import (
+    check_rescalable,
+    handover_checkpoint,
+    with_parallelism,
+)
+from spillway.spark_jobs.api.pipeline import Pipeline
+from spillway.spark_jobs.spark.liverescale import check_live
 
 SCHEMA = {
     "type": "record",

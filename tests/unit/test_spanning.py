@@ -8,16 +8,16 @@ from typing import Any, cast
 
 import pytest
 
-from channels.config import ChannelSettings
-from channels.envelope import PART_VERSION, Kind, decode_data, read_header
-from channels.errors import ConfigError, RecordTooLargeError, SchemaMismatchError
-from channels.ids import Offset, TopicPartition
-from channels.partitioners import Forward, KeyHash
-from channels.progress import ReaderState
-from channels.reader import ChannelReader, InputChannel
-from channels.spanning import Assembler, PartMark, part_headers, read_mark, split
-from channels.writer import ChannelWriter, OutputChannel
-from recovery.checkpointer import cut_inside_message
+from spillway.channels.config import ChannelSettings
+from spillway.channels.errors import ConfigError, RecordTooLargeError, SchemaMismatchError
+from spillway.channels.ids import Offset, TopicPartition
+from spillway.channels.progress import ReaderState
+from spillway.channels.reader import ChannelReader, InputChannel
+from spillway.channels.routing.partitioners import Forward, KeyHash
+from spillway.channels.wire.envelope import PART_VERSION, Kind, decode_data, read_header
+from spillway.channels.wire.spanning import Assembler, PartMark, part_headers, read_mark, split
+from spillway.channels.writer import ChannelWriter, OutputChannel
+from spillway.recovery.runtime.checkpointer import cut_inside_message
 from tests.unit.channelfakes import FakeProducer, LogMsg, ScriptedLog
 
 SCHEMA = {
@@ -141,7 +141,8 @@ class Done:
 @pytest.mark.parametrize("codec", ["arrow", "avro"])
 def test_a_checkpoint_inside_a_message_while_a_record_is_incomplete(codec: str) -> None:
     """Unaligned mode: a checkpoint after the first record of a message, with another
-    writer's record open in the partition (recovery.checkpointer.cut_inside_message)."""
+    writer's record open in the partition
+    (spillway.recovery.runtime.checkpointer.cut_inside_message)."""
     log = interleaved_log(codec)
     r = reader_on(log)
     r.start()
@@ -330,7 +331,8 @@ def test_an_arrow_batch_with_a_big_row_is_written_as_parts() -> None:
 
 
 def test_a_rewind_discards_a_writers_records_whole_and_restores_from_any_position() -> None:
-    """recovery.rewind: writer 1's messages from a transaction boundary on (here: the
+    """spillway.recovery.control.rewind: writer 1's messages from a transaction boundary on (here:
+    the
     first part of its second big record) belong to an abandoned run; the reader drops
     them, parts included, and a restore from any position with that state agrees."""
     log = interleaved_log("avro")

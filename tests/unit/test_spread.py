@@ -1,4 +1,5 @@
-"""An Arrow writer over many partitions (channels/spread.py): order, linger, size, fallbacks."""
+"""An Arrow writer over many partitions (channels/routing/spread.py): order, linger, size,
+fallbacks."""
 
 from __future__ import annotations
 
@@ -6,11 +7,11 @@ from typing import Any, cast
 
 import pyarrow as pa
 
-from channels.config import ChannelSettings
-from channels.envelope import Kind, decode_data, read_header
-from channels.partitioners import Broadcast, KeyHash
-from channels.spread import Spread
-from channels.writer import ChannelWriter, OutputChannel
+from spillway.channels.config import ChannelSettings
+from spillway.channels.routing.partitioners import Broadcast, KeyHash
+from spillway.channels.routing.spread import Spread
+from spillway.channels.wire.envelope import Kind, decode_data, read_header
+from spillway.channels.writer import ChannelWriter, OutputChannel
 
 SCHEMA = {
     "type": "record",

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from channels.ids import TopicPartition
-from recovery.state import ChangelogState, _encode_key, restores_as_itself
-from spark_jobs.operators import _copy
+from spillway.channels.ids import TopicPartition
+from spillway.recovery.restore.state import ChangelogState, _encode_key, restores_as_itself
+from spillway.spark_jobs.operators.operators import _copy
 
 KEYS: list[Any] = [
     "/news/12",

@@ -8,14 +8,21 @@ from typing import Any
 
 import pytest
 
-from channels.errors import ConfigError
-from channels.ids import CheckpointId, JobId, Offset, OperatorName, SubtaskId, TopicPartition
-from channels.keygroups import DEFAULT_MAX_PARALLELISM
-from offsets.checkpoint import Checkpoint
-from recovery.heartbeat import LOST_AFTER_S, Heartbeat
-from recovery.loader import load_plan
-from recovery.plandoc import PlanDoc
-from recovery.status import fold_events, liveness, newest_heartbeats, subtask_row
+from spillway.channels.errors import ConfigError
+from spillway.channels.ids import (
+    CheckpointId,
+    JobId,
+    Offset,
+    OperatorName,
+    SubtaskId,
+    TopicPartition,
+)
+from spillway.channels.routing.keygroups import DEFAULT_MAX_PARALLELISM
+from spillway.offsets.checkpoint import Checkpoint
+from spillway.recovery.job.loader import load_plan
+from spillway.recovery.job.plandoc import PlanDoc
+from spillway.recovery.observe.heartbeat import LOST_AFTER_S, Heartbeat
+from spillway.recovery.observe.status import fold_events, liveness, newest_heartbeats, subtask_row
 
 JOB = JobId("j")
 T0 = 1_700_000_000.0
@@ -157,7 +164,7 @@ def test_the_recorded_plan_round_trips_and_describes_the_job(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("CLICKS_PARALLELISM", "3")
-    plan = load_plan("spark_jobs.examples.clicks:pipeline", "c")
+    plan = load_plan("spillway.examples.clicks:pipeline", "c")
     doc = PlanDoc.of(plan)
     back = PlanDoc.from_json(json.loads(json.dumps(doc.to_json())), "test")
     assert back == doc
@@ -234,8 +241,8 @@ def test_heartbeat_sends_identity_and_time_without_waiting() -> None:
 
 
 def test_only_a_fencing_event_of_another_process_announces_a_newer_incarnation() -> None:
-    from channels.ids import JobId, OperatorName, SubtaskId
-    from recovery.events import announces_newer
+    from spillway.channels.ids import JobId, OperatorName, SubtaskId
+    from spillway.recovery.observe.events import announces_newer
 
     s = SubtaskId(JobId("j"), OperatorName("gen"), 0)
     base = {"operator": "gen", "index": 0, "pid": 2, "time": 11.0}

@@ -9,11 +9,11 @@ from typing import Any, cast
 
 import pytest
 
-from channels.config import KafkaSettings
-from channels.errors import Scope, UndecidedTransactionError
-from channels.ids import JobId, OperatorName, TopicPartition
-from offsets import store as store_module
-from offsets.store import CheckpointStore
+from spillway.channels.config import KafkaSettings
+from spillway.channels.errors import Scope, UndecidedTransactionError
+from spillway.channels.ids import JobId, OperatorName, TopicPartition
+from spillway.offsets import store as store_module
+from spillway.offsets.store import CheckpointStore
 
 
 class Marks:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from recovery.lifecycle import Lifecycle, Phase
-from recovery.taskloop import Outcome, TaskLoop
+from spillway.recovery.runtime.lifecycle import Lifecycle, Phase
+from spillway.recovery.runtime.taskloop import Outcome, TaskLoop
 
 
 @dataclass
@@ -55,7 +55,8 @@ class FakeCheckpointer:
         return self.asked >= self.due_from
 
     def take(self, finished: bool, stopping: bool = False) -> object:
-        # What the real checkpointer does to the phase table (recovery.checkpointer).
+        # What the real checkpointer does to the phase table
+        # (spillway.recovery.runtime.checkpointer).
         self.lifecycle.to(Phase.CHECKPOINTING)
         self.taken.append((finished, stopping))
         if stopping:

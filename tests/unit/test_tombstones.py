@@ -1,5 +1,6 @@
 """Kafka keys as a record field, tombstones as deletion records, and the lookup join
-deleting its table row on them (spark_jobs.tombstones, spark_jobs.joins)."""
+deleting its table row on them (spillway.spark_jobs.records.tombstones,
+spillway.spark_jobs.operators.joins)."""
 
 from __future__ import annotations
 
@@ -9,16 +10,16 @@ from typing import Any, cast
 
 import pytest
 
-from channels.envelope import Decoders, writer_codec
-from channels.errors import PipelineDefinitionError
-from channels.ids import Offset, TopicPartition
-from recovery.origins import TopicOffset
-from recovery.state import ChangelogState
-from spark_jobs.joins import LookupJoinLogic
-from spark_jobs.lines import LineError, field_types
-from spark_jobs.pipeline import Pipeline
-from spark_jobs.tombstones import DELETED, KeyedDecoder, keyed_schema
-from spark_jobs.watermarks import Watermarks
+from spillway.channels.errors import PipelineDefinitionError
+from spillway.channels.ids import Offset, TopicPartition
+from spillway.channels.wire.envelope import Decoders, writer_codec
+from spillway.recovery.job.origins import TopicOffset
+from spillway.recovery.restore.state import ChangelogState
+from spillway.spark_jobs.api.pipeline import Pipeline
+from spillway.spark_jobs.operators.joins import LookupJoinLogic
+from spillway.spark_jobs.records.lines import LineError, field_types
+from spillway.spark_jobs.records.tombstones import DELETED, KeyedDecoder, keyed_schema
+from spillway.spark_jobs.records.watermarks import Watermarks
 from tests.unit.test_batchagg import _Log
 from tests.unit.test_watermarks import _Broker, _ctx0, _kafka_source, _Msg
 from tests.unit.test_windows import Ctx

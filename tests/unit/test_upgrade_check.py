@@ -1,6 +1,6 @@
 """Live upgrade without a broker: the compatibility check of an operator's new definition
-(recovery/upgrade.py), the status lines, and shipping the pipeline module's source to
-tasks (spark_jobs/shipcode.py)."""
+(recovery/control/upgrade.py), the status lines, and shipping the pipeline module's source to
+tasks (spark_jobs/spark/shipcode.py)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from channels.errors import ConfigError, UpgradeError
-from recovery.plan import JobPlan
-from recovery.upgrade import check_upgrade, describe_upgrades, upgrade_changes
-from spark_jobs.pipeline import Pipeline
-from spark_jobs.shipcode import ModuleCode, install, read_module
+from spillway.channels.errors import ConfigError, UpgradeError
+from spillway.recovery.control.upgrade import check_upgrade, describe_upgrades, upgrade_changes
+from spillway.recovery.job.plan import JobPlan
+from spillway.spark_jobs.api.pipeline import Pipeline
+from spillway.spark_jobs.spark.shipcode import ModuleCode, install, read_module
 
 
 def schema(*fields: str) -> dict[str, Any]:

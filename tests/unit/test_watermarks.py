@@ -10,11 +10,11 @@ from typing import Any, ClassVar
 
 import pytest
 
-from channels.errors import PipelineDefinitionError, RecordError
-from channels.ids import JobId, OperatorName, SubtaskId
-from recovery.origins import FileLine
-from spark_jobs.sources import FileSource, GeneratorSource
-from spark_jobs.watermarks import Watermarks, WatermarkTracker, event_time
+from spillway.channels.errors import PipelineDefinitionError, RecordError
+from spillway.channels.ids import JobId, OperatorName, SubtaskId
+from spillway.recovery.job.origins import FileLine
+from spillway.spark_jobs.connectors.sources import FileSource, GeneratorSource
+from spillway.spark_jobs.records.watermarks import Watermarks, WatermarkTracker, event_time
 
 # -- the strategy ------------------------------------------------------------------------
 
@@ -278,7 +278,7 @@ class _Broker:
 
 
 def _kafka_source(monkeypatch: pytest.MonkeyPatch, **kw: Any) -> Any:
-    import spark_jobs.sources as sources
+    import spillway.spark_jobs.connectors.sources as sources
 
     monkeypatch.setattr(sources, "Admin", _Broker)
     monkeypatch.setattr(sources, "AssignedConsumer", _Broker)
@@ -336,7 +336,7 @@ def test_kafka_source_with_a_timestamp_function_and_missing_timestamps(
 def test_kafka_source_without_partitions_is_idle_and_without_event_time_never(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import spark_jobs.sources as sources
+    import spillway.spark_jobs.connectors.sources as sources
 
     monkeypatch.setattr(sources, "Admin", _Broker)
     monkeypatch.setattr(sources, "AssignedConsumer", _Broker)

@@ -10,12 +10,16 @@ from typing import Any, cast
 import pytest
 
 from bench.windows import _Changelog
-from channels.errors import PipelineDefinitionError
-from channels.ids import Offset, TopicPartition
-from recovery.state import ChangelogState
-from spark_jobs.pipeline import Pipeline
-from spark_jobs.timers import TimerIndex
-from spark_jobs.windows import CountWindowLogic, FixedWindowLogic, SessionWindowLogic
+from spillway.channels.errors import PipelineDefinitionError
+from spillway.channels.ids import Offset, TopicPartition
+from spillway.recovery.restore.state import ChangelogState
+from spillway.spark_jobs.api.pipeline import Pipeline
+from spillway.spark_jobs.operators.timers import TimerIndex
+from spillway.spark_jobs.operators.windows import (
+    CountWindowLogic,
+    FixedWindowLogic,
+    SessionWindowLogic,
+)
 from tests.unit.test_operators import SUBTASK
 
 Event = tuple[str, Any]

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from channels.envelope import Kind
-from channels.ids import CheckpointId, JobId, Offset, OperatorName, SubtaskId
-from channels.reader import ChannelReader, InputChannel
-from offsets.checkpoint import Checkpoint
+from spillway.channels.ids import CheckpointId, JobId, Offset, OperatorName, SubtaskId
+from spillway.channels.reader import ChannelReader, InputChannel
+from spillway.channels.wire.envelope import Kind
+from spillway.offsets.checkpoint import Checkpoint
 from tests.unit.channelfakes import SCHEMA, TP, Msg, ScriptedConsumer
 
 

@@ -1,0 +1,215 @@
+"""Job metrics from what subtasks already report: the event log, heartbeats, global checkpoints.
+
+Pure bookkeeping, no I/O: feed it the documents as they are read (:meth:`JobMetrics.event`,
+:meth:`JobMetrics.heartbeat`, :meth:`JobMetrics.global_checkpoint`) and the input
+partitions' ends (:meth:`JobMetrics.ends`); :meth:`JobMetrics.snapshot` gives the values.
+The driver serves them to Prometheus (:mod:`spillway.spark_jobs.spark.metrics_http`) and the
+progress
+line renders them (:mod:`spillway.spark_jobs.spark.progress`).
+
+A subtask whose current incarnation went silent (no event or heartbeat for
+:data:`~spillway.recovery.observe.heartbeat.LOST_AFTER_S`) is ``lost``, as in ``spillway status``.
+Counters survive restarts: an incarnation's counts start at zero again, so a subtask's
+``records_in`` is the sum over its incarnations of the newest count each reported (a
+replayed record counts again: it was processed again). Restarts and states come from the
+event log of this run (:func:`spillway.recovery.observe.status.fold_events`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from spillway.channels.ids import TopicPartition
+from spillway.recovery.job.plandoc import PlanDoc
+from spillway.recovery.observe.heartbeat import LOST_AFTER_S
+from spillway.recovery.observe.status import Incarnation, SubtaskLog, fold_events, liveness
+
+
+@dataclass
+class SubtaskMetrics:
+    """The metric values of one subtask ``operator[index]``."""
+
+    operator: str
+    index: int
+    state: str = "not started"
+    restarts: int = 0
+    records_in: int = 0
+    records_out: int = 0
+    checkpoints: int = 0
+    checkpoint: int | None = None
+    checkpoint_age_s: float | None = None
+    checkpoint_s: float | None = None
+    commit_s: float | None = None
+    state_keys: int | None = None
+    replay_debt: dict[str, int] = field(default_factory=dict)  # per input partition
+    lag: dict[str, int] = field(default_factory=dict)  # per input partition
+    replayed: dict[str, int] = field(default_factory=dict)  # records, over incarnations
+    progress: tuple[int, int] | None = None  # a bounded source's (done, total)
+    source: bool = False  # an operator without input channels
+
+    @property
+    def name(self) -> str:
+        """``operator[index]``."""
+        return f"{self.operator}[{self.index}]"
+
+
+@dataclass
+class Snapshot:
+    """Every subtask's metrics and the job's completed global checkpoint durations."""
+
+    subtasks: list[SubtaskMetrics]
+    global_durations_s: list[float]
+    time: float = 0.0  # wall time it was taken
+
+    def total(self, attr: str) -> int:
+        """Sum of an integer attribute (e.g. ``records_in``) over subtasks."""
+        return sum(int(getattr(s, attr)) for s in self.subtasks)
+
+
+@dataclass
+class _Incarnation:
+    counts: dict[str, int] = field(default_factory=dict)  # records_in, records_out, checkpoints
+    replayed: dict[str, int] = field(default_factory=dict)
+
+
+class JobMetrics:
+    """Folds one run's events and heartbeats into per-subtask metrics.
+
+    ``run_id``: only documents of this run count (None: every run of the job).
+    """
+
+    def __init__(self, plan: PlanDoc, run_id: str | None = None) -> None:
+        self.plan = plan
+        self.run_id = run_id
+        self._events: list[Mapping[str, Any]] = []
+        self._logs: dict[str, SubtaskLog] = {}
+        self._beat: dict[str, Mapping[str, Any]] = {}  # newest heartbeat of the current one
+        self._incs: dict[str, dict[Incarnation, _Incarnation]] = {}
+        self._finished: dict[str, Mapping[str, Any]] = {}
+        self._ends: dict[str, int] = {}
+        self._global: dict[int, float] = {}
+
+    def _ours(self, doc: Mapping[str, Any]) -> bool:
+        return self.run_id is None or doc.get("run") == self.run_id
+
+    def event(self, e: Mapping[str, Any]) -> None:
+        """Take one event-log document (oldest first)."""
+        if not self._ours(e) or "operator" not in e or e.get("event") == "checkpointed":
+            return  # checkpointed: one per subtask per global checkpoint, and heartbeats
+            # already show the subtask alive; kept, they would make every snapshot's fold
+            # grow with the job's age
+        self._events.append(e)
+        key = f"{e['operator']}[{e.get('index')}]"
+        if e.get("event") == "finished":
+            self._finished[key] = e
+            self._counts(key, e)
+        elif e.get("event") == "started":
+            self._counts(key, e)
+
+    def heartbeat(self, h: Mapping[str, Any]) -> None:
+        """Take one heartbeat document (any order)."""
+        if not self._ours(h) or "operator" not in h:
+            return
+        key = f"{h['operator']}[{h.get('index')}]"
+        old = self._beat.get(key)
+        if old is None or float(h.get("time", 0)) >= float(old.get("time", 0)):
+            self._beat[key] = h
+        self._counts(key, h)
+
+    def ends(self, ends: Mapping[str, int]) -> None:
+        """The current end offset of input partitions (``topic[partition]`` → offset)."""
+        self._ends.update(ends)
+
+    def global_checkpoint(self, summary: Mapping[str, Any]) -> None:
+        """Take one completed global checkpoint record (``id``, ``duration_s``)."""
+        if "id" in summary and isinstance(summary.get("duration_s"), int | float):
+            self._global[int(summary["id"])] = float(summary["duration_s"])
+
+    def _counts(self, key: str, doc: Mapping[str, Any]) -> None:
+        inc = self._incs.setdefault(key, {}).setdefault(_inc(doc), _Incarnation())
+        for k in ("records_in", "records_out", "checkpoints"):
+            v = doc.get(k)
+            if isinstance(v, int):
+                inc.counts[k] = max(v, inc.counts.get(k, 0))
+        replay = doc.get("replay")
+        if isinstance(replay, Mapping):
+            for tp, v in replay.items():
+                if isinstance(v, list) and len(v) == 3 and isinstance(v[2], int):
+                    inc.replayed[tp] = max(v[2], inc.replayed.get(tp, 0))
+
+    def snapshot(self, now: float) -> Snapshot:
+        """The metric values at wall time ``now``."""
+        self._logs = fold_events(self._events)
+        out = []
+        for op in self.plan.operators:
+            for i in range(op.parallelism):
+                out.append(self._subtask(op.name, i, op.owned_inputs(i), now))
+        return Snapshot(out, [self._global[n] for n in sorted(self._global)], now)
+
+    def _subtask(
+        self, name: str, index: int, inputs: list[TopicPartition], now: float
+    ) -> SubtaskMetrics:
+        key = f"{name}[{index}]"
+        m = SubtaskMetrics(name, index, source=not inputs)
+        log = self._logs.get(key)
+        if log is not None:
+            m.state, m.restarts = log.state, log.restarts
+        for inc in self._incs.get(key, {}).values():
+            m.records_in += inc.counts.get("records_in", 0)
+            m.records_out += inc.counts.get("records_out", 0)
+            m.checkpoints += inc.counts.get("checkpoints", 0)
+            for tp, n in inc.replayed.items():
+                m.replayed[tp] = m.replayed.get(tp, 0) + n
+        beat = self._beat.get(key)
+        if beat is not None and (log is None or _inc(beat) == log.incarnation):
+            _from_beat(m, beat, now)
+        else:
+            beat = None  # an older incarnation's
+        # "lost": restoring or running, but silent (spillway.recovery.observe.status)
+        if log is not None:
+            seen = [log.last_event] if log.last_event is not None else []
+            if beat is not None and isinstance(beat.get("time"), int | float):
+                seen.append(float(beat["time"]))
+            m.state = liveness(m.state, max(seen, default=None), now, LOST_AFTER_S)
+        finished = key in self._finished or m.state == "finished"
+        for owned in inputs:
+            tp = f"{owned.topic}[{owned.partition}]"
+            end = self._ends.get(tp)
+            if finished:
+                m.replay_debt[tp], m.lag[tp] = 0, 0
+            elif end is not None and beat is not None:
+                ckpt = beat.get("checkpointed", {}).get(tp, 0)
+                m.replay_debt[tp] = max(0, end - int(ckpt))
+                pos = beat.get("positions", {}).get(tp)
+                if isinstance(pos, int):
+                    m.lag[tp] = max(0, end - pos)
+        if finished and m.progress is not None:
+            m.progress = (m.progress[1], m.progress[1])
+        return m
+
+
+def _inc(doc: Mapping[str, Any]) -> Incarnation:
+    return (doc.get("run"), doc.get("attempt"), doc.get("pid"), doc.get("host"))
+
+
+def _from_beat(m: SubtaskMetrics, beat: Mapping[str, Any], now: float) -> None:
+    ckpt = beat.get("checkpoint")
+    if isinstance(ckpt, int):
+        m.checkpoint = ckpt
+        t = beat.get("checkpoint_time")
+        if isinstance(t, int | float):
+            m.checkpoint_age_s = max(0.0, now - float(t))
+        m.checkpoint_s = _float(beat.get("checkpoint_s"))
+        m.commit_s = _float(beat.get("commit_s"))
+    keys = beat.get("state_keys")
+    if isinstance(keys, int):
+        m.state_keys = keys
+    progress = beat.get("progress")
+    if isinstance(progress, list) and len(progress) == 2:
+        m.progress = (int(progress[0]), int(progress[1]))
+
+
+def _float(v: object) -> float | None:
+    return float(v) if isinstance(v, int | float) else None

@@ -1,0 +1,306 @@
+"""``status``: where every subtask and channel of a job stands.
+
+Per subtask: state (from the event log), the attempt, host and pid of its current
+incarnation, how long ago it was last seen alive, last checkpoint id and age, replay debt
+per input partition (offsets between the checkpointed position and the partition's end —
+what a restart would re-read; transaction markers count as offsets too), changelog size
+and restarts. A finished subtask has no debt: a restart skips it.
+
+The job's shape comes from the plan description the driver recorded when it submitted
+the job (:mod:`spillway.recovery.job.plandoc`), so status imports no user code and needs nothing
+from the job's environment. The bookkeeping (events → rows, the liveness rule) is pure
+and lives apart from the reads in :func:`job_status`.
+
+States: ``not started``, ``restoring`` (fenced, restoring), ``running``, ``finished``
+(also a skipped re-run of a finished subtask), ``stopped``, ``failed`` and ``lost``: the
+current incarnation was restoring or running but has given no sign of life (event or
+heartbeat) for ``lost_after`` seconds — its process is gone (or frozen).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from spillway.channels.config import KafkaSettings
+from spillway.channels.errors import ConfigError
+from spillway.channels.ids import JobId, OperatorName, TopicPartition
+from spillway.channels.kafka.admin import Admin
+from spillway.channels.kafka.consumer import AssignedConsumer
+from spillway.offsets.checkpoint import Checkpoint
+from spillway.offsets.store import CheckpointStore
+from spillway.offsets.tracker import PositionTracker
+from spillway.recovery.job.plandoc import PlanDoc
+from spillway.recovery.observe.events import events_topic, read_events
+from spillway.recovery.observe.heartbeat import LOST_AFTER_S, heartbeats_topic, read_heartbeats
+
+# Events that set a subtask's state; any other event (checkpointed, ...) only shows it alive.
+_STATES = {
+    "fencing": "restoring",
+    "started": "running",
+    "caught-up": "running",  # re-read what its previous attempt had read
+    "finished": "finished",
+    "skipped": "finished",
+    "failed": "failed",
+    "stopped": "stopped",
+}
+LIVE_STATES = frozenset({"restoring", "running"})
+
+# One incarnation (process) of a subtask: (run, attempt, pid, host).
+Incarnation = tuple[Any, Any, Any, Any]
+
+
+@dataclass
+class SubtaskStatus:
+    """One row of ``spillway status`` (``--json`` prints these fields)."""
+
+    subtask: str
+    state: str
+    attempt: int | None
+    checkpoint: int | None
+    checkpoint_age_s: float | None
+    replay_debt: dict[str, int] = field(default_factory=dict)
+    changelog_records: int | None = None
+    restarts: int = 0
+    host: str | None = None
+    pid: int | None = None
+    seen_age_s: float | None = None  # since the current incarnation's last event or heartbeat
+
+
+@dataclass
+class SubtaskLog:
+    """What the event log says about one subtask."""
+
+    state: str = "not started"
+    incarnation: Incarnation | None = None  # of the newest event that counts
+    last_event: float | None = None  # wall time of that incarnation's newest event
+    restarts: int = 0
+
+
+def _incarnation(doc: Mapping[str, Any]) -> Incarnation:
+    return (doc.get("run"), doc.get("attempt"), doc.get("pid"), doc.get("host"))
+
+
+def fold_events(events: Iterable[Mapping[str, Any]]) -> dict[str, SubtaskLog]:
+    """The event log (oldest first) per subtask ``operator[index]``.
+
+    Every attempt emits ``fencing`` first; a later ``fencing`` by another incarnation
+    supersedes the earlier ones, whose last words (a fenced zombie's ``failed``) no longer
+    count. Restarts: incarnations that fenced, minus the first, not counting re-runs that
+    found the subtask finished (``skipped``).
+    """
+    logs: dict[str, SubtaskLog] = {}
+    fenced: dict[str, list[Incarnation]] = {}
+    skipped: dict[str, set[Incarnation]] = {}
+    for e in events:
+        if "operator" not in e or "index" not in e:
+            continue  # job-level event (the driver's task-retried names its subtask elsewhere)
+        key = f"{e['operator']}[{e['index']}]"
+        log = logs.setdefault(key, SubtaskLog())
+        inc = _incarnation(e)
+        kind = e.get("event")
+        order = fenced.setdefault(key, [])
+        if kind == "fencing" and inc not in order:
+            order.append(inc)
+        elif inc in order[:-1]:
+            continue  # a superseded incarnation
+        if kind == "skipped":
+            skipped.setdefault(key, set()).add(inc)
+        if isinstance(kind, str) and kind in _STATES:
+            log.state = _STATES[kind]
+        if log.incarnation != inc:
+            log.incarnation, log.last_event = inc, None
+        t = e.get("time")
+        if isinstance(t, int | float):
+            log.last_event = max(float(t), log.last_event or 0.0)
+    for key, log in logs.items():
+        ran = [i for i in fenced.get(key, []) if i not in skipped.get(key, set())]
+        log.restarts = max(0, len(ran) - 1)
+    return logs
+
+
+def newest_heartbeats(
+    heartbeats: Iterable[Mapping[str, Any]],
+) -> dict[tuple[str, Incarnation], float]:
+    """Newest heartbeat time per (``operator[index]``, incarnation)."""
+    out: dict[tuple[str, Incarnation], float] = {}
+    for h in heartbeats:
+        t = h.get("time")
+        if "operator" not in h or not isinstance(t, int | float):
+            continue
+        k = (f"{h['operator']}[{h.get('index')}]", _incarnation(h))
+        out[k] = max(float(t), out.get(k, 0.0))
+    return out
+
+
+def liveness(state: str, last_seen: float | None, now: float, lost_after: float) -> str:
+    """``lost`` for a restoring or running subtask not seen for ``lost_after`` s, else ``state``."""
+    if state in LIVE_STATES and (last_seen is None or now - last_seen > lost_after):
+        return "lost"
+    return state
+
+
+def subtask_row(
+    job: JobId,
+    name: str,
+    index: int,
+    inputs: Iterable[str],
+    log: SubtaskLog | None,
+    ckpt: Checkpoint | None,
+    ends: Mapping[TopicPartition, int],
+    beats: Mapping[tuple[str, Incarnation], float] | None,
+    now: float,
+    lost_after: float = LOST_AFTER_S,
+    owned: Iterable[TopicPartition] | None = None,
+) -> SubtaskStatus:
+    """One row from what was read. ``beats`` None: no heartbeats exist, liveness unknown.
+
+    ``owned``: the input partitions the subtask reads (``PlanDoc`` ownership); None:
+    partition ``index`` of each of ``inputs``.
+    """
+    log = log or SubtaskLog()
+    key = f"{name}[{index}]"
+    state = log.state
+    seen = log.last_event
+    if log.incarnation is not None and beats is not None:
+        beat = beats.get((key, log.incarnation))
+        if beat is not None:
+            seen = max(beat, seen or 0.0)
+    if ckpt is not None and ckpt.finished:
+        state = "finished"
+    elif beats is not None:
+        state = liveness(state, seen, now, lost_after)
+    debt: dict[str, int] = {}
+    if state != "finished":
+        tps = list(owned) if owned is not None else [TopicPartition(t, index) for t in inputs]
+        start = dict(ckpt.inputs) if ckpt else {}
+        owed = PositionTracker(tps, start).replay_debt(ends)
+        debt = {str(tp): n for tp, n in owed.items()}
+    _run, attempt, pid, host = log.incarnation or (None, None, None, None)
+    return SubtaskStatus(
+        subtask=f"{job}/{key}",
+        state=state,
+        attempt=attempt,
+        checkpoint=int(ckpt.checkpoint_id) if ckpt else None,
+        checkpoint_age_s=round(now - ckpt.wall_time, 1) if ckpt else None,
+        replay_debt=debt,
+        changelog_records=_changelog_records(ckpt),
+        restarts=log.restarts,
+        host=host,
+        pid=pid,
+        seen_age_s=round(now - seen, 1) if seen is not None else None,
+    )
+
+
+def _changelog_records(ckpt: Checkpoint | None) -> int | None:
+    """Offsets written to the subtask's changelog partitions (None: no state written)."""
+    positions = ckpt.changelog_positions() if ckpt else {}
+    return sum(map(int, positions.values())) if positions else None
+
+
+def submission(settings: KafkaSettings, job: JobId) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The event log of ``job`` and its newest ``submitted`` event.
+
+    :class:`ConfigError` ``job X was never submitted`` if there is neither; the event
+    topic's existence is checked first (one metadata request; nothing is created).
+    """
+    never = ConfigError(
+        f"job {job} was never submitted to {settings.bootstrap_servers}; "
+        "check --job and --bootstrap"
+    )
+    if events_topic(job) not in Admin(settings).partition_counts():
+        raise never
+    events = list(read_events(settings, job))
+    subs = [e for e in events if e.get("event") == "submitted"]
+    if not subs:
+        raise never
+    return events, subs[-1]
+
+
+def plan_of(job: JobId, submitted: Mapping[str, Any]) -> PlanDoc:
+    """The plan description recorded in ``submitted``."""
+    doc = submitted.get("plan")
+    if not isinstance(doc, dict):
+        raise ConfigError(
+            f"job {job} was submitted by a Spillway version that did not record its plan; "
+            "pass --pipeline MODULE:PIPELINE (in the job's environment)"
+        )
+    return PlanDoc.from_json(doc, f"the submitted event of job {job}")
+
+
+def job_status(
+    settings: KafkaSettings,
+    job: JobId,
+    plan: PlanDoc,
+    events: Iterable[Mapping[str, Any]],
+    lost_after: float = LOST_AFTER_S,
+) -> list[SubtaskStatus]:
+    """The status of every subtask of ``job`` (shaped as ``plan``), given its event log."""
+    logs = fold_events(events)
+    beats: dict[tuple[str, Incarnation], float] | None = None
+    if heartbeats_topic(job) in Admin(settings).partition_counts():
+        beats = newest_heartbeats(read_heartbeats(settings, job, plan.subtask_count()))
+    probe = AssignedConsumer(settings, f"spillway.{job}.status")
+    rows: list[SubtaskStatus] = []
+    try:
+        for op in plan.operators:
+            store = CheckpointStore(settings, job, OperatorName(op.name), op.parallelism)
+            try:
+                for i in range(op.parallelism):
+                    ckpt = store.latest(i)
+                    finished = ckpt is not None and ckpt.finished
+                    ends = (
+                        {}
+                        if finished
+                        else {
+                            tp: probe.watermarks(tp)[1]
+                            for tp in op.owned_inputs(i)
+                        }
+                    )
+                    rows.append(
+                        subtask_row(
+                            job,
+                            op.name,
+                            i,
+                            [c.topic for c in op.inputs],
+                            logs.get(f"{op.name}[{i}]"),
+                            ckpt,
+                            ends,
+                            beats,
+                            time.time(),
+                            lost_after,
+                            owned=op.owned_inputs(i),
+                        )
+                    )
+            finally:
+                store.close()
+    finally:
+        probe.close()
+    return rows
+
+
+def render(rows: list[SubtaskStatus]) -> str:
+    """A fixed-width table for people."""
+    lines = [
+        f"{'subtask':40} {'state':12} {'attempt':>7} {'host:pid':24} {'seen s':>6} "
+        f"{'ckpt':>6} {'age s':>7} {'restarts':>8}  replay debt"
+    ]
+    for r in rows:
+        debt = ", ".join(f"{tp.rsplit('.', 1)[-1]}={n}" for tp, n in r.replay_debt.items()) or "-"
+        where = f"{r.host}:{r.pid}" if r.host is not None else "-"
+        lines.append(
+            f"{r.subtask:40} {r.state:12} {_s(r.attempt):>7} {where:24} {_s(r.seen_age_s):>6} "
+            f"{_s(r.checkpoint):>6} {_s(r.checkpoint_age_s):>7} {r.restarts:>8}  {debt}"
+        )
+    return "\n".join(lines)
+
+
+def as_json(rows: list[SubtaskStatus]) -> list[dict[str, Any]]:
+    """Rows as plain dicts for ``--json``."""
+    return [asdict(r) for r in rows]
+
+
+def _s(v: object) -> str:
+    return "-" if v is None else str(v)

@@ -1,0 +1,284 @@
+"""One step of a subtask: poll its input, run the operator, emit to its outputs.
+
+The processor reads from a source or from a channel reader, runs the operator's logic,
+writes to the channel writers (and a chained sink), forwards watermarks and idleness, and
+fails or dead-letters bad records. When to checkpoint is not its business: it calls the
+cadence's hooks (spillway.recovery.runtime.cadence) where a checkpoint may fall.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+
+import pyarrow as pa
+
+from spillway.channels.errors import RecordError
+from spillway.channels.ids import SubtaskId, TopicPartition
+from spillway.channels.reader import ChannelReader
+from spillway.channels.wire.batchread import ArrowRows, one_batch
+from spillway.channels.wire.envelope import Kind
+from spillway.channels.writer import ChannelWriter
+from spillway.recovery.job.inputs import Call, input_call
+from spillway.recovery.job.origins import UNKNOWN, Origins, Same, TopicOffset
+from spillway.recovery.job.plan import Logic, Record, Sink, Source
+from spillway.recovery.restore.progress import ProgressLog, Replay, SourceReplay
+from spillway.recovery.runtime.batchpath import as_batch_logic, count_rows, rows_of, write_batches
+from spillway.recovery.runtime.cadence import Cadence, UnalignedCadence
+from spillway.recovery.runtime.crashpoints import CrashPoints
+from spillway.recovery.runtime.deadletter import DeadLetters
+from spillway.recovery.runtime.eventtime import IdleAnnouncer, SetAsides
+from spillway.recovery.runtime.failures import emit_failure, process_failure, source_failure
+from spillway.recovery.runtime.options import RunOptions, SubtaskResult
+from spillway.recovery.runtime.pollfold import PollFold
+
+
+class Processor:
+    """Moves records from one subtask's input through its operator to its outputs."""
+
+    def __init__(
+        self,
+        subtask: SubtaskId,
+        operator: str,
+        options: RunOptions,
+        parts: tuple[Source | None, Logic | None, Sink | None],
+        dead_letters: DeadLetters | None,
+        aside: SetAsides,
+        crash: CrashPoints,
+        result: SubtaskResult,
+        progress: ProgressLog,
+        caught_up: Callable[[], None],
+    ) -> None:
+        self.subtask = subtask
+        self.operator = operator
+        self.options = options
+        self.source, self.logic, self.sink = parts
+        self.batch_logic = as_batch_logic(self.logic)  # takes Arrow batches (batchpath)
+        # A batch logic that folds what one poll returned in one call
+        # (spillway.recovery.runtime.pollfold).
+        self._fold = PollFold() if getattr(self.logic, "folds_per_poll", False) else None
+        self.dead_letters = dead_letters
+        self.aside = aside
+        self.crash = crash
+        self.result = result
+        self.progress = progress
+        self._caught_up = caught_up
+        self.reader: ChannelReader | None = None
+        self.writers: list[ChannelWriter] = []
+        self.cadence: Cadence | None = None
+        self.replay = Replay({}, {}, None)
+        self.source_replay = SourceReplay(None, None)
+        # Records of message (tp, offset) to skip after a restore (mid-message checkpoint).
+        self.resume: dict[tuple[TopicPartition, int], int] = {}
+        self.watermark_out: int | None = None
+        self._last_wm_check = 0.0
+        self._idle = IdleAnnouncer()
+
+    def step(self) -> bool:
+        """Process one batch of input; True when every input has ended."""
+        if self.source is not None:
+            return self._step_source(self.source)
+        assert self.reader is not None
+        assert self.cadence is not None
+        reader, cadence = self.reader, self.cadence
+        barrier: int | None = None
+        batch, wait_s, stop = cadence.poll_shape(self.options.poll_messages)
+        for d in reader.poll(batch, wait_s, stop_after_barrier=stop):
+            if d.kind is Kind.BARRIER and d.value is not None and cadence.newer(d.value):
+                barrier = d.value  # the reader stopped here: checkpoint exactly at it
+            if d.error is not None and self.dead_letters is not None:
+                origin = TopicOffset(d.tp.topic, d.tp.partition, d.offset)
+                self.dead_letters.send(stage="decode", error=d.error, origin=origin, raw=d.raw)
+            elif d.kind is Kind.DATA:
+                done = self.resume.pop((d.tp, d.offset), 0)
+                records = d.records[done:] if done else d.records
+                self.result.records_in += len(records)
+                if self.replay.pending:
+                    self.replay.count(d.tp, d.offset, len(records))
+                cadence.deliver(records, d.tp, d.offset, done, self._deliver)
+        self._run_fold()  # before anything below may checkpoint
+        if (
+            self.replay.pending
+            and self.result.catchup_s is None
+            and self.replay.done(reader.positions())
+        ):
+            self._caught_up()
+        cadence.after_poll(reader, barrier)
+        self._maybe_forward_watermark(reader.watermark())
+        self._announce_idle(reader.idle())
+        return reader.finished()
+
+    def _step_source(self, source: Source) -> bool:
+        recs = source.read(self.options.poll_records)
+        for bad in source.rejected():  # read past: fail, or divert in this transaction
+            if self.dead_letters is None:
+                raise source_failure(self.subtask, self.operator, bad)
+            self.dead_letters.send(stage="source", error=bad.error, raw=bad.raw, origin=bad.origin)
+        if recs is None:
+            return True
+        self.result.records_in += count_rows(recs)  # a batch source returns batches
+        if self.source_replay.pending and self.source_replay.caught_up():
+            self._caught_up()
+        # A source chained with transforms: they run here, before anything is written
+        # (their outputs have no per-record origin: a function may emit 0..n per input).
+        if self.batch_logic is not None and recs and isinstance(recs[0], pa.RecordBatch):
+            batch = one_batch(recs, recs[0].schema)  # a batch source with a batch operator
+            self.emit(self.batch_logic.run_batch(batch, source.origins(), self.dead_letters))
+        elif self.logic is not None:
+            self.emit(self._process(recs, source.origins()))
+        else:
+            self.emit(recs, source.origins())
+        self._maybe_forward_watermark(source.watermark())
+        self._announce_idle(source.idle())
+        return False
+
+    def tick(self, ended: bool) -> None:
+        """Between steps: processing-time timers fire, the read mark is written when due,
+        writers send what lingered."""
+        # Processing-time timers (keyed process functions) need the clock, not input.
+        timer = getattr(self.logic, "on_processing_time", None)
+        if timer is not None and not ended:
+            self.emit(timer(int(time.time() * 1000)))
+        if self.progress.due(time.monotonic()):
+            self.mark()
+        for w in self.writers:
+            w.tick()
+
+    def end(self) -> None:
+        """Every input ended: the operator's last outputs, then end-of-stream downstream."""
+        if self.logic is not None:
+            self.emit(self.logic.on_end())
+        for w in self.writers:
+            w.end_of_stream()
+
+    def _deliver(self, records: Sequence[Record], tp: TopicPartition, offset: int) -> None:
+        batch_logic = self.batch_logic
+        # spillway.recovery.runtime.batchpath
+        if isinstance(records, ArrowRows) and batch_logic is not None:
+            origins = Same(TopicOffset(tp.topic, tp.partition, offset))
+            # Unaligned checkpoints fall between chunks of a message: nothing may be held.
+            if self._fold is not None and not isinstance(self.cadence, UnalignedCadence):
+                self._fold.add(records.batch, origins)
+                return
+            self.emit(batch_logic.run_batch(records.batch, origins, self.dead_letters), origins)
+        elif self.logic is not None:
+            origins = Same(TopicOffset(tp.topic, tp.partition, offset))
+            reader = self.reader
+            call = input_call(self.logic, (lambda: reader.input_of(tp)) if reader else None)
+            self.emit(self._process(records, origins, call), origins)
+        elif self.sink is not None:
+            if self.crash.armed and records:
+                self.crash.before_output()
+            self.sink.write(records)
+
+    def _run_fold(self) -> None:
+        """The batches of this poll held by :class:`PollFold`, in one call."""
+        taken = self._fold.take() if self._fold is not None else None
+        if taken is not None and self.batch_logic is not None:
+            batch, rows, outputs = taken
+            self.emit(self.batch_logic.run_batch(batch, rows, self.dead_letters), outputs)
+
+    def _process(
+        self, records: Sequence[Record], origins: Origins, call: Call | None = None
+    ) -> list[Record]:
+        """Run the operator (``call``, default its ``process``) on one input message's
+        records, or on what the chained source just read (``origins``: where each came
+        from); isolate failures if dead-lettering."""
+        assert self.logic is not None
+        run: Call = call or self.logic.process
+
+        def alone(rs: Sequence[Record]) -> list[Record]:  # re-runs records to find the bad one
+            return list(run(rs))
+
+        try:
+            return alone(records)
+        except Exception as e:
+            if self.dead_letters is None:
+                raise process_failure(
+                    self.subtask, self.operator, records, origins, e, alone
+                ) from e
+        # Record by record, so only the bad ones are diverted. A failed call leaves keyed
+        # state as it was: the operators write state only after a whole call succeeds.
+        out: list[Record] = []
+        for k, r in enumerate(records):
+            try:
+                out.extend(run([r]))
+            except Exception as e:
+                self.dead_letters.send(stage="process", error=e, origin=origins.at(k), record=r)
+        return out
+
+    def emit(self, records: Iterable[Record], origins: Origins = UNKNOWN) -> None:
+        """Write records to every output (``origins``: where each came from, if known)."""
+        recs = records if isinstance(records, list) else list(records)
+        if self.logic is not None:  # what it set aside comes from the same input message
+            self.aside.take(
+                self.logic.set_aside(), origins.origin if isinstance(origins, Same) else None
+            )
+        if not recs:
+            return
+        if self.crash.armed:
+            self.crash.before_output()
+        if isinstance(recs[0], pa.RecordBatch):  # a batch operator's output, as Arrow
+            batch = one_batch(recs, recs[0].schema)
+            try:
+                self.result.records_out += write_batches(self.writers, [batch])
+            except RecordError:  # name or divert the rows a writer refuses, one by one
+                recs = rows_of(recs)
+            else:
+                if self.sink is not None:  # a sink chained behind a batch operator
+                    self.sink.write(ArrowRows(batch))
+                return
+        try:
+            for w in self.writers:
+                w.write_many(recs)  # all-or-nothing per call
+        except RecordError as e:
+            if self.dead_letters is None:
+                raise emit_failure(
+                    self.subtask, self.operator, recs, origins, e, self._write_all
+                ) from e
+            recs = self._write_good(recs, origins, self.dead_letters)
+        self.result.records_out += len(recs)
+        if self.sink is not None:  # the end of a chain (a sink alone is fed by _deliver)
+            self.sink.write(recs)
+
+    def _write_good(
+        self, recs: list[Record], origins: Origins, dead_letters: DeadLetters
+    ) -> list[Record]:
+        good = []
+        for k, r in enumerate(recs):
+            try:
+                self._write_all([r])
+                good.append(r)
+            except RecordError as e1:
+                dead_letters.send(stage="emit", error=e1, origin=origins.at(k), record=r)
+        return good
+
+    def _write_all(self, records: list[Record]) -> None:
+        for w in self.writers:
+            w.write_many(records)
+
+    def _maybe_forward_watermark(self, wm: int | None) -> None:
+        now = time.monotonic()
+        if wm is None or now - self._last_wm_check < self.options.watermark_interval_s:
+            return
+        self._last_wm_check = now
+        if self.watermark_out is not None and wm <= self.watermark_out:
+            return
+        self.watermark_out = wm
+        if self.logic is not None:
+            self.emit(self.logic.on_watermark(wm))
+        for w in self.writers:
+            w.watermark(wm)
+
+    def _announce_idle(self, idle: bool) -> None:
+        if self._idle.due(idle, time.monotonic()):
+            for w in self.writers:
+                w.idle()
+
+    def mark(self) -> None:
+        """Record how far this attempt has read (spillway.recovery.restore.progress)."""
+        self.progress.write(
+            self.result.attempt,
+            self.reader.positions() if self.reader else {},
+            self.source.position() if self.source else None,
+        )

@@ -1,0 +1,317 @@
+"""The pipeline API: a graph of named operators, each with its own parallelism.
+
+Example::
+
+    p = Pipeline("clicks")
+    clicks = p.generate("clicks", count=1_000_000, make=make_click, schema=CLICK, parallelism=2)
+    pages = clicks.map("enrich", enrich, schema=PAGE_VIEW)
+    counts = pages.key_by(lambda r: r["page"]).aggregate(
+        "count", init=lambda: 0, add=lambda n, r: n + 1,
+        result=lambda page, n: {"page": page, "views": n}, schema=PAGE_COUNT)
+    counts.write_jsonl("out", "/tmp/out")
+
+Every edge between operators becomes a persistent channel (a Kafka topic). Routing on an
+edge: ``forward`` when both sides have the same parallelism, round-robin otherwise,
+key hash after :meth:`Stream.key_by`, or :meth:`Stream.broadcast`. :meth:`Pipeline.plan`
+validates the graph before anything starts.
+
+``Pipeline(name, chaining=True)`` fuses operators joined by a forward edge into one
+subtask, as Flink chains operators: the edge then has no channel, the chain checkpoints
+and recovers as one subtask (named after its first operator). An edge is chained when it
+is ``forward``, is its upstream's only output and its downstream's only input, and at most
+the chain's last transform keeps keyed state. Key-by, rebalance and broadcast edges always
+stay persistent channels, so recovery stays local to the failed chain.
+
+:func:`conf` reads the job's pipeline settings (``spillway run ... --conf KEY=VALUE``) while
+the pipeline is built, on the driver and in every task alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+from spillway.channels.errors import PipelineDefinitionError
+from spillway.recovery.job.jobconf import conf as conf  # re-exported: pipelines read their settings
+from spillway.recovery.job.plan import Record
+from spillway.spark_jobs.api.coprocess import connect as connect  # re-exported: two-input operators
+from spillway.spark_jobs.api.graph import Graph
+from spillway.spark_jobs.api.graph import Schema as Schema
+from spillway.spark_jobs.api.streams import KeyedStream as KeyedStream  # re-exported, with Stream
+from spillway.spark_jobs.api.streams import SchemaLike as SchemaLike
+from spillway.spark_jobs.api.streams import Stream as Stream
+from spillway.spark_jobs.api.streams import union as union
+from spillway.spark_jobs.connectors.batchavro import AvroRecords, avro_framing
+from spillway.spark_jobs.connectors.batchsources import BatchFileSource, BatchKafkaSource
+from spillway.spark_jobs.connectors.sources import FileSource, GeneratorSource, KafkaTopicSource
+from spillway.spark_jobs.records.records import adapt, output_schema
+from spillway.spark_jobs.records.schemas import avro_schema
+from spillway.spark_jobs.records.tombstones import keyed_schema
+from spillway.spark_jobs.records.watermarks import Watermarks
+
+
+class Pipeline(Graph):
+    """A job graph under construction. Operators are added through :class:`Stream` methods."""
+
+    def generate(
+        self,
+        name: str,
+        *,
+        make: Callable[[int], Record],
+        schema: SchemaLike = None,
+        count: int | None,
+        parallelism: int = 1,
+        rate: float | None = None,
+        event_time: Callable[[Record], int] | None = None,
+        timestamp: Callable[[Record], int] | None = None,
+        watermarks: Watermarks | None = None,
+    ) -> Stream:
+        """A seeded generator: record ``make(i)`` for ``i < count`` (``None``: unbounded).
+
+        Event time: ``timestamp(record)`` in ms (``event_time`` is its older name), with
+        ``watermarks`` (default :meth:`Watermarks.monotonic`); see :meth:`read_kafka`.
+        ``schema`` may be omitted when ``make`` is annotated ``-> SomeDataclass``.
+        """
+        if event_time is not None and timestamp is not None:
+            raise PipelineDefinitionError(
+                f"source {name!r}: pass timestamp= or its older name event_time=, not both"
+            )
+        ts = _event_time_args(name, timestamp or event_time, watermarks, required=True)
+        avro, out = output_schema(schema, make, f"source {name!r}", name)
+        make = adapt(make, (), out)
+        node = self._add(
+            name,
+            parallelism,
+            "source",
+            avro,
+            partial(GeneratorSource, make, count, parallelism, rate, _typed(ts[0]), ts[1]),
+            description={"source": "generator", "count": count},
+        )
+        node.bounded = count is not None
+        node.event_time = ts[1] is not None
+        return Stream(self, name)
+
+    def read_files(
+        self,
+        name: str,
+        pattern: str,
+        *,
+        format: str,
+        schema: SchemaLike,
+        parallelism: int = 1,
+        timestamp: Callable[[Record], int] | str | None = None,
+        watermarks: Watermarks | None = None,
+        batches: bool = False,
+    ) -> Stream:
+        """Rows of files matching ``pattern`` (``jsonl``, ``csv`` or ``parquet``).
+
+        JSONL and CSV lines are checked against ``schema``; a bad line (not UTF-8, not
+        JSON, wrong column count, NaN, a number too big for its field) stops the job
+        naming file and line, or goes to the dead-letter channel with ``--dead-letter``.
+        Event time: ``timestamp(record)`` in ms, with ``watermarks`` (default
+        :meth:`Watermarks.monotonic`); a timestamp that fails is a bad line too.
+
+        ``batches=True`` (CSV or Parquet, flat schema) reads Arrow batches
+        (:mod:`spillway.spark_jobs.connectors.batchsources`) and writes them to the channel as
+        Arrow; its
+        ``timestamp`` is then a column's name (a non-null integer field, ms).
+        """
+        schema = avro_schema(schema, where=f"source {name!r}", name=name)
+        if batches:
+            ts_col = _batch_event_time(name, timestamp, watermarks, required=True)
+            return self._batch_files(name, pattern, format, schema, parallelism, *ts_col)
+        ts = _event_time_args(name, timestamp, watermarks, required=True)
+        node = self._add(
+            name,
+            parallelism,
+            "source",
+            schema,
+            partial(FileSource, pattern, format, parallelism, schema, _typed(ts[0]), ts[1]),
+            description={"source": "files", "format": format},
+        )
+        node.event_time = ts[1] is not None
+        return Stream(self, name)
+
+    def _batch_kafka(
+        self,
+        name: str,
+        topic: str,
+        spec: SchemaLike,
+        parallelism: int,
+        bounded: bool,
+        timestamp: str | None,
+        watermarks: Watermarks | None,
+        framing: str | None = None,
+    ) -> Stream:
+        schema = avro_schema(spec, where=f"source {name!r}", name=name)
+        args = (topic, parallelism, bounded, schema, timestamp, watermarks, framing)
+        BatchKafkaSource(*args)  # checks the schema and the timestamp column now
+        description = {"source": "kafka", "topic": topic, "bounded": bounded, "batch": True}
+        if framing is not None:
+            description["values"] = "avro" if framing == "none" else "avro-confluent"
+        node = self._add(
+            name, parallelism, "source", schema, partial(BatchKafkaSource, *args),
+            description=description,
+        )  # fmt: skip
+        node.bounded = bounded
+        node.event_time = watermarks is not None
+        return Stream(self, name)
+
+    def _batch_files(
+        self,
+        name: str,
+        pattern: str,
+        fmt: str,
+        schema: dict[str, Any],
+        parallelism: int,
+        timestamp: str | None,
+        watermarks: Watermarks | None,
+    ) -> Stream:
+        args = (pattern, fmt, parallelism, schema, timestamp, watermarks)
+        BatchFileSource(*args)  # checks format, schema and timestamp column now
+        description = {"source": "files", "format": fmt, "batch": True}
+        node = self._add(
+            name, parallelism, "source", schema, partial(BatchFileSource, *args),
+            description=description,
+        )  # fmt: skip
+        node.event_time = watermarks is not None
+        return Stream(self, name)
+
+    def read_kafka(
+        self,
+        name: str,
+        topic: str,
+        *,
+        schema: SchemaLike,
+        parallelism: int = 1,
+        bounded: bool = False,
+        timestamp: Callable[[Record], int] | str | None = None,
+        watermarks: Watermarks | None = None,
+        batches: bool = False,
+        key_field: str | None = None,
+        tombstones: bool = False,
+        value_format: str = "json",
+    ) -> Stream:
+        """JSON (or Avro) records of an existing topic (read_committed); offsets in checkpoints.
+
+        ``bounded=True`` reads up to the end offsets seen when the job first starts.
+
+        Event time (needed by windows behind an unbounded source): pass ``watermarks``,
+        e.g. ``Watermarks.bounded(5_000, idle_timeout_ms=30_000)``. Each record's event
+        time is then its Kafka record timestamp, or ``timestamp(record)`` (ms) if given
+        (``timestamp`` alone means ``Watermarks.monotonic()``). A subtask's watermark is
+        the minimum over its partitions of (largest event time − bound), leaving out
+        partitions idle longer than the idle timeout; it is checkpointed with the offsets.
+
+        ``batches=True`` (flat schema) decodes each partition's values of a read with one
+        ``pyarrow.json`` call (:mod:`spillway.spark_jobs.connectors.batchsources`) and writes the
+        batch to the
+        channel as Arrow; its ``timestamp`` is then a column's name (a non-null integer
+        field, ms), and without one the event time is the Kafka timestamp.
+
+        ``key_field="id"`` puts each message's key (UTF-8 text) into the string field
+        ``id``. ``tombstones=True`` (with ``key_field``) reads a table topic: a message
+        with a key and an empty or null value becomes a deletion record
+        ``{"id": key, "_deleted": True}`` (other fields ``None``; rows get ``"_deleted":
+        False``), which a lookup join's table input applies by deleting the row
+        (:mod:`spillway.spark_jobs.records.tombstones`). Without it a tombstone is a bad record.
+
+        ``value_format="avro"``: each value is one Avro datum of ``schema`` (as
+        ``fastavro.schemaless_writer`` writes it); ``"avro-confluent"``: behind the Schema
+        Registry's 5-byte header. With ``batches=True`` (flat schema) a read's values are
+        decoded column by column into one Arrow batch
+        (:mod:`spillway.spark_jobs.connectors.batchavro`).
+        """
+        where = f"source {name!r}"
+        framing = avro_framing(value_format, where, key_field is not None or tombstones)
+        if batches:
+            if key_field is not None or tombstones:
+                raise PipelineDefinitionError(
+                    f"{where}: batches=True reads values only; drop key_field/tombstones or batches"
+                )
+            ts_col = _batch_event_time(name, timestamp, watermarks, required=False)
+            return self._batch_kafka(
+                name, topic, schema, parallelism, bounded, *ts_col, framing=framing
+            )
+        ts = _event_time_args(name, timestamp, watermarks, required=False)
+        avro = avro_schema(schema, where=where, name=name)
+        source = partial(KafkaTopicSource, topic, parallelism, bounded, avro, _typed(ts[0]), ts[1])
+        values = None if framing is None else AvroRecords(avro, framing)
+        node = self._add(
+            name,
+            parallelism,
+            "source",
+            keyed_schema(avro, key_field, tombstones, where),
+            partial(source, key_field, tombstones, values),
+            description={
+                "source": "kafka",
+                "topic": topic,
+                "bounded": bounded,
+                **({"key_field": key_field} if key_field is not None else {}),
+                **({"tombstones": True} if tombstones else {}),
+                **({"values": value_format} if framing is not None else {}),
+            },
+        )
+        node.bounded = bounded
+        node.event_time = ts[1] is not None
+        return Stream(self, name)
+
+
+def _batch_event_time(
+    name: str, timestamp: Any, watermarks: Watermarks | None, *, required: bool
+) -> tuple[str | None, Watermarks | None]:
+    """(timestamp column, strategy) of batch source ``name``; strategy ``None``: no event
+    time. A batch source's timestamp is a column name, not a function."""
+    if timestamp is not None and not isinstance(timestamp, str):
+        raise PipelineDefinitionError(
+            f"source {name!r}: with batches=True, timestamp= is the name of a column holding "
+            f"the event time in ms, not {timestamp!r}; or read records (batches=False)"
+        )
+    return timestamp, _strategy(name, timestamp, watermarks, required, "the column holding")
+
+
+def _strategy(
+    name: str, timestamp: object, watermarks: Watermarks | None, required: bool, what: str
+) -> Watermarks | None:
+    """The watermark strategy of source ``name`` (``None``: no event time); ``what``
+    names the kind of timestamp the source takes, for the message."""
+    if watermarks is not None and not isinstance(watermarks, Watermarks):
+        raise PipelineDefinitionError(
+            f"source {name!r}: watermarks must be a Watermarks strategy, e.g. "
+            f"Watermarks.bounded(5000), got {watermarks!r}"
+        )
+    if watermarks is not None and timestamp is None and required:
+        raise PipelineDefinitionError(
+            f"source {name!r}: watermarks= needs timestamp=, {what} its event time in ms"
+        )
+    if timestamp is not None and watermarks is None:
+        return Watermarks.monotonic()
+    return watermarks
+
+
+def _typed(timestamp: Callable[[Record], int] | None) -> Callable[[Record], int] | None:
+    """A timestamp function that gets a dataclass if its parameter is annotated with one."""
+    return None if timestamp is None else adapt(timestamp)
+
+
+def _event_time_args(
+    name: str,
+    timestamp: Callable[[Record], int] | str | None,
+    watermarks: Watermarks | None,
+    *,
+    required: bool,
+) -> tuple[Callable[[Record], int] | None, Watermarks | None]:
+    """(timestamp function, strategy) of source ``name``; strategy ``None``: no event time.
+
+    ``required``: the source has no timestamp of its own (unlike Kafka's record time).
+    """
+    if timestamp is not None and not callable(timestamp):
+        raise PipelineDefinitionError(
+            f"source {name!r}: timestamp must be a function of the record returning its "
+            f"event time in ms, got {timestamp!r}"
+        )
+    strategy = _strategy(
+        name, timestamp, watermarks, required, "a function of the record returning"
+    )
+    return timestamp, strategy

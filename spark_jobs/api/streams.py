@@ -1,0 +1,617 @@
+"""The user-facing stream API: each method adds a downstream operator to the graph.
+
+:class:`Stream` and, after :meth:`Stream.key_by`, :class:`KeyedStream`: the operators
+that keep per-key state (aggregates, windows, process functions, columnar aggregates).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from functools import partial
+from typing import Any
+
+from spillway.channels.errors import PipelineDefinitionError
+from spillway.channels.routing.batchkey import BatchKey
+from spillway.channels.routing.batchwrite import ColumnKey
+from spillway.channels.wire.arrowcodec import arrow_schema
+from spillway.recovery.job.plan import Record
+from spillway.spark_jobs.api import batchspecs, keyedops
+from spillway.spark_jobs.api.graph import Edge, Graph, Schema
+from spillway.spark_jobs.connectors.sinks import ConsoleSink, JsonlFileSink, KafkaTopicSink
+from spillway.spark_jobs.connectors.tablesinks import columnar_sink
+from spillway.spark_jobs.operators.batchagg import Agg, Derive
+from spillway.spark_jobs.operators.operators import (
+    FilterLogic,
+    FlatMapLogic,
+    KeyedAggregateLogic,
+    MapLogic,
+)
+from spillway.spark_jobs.operators.process import ProcessContext
+from spillway.spark_jobs.records.records import (
+    adapt,
+    output_converter,
+    output_schema,
+    returned_type,
+)
+
+# What the API takes: an Avro record schema, a dataclass, a TypedDict or a pyarrow.Schema
+# (spillway.spark_jobs.records.schemas); ``None`` where it can come from a function's return
+# annotation.
+SchemaLike = Any
+
+
+class Stream:
+    """The output of an operator; methods add a downstream operator."""
+
+    def __init__(
+        self,
+        pipeline: Graph,
+        name: str,
+        routing: str = "auto",
+        key_fn: Callable[[Record], Any] | None = None,
+        also: tuple[str, ...] = (),
+    ) -> None:
+        self._p = pipeline
+        self.name = name
+        self._routing = routing
+        self._key_fn = key_fn
+        self._also = also  # further operators whose outputs this stream unites (union)
+
+    @property
+    def upstreams(self) -> tuple[str, ...]:
+        """The operators whose outputs make up this stream (several after a union)."""
+        return (self.name, *self._also)
+
+    def _then(
+        self,
+        name: str,
+        factory: Callable[[], Any],
+        schema: Schema | None,
+        parallelism: int | None,
+        kind: str = "transform",
+        stateful: bool = False,
+        description: dict[str, Any] | None = None,
+    ) -> Stream:
+        up = self._p._nodes.get(self.name)
+        p = parallelism if parallelism is not None else (up.parallelism if up else 1)
+        self._p._add(name, p, kind, schema, factory, stateful=stateful, description=description)
+        for up_name in self.upstreams:
+            self._p._edges.append(Edge(up_name, name, self._routing, self._key_fn))
+        return Stream(self._p, name)
+
+    def _schema(self) -> Schema | None:
+        node = self._p._nodes.get(self.name)
+        return node.schema if node else None
+
+    def map(
+        self,
+        name: str,
+        fn: Callable[[Record], Record],
+        *,
+        schema: SchemaLike = None,
+        parallelism: int | None = None,
+    ) -> Stream:
+        """One output record per input record (``schema`` defaults to ``fn``'s return
+        annotation; records arrive as dicts unless ``fn``'s parameter names a dataclass)."""
+        avro, out = output_schema(schema, fn, f"operator {name!r}", name)
+        fn = adapt(fn, (0,), out)
+        return self._then(name, partial(MapLogic, fn), avro, parallelism, description={"op": "map"})
+
+    def flat_map(
+        self,
+        name: str,
+        fn: Callable[[Record], Iterable[Record]],
+        *,
+        schema: SchemaLike = None,
+        parallelism: int | None = None,
+    ) -> Stream:
+        """Zero or more output records per input record (``schema`` defaults to the element
+        type of ``fn``'s return annotation, e.g. ``-> Iterator[Word]``)."""
+        avro, out = output_schema(schema, fn, f"operator {name!r}", name, many=True)
+        fn = adapt(fn, (0,), out, many=True)
+        return self._then(
+            name, partial(FlatMapLogic, fn), avro, parallelism, description={"op": "flat_map"}
+        )
+
+    def filter(
+        self, name: str, predicate: Callable[[Record], bool], *, parallelism: int | None = None
+    ) -> Stream:
+        """Only records for which ``predicate`` is true."""
+        return self._then(
+            name,
+            partial(FilterLogic, adapt(predicate)),
+            self._schema(),
+            parallelism,
+            description={"op": "filter"},
+        )
+
+    def map_batches(
+        self,
+        name: str,
+        fn: Callable[[Any], Any],
+        *,
+        schema: SchemaLike,
+        frame: str = "arrow",
+        parallelism: int | None = None,
+    ) -> Stream:
+        """``fn`` over each input channel message as one Arrow batch
+        (spillway.spark_jobs.operators.batchops):
+        it takes a ``pyarrow.RecordBatch`` (a pandas or Polars DataFrame with ``frame=``)
+        and returns one with ``schema`` (flat: primitive fields only); written as Arrow."""
+        spec = batchspecs.map_batches(name, fn, schema, frame, self._schema())
+        return self._then(
+            name, spec.factory, spec.schema, parallelism, description=spec.description
+        )
+
+    def filter_batches(
+        self,
+        name: str,
+        fn: Callable[[Any], Any],
+        *,
+        frame: str = "arrow",
+        parallelism: int | None = None,
+    ) -> Stream:
+        """The rows of each input batch for which ``fn``'s boolean mask is true (a null
+        drops the row); ``fn`` takes the batch as :meth:`map_batches`' does."""
+        spec = batchspecs.filter_batches(name, fn, frame, self._schema())
+        return self._then(
+            name, spec.factory, spec.schema, parallelism, description=spec.description
+        )
+
+    def key_by(
+        self, key_fn: Callable[[Record], Any] | str, *, max_parallelism: int | None = None
+    ) -> KeyedStream:
+        """Route records by key (stable hash) to the next, keyed operator.
+
+        A column name as ``key_fn`` keys by that column (``lambda r: r[column]``): batches
+        are then routed per column, without a Python object per row, and the next
+        operator may be :meth:`KeyedStream.aggregate_batches`. ``max_parallelism``: the
+        keyed operator's number of key groups (its input channel and changelog
+        partitions), the most subtasks it can ever be scaled to; fixed when the job first
+        runs. Default ``spillway.channels.routing.keygroups.DEFAULT_MAX_PARALLELISM`` (or the
+        operator's
+        parallelism, if larger).
+        """
+        key = ColumnKey(key_fn) if isinstance(key_fn, str) else adapt(key_fn)
+
+        return KeyedStream(self._p, self.name, key, max_parallelism, self._also)
+
+    def union(self, *others: Stream) -> Stream:
+        """This stream and ``others`` (same schema) as one: the next operator reads all
+        of them, one input per upstream operator (see :func:`union`)."""
+        return union(self, *others)
+
+    def rebalance(self) -> Stream:
+        """Round-robin to the next operator."""
+        return Stream(self._p, self.name, "rebalance", also=self._also)
+
+    def forward(self) -> Stream:
+        """Subtask i to subtask i (needs equal parallelism)."""
+        return Stream(self._p, self.name, "forward", also=self._also)
+
+    def broadcast(self) -> Stream:
+        """Every record to every subtask of the next operator."""
+        return Stream(self._p, self.name, "broadcast", also=self._also)
+
+    def write_jsonl(self, name: str, directory: str, *, parallelism: int | None = None) -> None:
+        """Exactly-once JSONL files under ``directory/<name>/`` (published at checkpoints)."""
+        self._then(
+            name,
+            partial(JsonlFileSink, directory, name),
+            None,
+            parallelism,
+            "sink",
+            description={"sink": "jsonl"},
+        )
+
+    def write_parquet(
+        self,
+        name: str,
+        directory: str,
+        *,
+        schema: SchemaLike = None,
+        partition_by: str | None = None,
+        max_file_bytes: int = 128 << 20,
+        roll_interval_s: float = 60.0,
+        parallelism: int | None = None,
+    ) -> None:
+        """Exactly-once Parquet files under ``directory/<name>/`` (see
+        spillway.spark_jobs.connectors.parquetsink):
+        published when their checkpoint commits, rolled at every checkpoint and by size and
+        time, Hive-style directories with ``partition_by``. ``schema`` defaults to the
+        input's (a ``pyarrow.Schema`` is used as it is)."""
+        sink = columnar_sink(
+            "parquet",
+            directory,
+            name,
+            schema,
+            self._schema(),
+            partition_by,
+            max_file_bytes,
+            roll_interval_s,
+        )
+        description = {"sink": "parquet", "partition_by": partition_by}
+        self._then(name, sink, None, parallelism, "sink", description=description)
+
+    def write_delta(
+        self,
+        name: str,
+        directory: str,
+        *,
+        schema: SchemaLike = None,
+        partition_by: str | None = None,
+        max_file_bytes: int = 128 << 20,
+        roll_interval_s: float = 60.0,
+        parallelism: int | None = None,
+    ) -> None:
+        """Exactly-once appends to the Delta Lake table ``directory/<name>/`` (needs the
+        ``delta`` extra; see spillway.spark_jobs.connectors.deltasink): the files of
+        :meth:`write_parquet`,
+        added to the table's log in one idempotent commit per checkpoint and subtask."""
+        sink = columnar_sink(
+            "delta",
+            directory,
+            name,
+            schema,
+            self._schema(),
+            partition_by,
+            max_file_bytes,
+            roll_interval_s,
+        )
+        description = {"sink": "delta", "partition_by": partition_by}
+        self._then(name, sink, None, parallelism, "sink", description=description)
+
+    def write_kafka(
+        self,
+        name: str,
+        topic: str,
+        *,
+        key: Callable[[Record], Any] | str | None = None,
+        parallelism: int | None = None,
+    ) -> None:
+        """JSON records to ``topic``, in the subtask's transactions (read them read_committed).
+
+        With ``key`` (a function of the record, or a column's name), each message is keyed
+        by it (so Kafka keeps per-key order); without, librdkafka spreads messages over the
+        partitions.
+        """
+        # Without a key function, alone in its subtask, a flat channel is read as Arrow
+        # batches and written column by column (spillway.channels.wire.arrowjson).
+        schema = self._schema()
+        flat = arrow_schema(schema) if schema is not None else None
+        description: dict[str, Any] = {"sink": "kafka"}
+        if isinstance(key, str):
+            if flat is not None and key not in flat.names:
+                raise PipelineDefinitionError(
+                    f"write_kafka {name!r}: key column {key!r} is not in the input; its "
+                    f"columns are {flat.names}"
+                )
+            description["key"] = key
+        key_fn = ColumnKey(key) if isinstance(key, str) else key and adapt(key)
+        batches = flat is not None and (key is None or isinstance(key, str))
+        self._then(
+            name,
+            partial(KafkaTopicSink, topic, key_fn, batches),
+            None,
+            parallelism,
+            "sink",
+            description=description,
+        )
+
+    def print(self, name: str = "console", *, limit: int = 20) -> None:
+        """Committed records on stdout, for demos."""
+        self._then(
+            name, partial(ConsoleSink, limit), None, 1, "sink", description={"sink": "console"}
+        )
+
+
+class KeyedStream(Stream):
+    """A stream routed by key; keyed operators keep per-key state."""
+
+    def __init__(
+        self,
+        pipeline: Graph,
+        name: str,
+        key_fn: Callable[[Record], Any],
+        max_parallelism: int | None = None,
+        also: tuple[str, ...] = (),
+    ) -> None:
+        super().__init__(pipeline, name, "hash", key_fn, also)
+        self.key_fn = key_fn
+        self.max_parallelism = max_parallelism
+
+    def _then(
+        self,
+        name: str,
+        factory: Callable[[], Any],
+        schema: Schema | None,
+        parallelism: int | None,
+        kind: str = "transform",
+        stateful: bool = False,
+        description: dict[str, Any] | None = None,
+        key_of_state: Callable[[Any], Any] | None = None,
+    ) -> Stream:
+        """As :meth:`Stream._then`; the new operator is keyed (key groups, DESIGN §10)."""
+        out = super()._then(name, factory, schema, parallelism, kind, stateful, description)
+        node = self._p._nodes[name]
+        node.keyed, node.max_parallelism, node.key_of_state = (
+            True,
+            self.max_parallelism,
+            key_of_state,
+        )
+        return out
+
+    def aggregate(
+        self,
+        name: str,
+        *,
+        init: Callable[[], Any],
+        add: Callable[[Any, Record], Any],
+        result: Callable[[Any, Any], Record],
+        schema: SchemaLike = None,
+        emit: str = "final",
+        parallelism: int | None = None,
+    ) -> Stream:
+        """Fold records per key into a JSON-able accumulator.
+
+        ``emit="final"`` emits ``result(key, acc)`` for every key when the input ends;
+        ``emit="updates"`` emits it after every record.
+        """
+        if emit not in ("final", "updates"):
+            raise PipelineDefinitionError(
+                f"operator {name!r}: emit must be 'final' or 'updates', got {emit!r}"
+            )
+        avro, out = output_schema(schema, result, f"operator {name!r}", name)
+        add, result = adapt(add, (1,)), adapt(result, (), out)
+        return self._then(
+            name,
+            partial(KeyedAggregateLogic, self.key_fn, init, add, result, emit),
+            avro,
+            parallelism,
+            stateful=True,
+            description={"op": "aggregate", "emit": emit},
+        )
+
+    def aggregate_batches(
+        self,
+        name: str,
+        aggs: Mapping[str, Agg],
+        *,
+        derive: Mapping[str, Derive] | None = None,
+        emit: str = "final",
+        parallelism: int | None = None,
+        key_name: str = "key",
+    ) -> Stream:
+        """Columnar keyed aggregation after ``key_by(column)``
+        (spillway.spark_jobs.operators.batchagg): per
+        key, ``aggs`` (output column -> ``Agg(kind, column or expression)``, kinds count,
+        sum, min, max, mean) computed by Arrow per input batch and merged into keyed state
+        (checkpointed through the changelog, as :meth:`aggregate`'s); ``derive`` adds
+        columns computed from the aggregated table. ``emit`` as :meth:`aggregate`, except
+        that ``"updates"`` emits one row per key and input batch; ``"rows"`` (count, sum,
+        mean) emits one row per input row, as :meth:`aggregate`'s ``"updates"`` does.
+
+        After ``key_by(fn)``, ``fn`` takes a whole ``pyarrow.RecordBatch`` and returns one
+        key per row (an Arrow array, numpy array or pandas/Polars Series), e.g.
+        ``lambda b: pc.utf8_lower(b["user"])``: batches are routed by it vectorised
+        (:mod:`spillway.channels.routing.batchkey`) and the output's key column is ``key_name``. It
+        is
+        checked now on an empty batch: a per-record function is refused, saying what to
+        pass. It must be row-wise (a row's key depends on that row alone)."""
+        stream: KeyedStream = self
+        if isinstance(self.key_fn, ColumnKey):
+            key: str | BatchKey = self.key_fn.column
+        else:
+            flat = batchspecs.batch_input(self._schema(), f"operator {name!r}")
+            try:
+                key = BatchKey(self.key_fn, key_name, flat)
+            except PipelineDefinitionError as e:
+                raise PipelineDefinitionError(f"operator {name!r}: {e}") from e
+            stream = KeyedStream(self._p, self.name, key, self.max_parallelism, self._also)
+        spec = batchspecs.aggregate_batches(name, key, aggs, derive, emit, self._schema())
+        return stream._then(
+            name, spec.factory, spec.schema, parallelism, stateful=True,
+            description=spec.description,
+        )  # fmt: skip
+
+    def reduce(
+        self,
+        name: str,
+        fn: Callable[[Record, Record], Record],
+        *,
+        emit: str = "final",
+        parallelism: int | None = None,
+    ) -> Stream:
+        """Combine records of a key pairwise with ``fn``; the result has the input's schema."""
+        schema = self._schema()
+        assert schema is not None
+        # Dict in, dict out (the accumulator is keyed state): instances only inside fn.
+        fn = adapt(fn, (0, 1), output_converter([returned_type(fn)], f"operator {name!r}"))
+        return self.aggregate(
+            name,
+            init=lambda: None,
+            add=lambda acc, r: r if acc is None else fn(acc, r),
+            result=lambda _k, acc: acc,
+            schema=schema,
+            emit=emit,
+            parallelism=parallelism,
+        )
+
+    def tumbling_window(
+        self,
+        name: str,
+        *,
+        size: int,
+        event_time: Callable[[Record], int],
+        init: Callable[[], Any],
+        add: Callable[[Any, Record], Any],
+        result: Callable[[Any, int, int, Any], Record],
+        schema: SchemaLike = None,
+        allowed_lateness_ms: int = 0,
+        emit: str = "final",
+        parallelism: int | None = None,
+    ) -> Stream:
+        """Event-time tumbling windows ``[start, start + size)``
+        (spillway.spark_jobs.operators.windows)."""
+        spec = keyedops.fixed_window(
+            "tumbling_window", name, self.key_fn, size=size, hop=size, event_time=event_time,
+            init=init, add=add, result=result, schema=schema,
+            allowed_lateness_ms=allowed_lateness_ms, emit=emit,
+        )  # fmt: skip
+        return self._keyed(name, spec, parallelism)
+
+    def hopping_window(
+        self,
+        name: str,
+        *,
+        size: int,
+        hop: int,
+        event_time: Callable[[Record], int],
+        init: Callable[[], Any],
+        add: Callable[[Any, Record], Any],
+        result: Callable[[Any, int, int, Any], Record],
+        schema: SchemaLike = None,
+        allowed_lateness_ms: int = 0,
+        emit: str = "final",
+        parallelism: int | None = None,
+    ) -> Stream:
+        """Event-time windows of ``size`` starting every ``hop`` ms
+        (spillway.spark_jobs.operators.windows)."""
+        spec = keyedops.fixed_window(
+            "hopping_window", name, self.key_fn, size=size, hop=hop, event_time=event_time,
+            init=init, add=add, result=result, schema=schema,
+            allowed_lateness_ms=allowed_lateness_ms, emit=emit,
+        )  # fmt: skip
+        return self._keyed(name, spec, parallelism)
+
+    def sliding_window(
+        self,
+        name: str,
+        *,
+        size: int,
+        slide: int,
+        event_time: Callable[[Record], int],
+        init: Callable[[], Any],
+        add: Callable[[Any, Record], Any],
+        result: Callable[[Any, int, int, Any], Record],
+        schema: SchemaLike = None,
+        allowed_lateness_ms: int = 0,
+        emit: str = "final",
+        parallelism: int | None = None,
+    ) -> Stream:
+        """Flink's sliding windows: hopping windows of ``size`` every ``slide`` ms."""
+        spec = keyedops.fixed_window(
+            "sliding_window", name, self.key_fn, size=size, hop=slide, event_time=event_time,
+            init=init, add=add, result=result, schema=schema,
+            allowed_lateness_ms=allowed_lateness_ms, emit=emit,
+        )  # fmt: skip
+        return self._keyed(name, spec, parallelism)
+
+    def session_window(
+        self,
+        name: str,
+        *,
+        gap: int,
+        event_time: Callable[[Record], int],
+        init: Callable[[], Any],
+        add: Callable[[Any, Record], Any],
+        merge: Callable[[Any, Any], Any],
+        result: Callable[[Any, int, int, Any], Record],
+        schema: SchemaLike = None,
+        allowed_lateness_ms: int = 0,
+        emit: str = "final",
+        parallelism: int | None = None,
+    ) -> Stream:
+        """Sessions ``[first, last + gap)`` per key, merged as records bridge them."""
+        spec = keyedops.session_window(
+            name, self.key_fn, gap=gap, event_time=event_time, init=init, add=add,
+            merge=merge, result=result, schema=schema,
+            allowed_lateness_ms=allowed_lateness_ms, emit=emit,
+        )  # fmt: skip
+        return self._keyed(name, spec, parallelism)
+
+    def count_window(
+        self,
+        name: str,
+        *,
+        size: int,
+        init: Callable[[], Any],
+        add: Callable[[Any, Record], Any],
+        result: Callable[[Any, int, int, Any], Record],
+        schema: SchemaLike = None,
+        emit: str = "final",
+        parallelism: int | None = None,
+    ) -> Stream:
+        """Windows of ``size`` records per key, in arrival order
+        (spillway.spark_jobs.operators.windows)."""
+        spec = keyedops.count_window(
+            name, self.key_fn, size=size, init=init, add=add, result=result, schema=schema,
+            emit=emit,
+        )  # fmt: skip
+        return self._keyed(name, spec, parallelism)
+
+    def process(
+        self,
+        name: str,
+        fn: Callable[[Record, ProcessContext], Iterable[Record] | None],
+        *,
+        on_timer: Callable[[int, ProcessContext], Iterable[Record] | None] | None = None,
+        event_time: Callable[[Record], int] | None = None,
+        ttl_ms: dict[str, int] | None = None,
+        schema: SchemaLike = None,
+        parallelism: int | None = None,
+    ) -> Stream:
+        """A keyed process function with keyed state and timers
+        (spillway.spark_jobs.operators.process)."""
+        spec = keyedops.process(
+            name, self.key_fn, fn, on_timer=on_timer, event_time=event_time, ttl_ms=ttl_ms,
+            schema=schema,
+        )  # fmt: skip
+        return self._keyed(name, spec, parallelism)
+
+    def _keyed(self, name: str, spec: keyedops.OperatorSpec, parallelism: int | None) -> Stream:
+        return self._then(
+            name, spec.factory, spec.schema, parallelism, stateful=True,
+            description=spec.description, key_of_state=spec.key_of_state,
+        )  # fmt: skip
+
+
+def union(*streams: Stream) -> Stream:
+    """The records of every stream in ``streams`` as one stream; they must have one schema
+    (a mismatch is a :class:`PipelineDefinitionError` naming both streams). Routing
+    (``key_by``, ``rebalance``...) applied to the union applies to each of its inputs."""
+    if not streams:
+        raise PipelineDefinitionError("union() needs at least one stream")
+    first = streams[0]
+    names: list[str] = []
+    for s in streams:
+        if s._p is not first._p:
+            raise PipelineDefinitionError(
+                f"union: stream {s.name!r} belongs to another pipeline than {first.name!r}"
+            )
+        for n in s.upstreams:
+            if n in names:
+                raise PipelineDefinitionError(
+                    f"union: stream {n!r} is given twice; each input must be another operator"
+                )
+            names.append(n)
+            _check_same_schema(first._p, names[0], n, "union")
+    return Stream(first._p, names[0], also=tuple(names[1:]))
+
+
+def _check_same_schema(graph: Graph, a: str, b: str, what: str) -> None:
+    """Raise naming both streams unless ``a`` and ``b`` carry records of one schema."""
+    sa, sb = graph._nodes[a].schema, graph._nodes[b].schema
+    fields_a = sa.get("fields") if sa else None
+    fields_b = sb.get("fields") if sb else None
+    if fields_a != fields_b:
+        raise PipelineDefinitionError(
+            f"{what}: stream {a!r} and stream {b!r} have different schemas "
+            f"({_fields(sa)} vs {_fields(sb)}); map one of them to the other's schema first"
+        )
+
+
+def _fields(schema: Schema | None) -> str:
+    if not schema:
+        return "no schema"
+    return ", ".join(f"{f['name']}: {f['type']}" for f in schema.get("fields", []))

@@ -1,0 +1,238 @@
+"""Serving ``spillway rescale`` in the running driver (DESIGN §12).
+
+A request (``rescale-requested`` in the job's events, :mod:`spillway.recovery.control.liverescale`)
+is
+served in a thread of its own, one at a time:
+
+1. check that the operator can change width while the job runs: what
+   :func:`spillway.recovery.restore.rescale.check_rescalable` allows, every input keyed or
+   round-robin
+   into slots (an upstream writes by key group or slot, whatever the width; any
+   other upstream would need a restart to write to other partitions), and checkpoints
+   on each subtask's own clock (the global-checkpoint coordinator counts a fixed set of
+   subtasks);
+2. stop only that operator (:meth:`OperatorRuns.stop_operator`): each subtask commits a
+   last checkpoint and stops; upstream keeps writing into the durable channels and
+   downstream keeps reading what was committed;
+3. fence every old subtask and record the handover
+   (:func:`spillway.recovery.control.savepoint.prepare_rescale`),
+   record the new shape (``rescaled``: plan and rescale record, what a later ``spillway
+   run`` and ``spillway status`` read), then announce the new writer count in-band
+   downstream (:func:`spillway.recovery.control.liverescale.announce_width`);
+4. start the operator's new subtasks, each restoring from the handover.
+
+Nothing else restarts. A request refused at step 1 or failing before step 3 records
+``rescale-failed`` and, if the operator was stopped, starts it again as it was.
+
+An upgrade request (``upgrade-requested``, ``spillway upgrade``) takes the same path at
+the same width: read and run the pipeline module as now deployed
+(:mod:`spillway.spark_jobs.spark.shipcode`), check the operator's new definition
+(:func:`spillway.recovery.control.upgrade.check_upgrade`; refused: ``upgrade-failed``, nothing
+stopped),
+stop only that operator, record ``upgraded``, and start it again with the new source
+shipped in its tasks; each subtask restores from its own last checkpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from spillway.channels.config import KafkaSettings
+from spillway.channels.errors import RescaleError, UpgradeError
+from spillway.recovery.control.liverescale import announce_width
+from spillway.recovery.control.savepoint import prepare_rescale
+from spillway.recovery.control.upgrade import check_upgrade
+from spillway.recovery.job.plan import JobPlan
+from spillway.recovery.job.plandoc import PlanDoc
+from spillway.recovery.observe.events import record_job_event
+from spillway.recovery.restore.handover import live_handover
+from spillway.recovery.restore.rescale import PlanShape, Rescale, check_rescalable, with_parallelism
+from spillway.spark_jobs.spark.opruns import OperatorRuns
+from spillway.spark_jobs.spark.shipcode import ModuleCode
+
+# Reads and runs the pipeline module as now deployed; its source and plan.
+Deployed = Callable[[], tuple[ModuleCode, JobPlan]]
+
+log = logging.getLogger("spillway.spark_jobs.spark.liverescale")
+
+
+def check_live(
+    plan: JobPlan, operator: str, previous: int, checkpoint_mode: str, slots: int | None = None
+) -> None:
+    """:class:`RescaleError` unless ``operator`` can go from ``previous`` subtasks to its
+    width in ``plan`` while the rest of the job runs (the module's step 1). ``slots``: the
+    task slots Spark offers (None: not checked); an unbounded job needs one per subtask."""
+    check_rescalable(plan, operator, previous)
+    where = f"operator {operator!r} of job {plan.job}"
+    needed = len(plan.subtasks())
+    if slots is not None and not plan.bounded and slots < needed:
+        # Checked before anything stops: a new subtask without a slot would wait forever
+        # (an unbounded job's subtasks never free theirs) while its key groups stand still.
+        raise RescaleError(
+            f"{where}: the job is unbounded and would need a task slot for each of its "
+            f"{needed} subtasks at once, but Spark offers {slots}; add executor cores "
+            "(e.g. `spillway cluster start --worker-cores N`) or rescale to fewer subtasks"
+        )
+    if checkpoint_mode != "interval":
+        raise RescaleError(
+            f"{where}: a running job with --checkpoint-mode {checkpoint_mode} cannot be "
+            "rescaled live (its global checkpoints count a fixed set of subtasks); stop it "
+            "and run it with --parallelism"
+        )
+    for e in plan.inputs_of(operator):
+        if not plan.width_free(e):
+            raise RescaleError(
+                f"{where}: input {e.upstream} ({e.kind}) has one partition per subtask; its "
+                "writers would have to restart to write to the new subtasks. Stop the job "
+                "and run it with --parallelism"
+            )
+
+
+class LiveRescaler:
+    """Serves the rescale requests of one run (see the module docstring)."""
+
+    def __init__(
+        self,
+        settings: KafkaSettings,
+        checkpoint_mode: str,
+        plan: JobPlan,
+        rescale: Rescale | None,
+        run_id: str,
+        runs: OperatorRuns,
+        shape: list[PlanShape],
+        slots: Callable[[], int] | None = None,
+    ) -> None:
+        """``shape``: a one-item box the driver launches operator jobs with; a rescale
+        replaces its item. ``slots``: the task slots Spark offers now (executor cores on a
+        cluster), checked before a rescale stops anything."""
+        self._settings = settings
+        self._mode = checkpoint_mode
+        self.plan = plan
+        self.rescale = rescale
+        self._run_id = run_id
+        self._runs = runs
+        self._shape = shape
+        self._slots = slots
+        self._requests: queue.Queue[Mapping[str, Any] | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._serve, name="live-rescale", daemon=True)
+        self._deployed: Deployed | None = None
+        self._code: list[ModuleCode | None] = [None]
+
+    def upgrades(self, deployed: Deployed, code: list[ModuleCode | None]) -> None:
+        """Serve upgrade requests too: ``deployed`` loads the code now deployed; ``code``
+        is the one-item box whose source the driver ships with the tasks it launches."""
+        self._deployed, self._code = deployed, code
+
+    def offer(self, event: Mapping[str, Any]) -> None:
+        """Take ``event`` if it is a rescale or upgrade request of this run (never blocks)."""
+        kind = event.get("event")
+        if kind in ("rescale-requested", "upgrade-requested") and event.get("run") == self._run_id:
+            self._requests.put(event)
+
+    def start(self) -> None:
+        """Serve requests from now on."""
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop serving (a rescale in progress finishes first)."""
+        self._requests.put(None)
+        self._thread.join(60)
+
+    def _serve(self) -> None:
+        while (request := self._requests.get()) is not None:
+            if request.get("event") == "upgrade-requested":
+                self._upgrade(request)
+            else:
+                self._handle(request)
+
+    def _refused(
+        self, what: str, request: Mapping[str, Any], e: Exception, stopped: bool
+    ) -> None:
+        """Answer ``{what}-failed``; start the operator again as it was if it was stopped."""
+        op, rid = str(request.get("target")), request.get("request")
+        log.warning("%s request %s for %s refused: %s", what, rid, op, e)
+        record_job_event(
+            self._settings, self.plan.job, f"{what}-failed", run=self._run_id, request=rid,
+            target=op, error=f"{type(e).__name__}: {e}",
+        )  # fmt: skip
+        if stopped:
+            self._runs.start_operator(op)
+
+    def _upgrade(self, request: Mapping[str, Any]) -> None:
+        op, rid, job = str(request.get("target")), request.get("request"), self.plan.job
+        stopped = False
+        try:
+            if self._deployed is None:
+                raise UpgradeError(f"upgrade request {rid}: this driver cannot upgrade")
+            code, deployed = self._deployed()
+            check_upgrade(self.plan, deployed, op)
+            new = self._shape[0].apply(deployed)  # the running widths and key groups
+            t0 = time.monotonic()
+            log.info("upgrading %s of %s to the code in %s", op, job, code.path)
+            self._runs.stop_operator(op)
+            stopped = True
+        except Exception as e:  # refused, or failed before anything changed
+            self._refused("upgrade", request, e, stopped)
+            return
+        previous = self._code[0]
+        try:
+            self._code[0], self.plan = code, new
+            record_job_event(
+                self._settings, job, "upgraded", run=self._run_id, request=rid, target=op,
+                module=code.module, path=code.path, parallelism=new.operator(op).parallelism,
+                stopped_s=round(time.monotonic() - t0, 3),
+            )  # fmt: skip
+            self._runs.start_operator(op)
+        except Exception:
+            self._code[0] = previous
+            log.exception("upgrade of %s not completed: stopping the job", op)
+            self._runs.cancel_all()
+            return
+        log.info("%s of %s runs the upgraded code (%.1f s)", op, job, time.monotonic() - t0)
+
+    def _handle(self, request: Mapping[str, Any]) -> None:
+        op, n, rid = str(request.get("target")), request.get("parallelism"), request.get("request")
+        job = self.plan.job
+        stopped = False
+        try:
+            if not isinstance(n, int):
+                raise RescaleError(f"rescale request {rid}: parallelism {n!r} is not a number")
+            new = with_parallelism(self.plan, {op: n})
+            previous = self.plan.operator(op).parallelism
+            slots = self._slots() if self._slots is not None else None
+            check_live(new, op, previous, self._mode, slots)
+            t0 = time.monotonic()
+            log.info("rescaling %s of %s: %d -> %d subtasks", op, job, previous, n)
+            self._runs.stop_operator(op)
+            stopped = True
+            rescale = prepare_rescale(self._settings, new, {op: previous}, self.rescale)
+            assert rescale is not None
+            rescale = live_handover(rescale, op)  # its new subtasks check the marks
+        except Exception as e:  # refused, or failed before anything changed
+            self._refused("rescale", request, e, stopped)
+            return
+        # From here on the new shape is recorded first: a driver that dies before the
+        # rest leaves a job whose next run takes the recorded shape.
+        record_job_event(
+            self._settings, job, "rescaled", run=self._run_id, request=rid, target=op,
+            previous=previous, parallelism=n, plan=PlanDoc.of(new).to_json(),
+            rescale=rescale.to_json(), stopped_s=round(time.monotonic() - t0, 3),
+        )  # fmt: skip
+        try:
+            announce_width(self._settings, new, op)
+            self._shape[0] = PlanShape.of(new, rescale)
+            self._runs.reshape(new.subtasks(), [(o.name, o.parallelism) for o in new.operators])
+            self.plan, self.rescale = new, rescale
+            self._runs.start_operator(op)
+        except Exception:
+            # The new shape is recorded but not in force: end the run; the next one
+            # (spillway run, same job id) starts in the recorded shape.
+            log.exception("rescale of %s recorded but not completed: stopping the job", op)
+            self._runs.cancel_all()
+            return
+        log.info("%s of %s runs with %d subtasks (%.1f s)", op, job, n, time.monotonic() - t0)
