@@ -28,13 +28,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import Producer
 from tenacity import retry, retry_if_exception_type, stop_after_attempt
 
 from spillway.channels.config import KafkaSettings
 from spillway.channels.errors import RetentionGapError
 from spillway.channels.ids import JobId, Offset, TopicPartition
 from spillway.channels.kafka.admin import Admin, TopicSpec
+from spillway.channels.kafka.clients import idempotent_producer
 from spillway.channels.kafka.consumer import AssignedConsumer
 from spillway.channels.naming import PREFIX
 from spillway.recovery.observe.events import events_topic, record_job_event
@@ -205,7 +205,7 @@ class Coordinator:
         # Kept for the coordinator's life: triggers go out without a client set-up first,
         # and a new admin client's first request now and then stalls for 1-3 s (it prunes
         # after every completed checkpoint, so such a stall delayed the next trigger).
-        self.producer = Producer({**settings.base(), "enable.idempotence": True, "linger.ms": 0})
+        self.producer = idempotent_producer(settings, linger_ms=0)
         self.admin = Admin(settings)
 
     def start(self) -> None:

@@ -31,12 +31,11 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from confluent_kafka import Producer
-
 from spillway.channels.config import KafkaSettings
 from spillway.channels.errors import CheckpointFormatError, ConfigError, RetentionGapError
 from spillway.channels.ids import CheckpointId, JobId, OperatorName, SubtaskId, TopicPartition
 from spillway.channels.kafka.admin import Admin
+from spillway.channels.kafka.clients import idempotent_producer
 from spillway.channels.kafka.producer import TransactionalProducer
 from spillway.channels.naming import changelog_topic
 from spillway.channels.progress import Spans
@@ -262,7 +261,7 @@ def fence_subtasks(
     still running (the job should be stopped, but may not be) ends instead of having
     Spark retry it from the rewound checkpoint.
     """
-    announcer = Producer({**settings.base(), "enable.idempotence": True})
+    announcer = idempotent_producer(settings)
     for s in subtasks:
         p = TransactionalProducer(settings, s.transactional_id)
         try:

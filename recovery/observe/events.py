@@ -20,6 +20,7 @@ from confluent_kafka import KafkaError, Producer
 from spillway.channels.config import KafkaSettings, scrub_secrets
 from spillway.channels.ids import JobId, Offset, SubtaskId, TopicPartition
 from spillway.channels.kafka.admin import TopicSpec
+from spillway.channels.kafka.clients import idempotent_producer, ordered_producer
 from spillway.channels.kafka.consumer import AssignedConsumer
 from spillway.channels.naming import PREFIX
 from spillway.recovery.observe.heartbeat import Heartbeat, heartbeats_topic
@@ -49,14 +50,7 @@ class EventLog:
         # it is made (librdkafka), which delayed a restart's first event ("fencing") by up
         # to that much. Ordering holds with one request in flight; a duplicate needs a
         # produce whose answer was lost, and an event seen twice only repeats a fact.
-        self._producer = Producer(
-            {
-                **settings.base(),
-                "enable.idempotence": False,
-                "max.in.flight.requests.per.connection": 1,
-                "linger.ms": 0,
-            }
-        )
+        self._producer = ordered_producer(settings)
         self._heartbeat = Heartbeat(
             self._producer, heartbeats_topic(subtask.job), str(subtask).encode(), self._beat
         )
@@ -185,7 +179,7 @@ def record_job_event(
     to connect and get a producer id); by default a short-lived one is made.
     """
     if producer is None:
-        producer = Producer({**settings.base(), "enable.idempotence": True})
+        producer = idempotent_producer(settings)
     doc = {"event": kind, "time": time.time(), "pid": os.getpid(), **fields}
     producer.produce(events_topic(job), scrub_secrets(json.dumps(doc)).encode(), b"job")
     producer.flush(10)

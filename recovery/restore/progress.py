@@ -34,6 +34,7 @@ from spillway.channels.config import KafkaSettings
 from spillway.channels.errors import SpillwayError
 from spillway.channels.ids import JobId, Offset, OperatorName, SubtaskId, TopicPartition
 from spillway.channels.kafka.admin import TopicSpec
+from spillway.channels.kafka.clients import ordered_producer
 from spillway.channels.naming import PREFIX
 from spillway.recovery.job.plan import Source
 
@@ -240,14 +241,7 @@ class ProgressLog:
             # Not idempotent: that asks for a producer id only after 500 ms (librdkafka).
             # One request in flight keeps marks in order; one that arrives twice only
             # repeats a position.
-            self._producer = Producer(
-                {
-                    **self._settings.base(),
-                    "linger.ms": 0,
-                    "enable.idempotence": False,
-                    "max.in.flight.requests.per.connection": 1,
-                }
-            )
+            self._producer = ordered_producer(self._settings)
         try:
             self._producer.produce(
                 self.tp.topic, mark.to_bytes(), _KEY, self.tp.partition, self._delivered

@@ -22,6 +22,7 @@ from confluent_kafka import Producer
 
 from spillway.channels.config import KafkaSettings
 from spillway.channels.ids import JobId, SubtaskId
+from spillway.channels.kafka.clients import ordered_producer
 from spillway.recovery.observe.events import record_job_event
 
 log = logging.getLogger("spillway.spark_jobs.spark.attempts")
@@ -155,10 +156,7 @@ class AttemptWatcher:
             return
         s = subtasks[nxt.index]
         if self._producer is None:  # kept: a new client would delay every later event
-            # Not idempotent: that asks for a producer id only after 500 ms (see EventLog).
-            self._producer = Producer(
-                {**self._settings.base(), "max.in.flight.requests.per.connection": 1}
-            )
+            self._producer = ordered_producer(self._settings)
         record_job_event(
             self._settings,
             self._job,

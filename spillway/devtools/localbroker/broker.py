@@ -22,7 +22,6 @@ from pathlib import Path
 from types import TracebackType
 
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient
 from tenacity import (
     Retrying,
     before_sleep_log,
@@ -32,6 +31,7 @@ from tenacity import (
 )
 
 from spillway.channels.errors import BrokerUnavailableError, ConfigError
+from spillway.channels.kafka.clients import admin_client
 from spillway.devtools.localbroker import process
 from spillway.devtools.localbroker.config import (
     HOST,
@@ -387,7 +387,7 @@ class LocalBroker:
                 pass
         except OSError as exc:
             raise _NotReady(f"port {self.config.port} not open: {exc}") from exc
-        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        admin = admin_client(self.bootstrap)
         try:
             metadata = admin.list_topics(timeout=5.0)
         except KafkaException as exc:
