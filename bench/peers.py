@@ -50,10 +50,11 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
-from bench import workload
+from bench import sssengine, workload
+from bench.peerjob import Job, say, wait_for_release
 
 ENGINES = (
     "spillway",
@@ -68,34 +69,6 @@ ENGINES = (
 # Set to a directory: each Spillway subtask writes its cProfile stats there (profiling).
 PROFILE_ENV = "SPILLWAY_BENCH_PROFILE"
 CHANGELOG_SUFFIX = "-changelog"
-
-
-@dataclass(frozen=True)
-class Job:
-    """One run of one engine."""
-
-    bootstrap: str
-    input: str
-    output: str
-    records: int
-    commit_interval_s: float
-    workdir: str
-    name: str  # unique per run: consumer group, transactional id, job id
-    guarantee: str = "exactly-once"
-    connector: str = ""  # spark-sql-kafka-0-10 version; "" = the pyspark version
-    traced: bool = False  # spillway only: the B2 variant (see spillway_pipeline)
-    chaining: bool = False  # spillway only: Pipeline(chaining=True)
-    orjson: bool = False  # handwritten only: orjson instead of the stdlib's json
-    pandas_state: bool = False  # sss only: the count in Python (applyInPandasWithState)
-
-
-def _say(word: str, records_before: int | None = None) -> None:
-    extra = "" if records_before is None else f" {records_before}"
-    print(f"{word} {time.time():.6f}{extra}", flush=True)
-
-
-def _wait_for_release() -> None:
-    sys.stdin.read()  # the benchmark closes our stdin once it has sampled us
 
 
 # -- Spillway ---------------------------------------------------------------------------
@@ -259,10 +232,10 @@ def run_spillway(job: Job) -> None:
         proc.start()
     for _ in procs:  # imports and runner set-up happen before `go`: not part of the figure
         ready.get(timeout=120)
-    _say("READY")
+    say("READY")
     go.set()
     if job.traced:  # unbounded: runs until the benchmark closes our stdin
-        _wait_for_release()
+        wait_for_release()
         for proc in procs:
             proc.kill()  # our own children, by PID; the topics are thrown away
             proc.join()
@@ -272,8 +245,8 @@ def run_spillway(job: Job) -> None:
     failed = [p.name for p in procs if p.exitcode != 0]
     if failed:
         raise SystemExit(f"spillway subtasks failed: {failed}")
-    _say("DONE")
-    _wait_for_release()
+    say("DONE")
+    wait_for_release()
 
 
 # -- hand-written loop ------------------------------------------------------------------
@@ -319,7 +292,7 @@ def run_handwritten(job: Job) -> None:
     counts: dict[str, list[Any]] = {}
     dirty: set[str] = set()
     nexts = dict.fromkeys(parts, 0)
-    _say("READY")
+    say("READY")
     producer.begin_transaction()
     deadline = time.monotonic() + job.commit_interval_s
 
@@ -366,8 +339,8 @@ def run_handwritten(job: Job) -> None:
     commit()
     if exactly_once:
         producer.abort_transaction()  # the empty one commit() began
-    _say("DONE")
-    _wait_for_release()
+    say("DONE")
+    wait_for_release()
     consumer.close()
 
 
@@ -402,7 +375,7 @@ def run_quix(job: Job) -> None:
         # window opens at the first record, as the other engines' open after their set-up.
         if first[0]:
             first[0] = False
-            _say("READY")
+            say("READY")
 
     sdf = app.dataframe(source)
     sdf = sdf.update(ready_at_first_record)
@@ -412,8 +385,8 @@ def run_quix(job: Job) -> None:
     sdf.to_topic(sink)
     # count: outputs of the dataframe, one per input record; the final checkpoint commits.
     app.run(count=job.records, collect=False)
-    _say("DONE")
-    _wait_for_release()
+    say("DONE")
+    wait_for_release()
 
 
 # -- Spark Structured Streaming (bench.sssengine) --------------------------------------
@@ -421,15 +394,11 @@ def run_quix(job: Job) -> None:
 
 def run_sss(job: Job) -> None:
     """Structured Streaming, SQL count (:func:`bench.sssengine.run_sss`)."""
-    from bench import sssengine
-
     sssengine.run_sss(job)
 
 
 def run_sss_python(job: Job) -> None:
     """Structured Streaming, count in Python (``applyInPandasWithState``)."""
-    from bench import sssengine
-
     sssengine.run_sss(replace(job, pandas_state=True))
 
 
@@ -464,7 +433,7 @@ def run_kstreams(job: Job) -> None:
             proc.kill()  # our own child, by PID
             raise SystemExit(f"kstreams exited {proc.wait()} before {word} (got {line!r})")
         print(line.strip(), flush=True)
-    _wait_for_release()
+    wait_for_release()
     proc.stdin.close()
     if proc.wait(120) != 0:
         raise SystemExit(f"kstreams exited {proc.returncode} on shutdown")

@@ -20,7 +20,7 @@ import sys
 import threading
 from typing import Any
 
-from bench.peers import _say, _wait_for_release
+from bench.peerjob import say, wait_for_release
 from bench.sssengine import SSS_STATE_CONF, _first_batch_listener, kafka_events
 
 TRIGGER = "500 milliseconds"
@@ -96,14 +96,14 @@ def main(argv: list[str] | None = None) -> int:
     released = threading.Event()
 
     def release() -> None:
-        _wait_for_release()
+        wait_for_release()
         released.set()
 
     threading.Thread(target=release, daemon=True).start()
     while not released.is_set():
         if not running.isActive:
             # The query gave up (e.g. a task failed too often): say so, the round fails.
-            _say("FAILED")
+            say("FAILED")
             print(f"{running.exception()}", file=sys.stderr, flush=True)
             break
         released.wait(1.0)

@@ -14,7 +14,7 @@ import os
 import sys
 from typing import Any
 
-from bench.peers import Job, _say, _wait_for_release
+from bench.peerjob import Job, say, wait_for_release
 
 # Structured Streaming's maxOffsetsPerTrigger: a 5M-record run spans 100 micro-batches.
 SSS_MAX_OFFSETS = 50_000
@@ -56,7 +56,7 @@ def _first_batch_listener() -> Any:
             rows = int(event.progress.numInputRows)
             if rows > 0 and not self.seen:
                 self.seen = True
-                _say("READY", rows)
+                say("READY", rows)
 
         def onQueryIdle(self, event: Any) -> None:
             pass
@@ -157,8 +157,8 @@ def run_sss(job: Job) -> None:
     spark.streams.addListener(_first_batch_listener())
     running = query.start()
     running.processAllAvailable()
-    _say("DONE")
-    _wait_for_release()
+    say("DONE")
+    wait_for_release()
     running.stop()
     gateway = spark.sparkContext._gateway
     spark.stop()
