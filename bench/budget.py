@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import budgetstats, procstat, steadyrun, workload
+from bench.suitebroker import start_broker
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = ROOT / "bench" / "results"
@@ -107,8 +108,6 @@ def run(records: int, chained: bool, work: Path) -> dict[str, Any]:
     per-record cost, apart from the fixed start-up), one profiled run at ``records``, on a
     fresh broker; the budget (:func:`bench.budgetstats.budget`)."""
     from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
-
-    from bench.suite import start_broker
 
     sizes = (records // 5, records)
     with contextlib.ExitStack() as stack, (work / "runs.log").open("w") as log:

@@ -42,6 +42,7 @@ from bench import kstreams, procstat, workload
 from bench.checkpoints import percentile
 from bench.recoverystats import back_within
 from bench.stats import spread
+from bench.suitebroker import start_broker
 
 PARTITIONS = 2
 QUANTILE = 0.9
@@ -247,8 +248,6 @@ def summarise(rounds: list[dict[str, Any]]) -> dict[str, Any]:
 
 def main() -> int:
     """Both standby settings on a throw-away broker; prints the figures as JSON."""
-    from bench.suite import start_broker
-
     s = Settings()
     with contextlib.ExitStack() as stack:
         bootstrap, _, _ = start_broker(stack)

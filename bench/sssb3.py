@@ -66,6 +66,7 @@ from bench.kstreamsb3 import PARTITIONS, Observer, Pacer
 from bench.measure import MeasureError
 from bench.sssb3stats import Timeline, latency_figures, output_check
 from bench.stats import spread
+from bench.suitebroker import start_broker
 from spillway.devtools.cluster import LocalCluster
 from spillway.devtools.localbroker import process as proc_util
 
@@ -280,8 +281,6 @@ def main(argv: list[str] | None = None) -> int:
     """``--rounds`` rounds (default 1) on a throw-away broker (or ``--bootstrap``); prints
     the settings, each round's figures and, for several rounds, their summary as JSON."""
     import argparse
-
-    from bench.suite import start_broker
 
     ap = argparse.ArgumentParser(prog="python -m bench.sssb3", description=__doc__)
     ap.add_argument("--rounds", type=int, default=1)

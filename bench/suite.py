@@ -64,6 +64,7 @@ from bench import (
 )
 from bench.channels import machine
 from bench.stats import ratios, spread
+from bench.suitebroker import start_broker
 from spillway.devtools.localbroker.jars import kafka_version
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -361,22 +362,6 @@ def subprocess_text(command: list[str]) -> str:
 
 
 # -- main -------------------------------------------------------------------------------
-
-
-def start_broker(stack: contextlib.ExitStack) -> tuple[str, int, Path]:
-    """A throw-away broker in a temporary directory on free ports: (bootstrap, pid, log.dirs)."""
-    from spillway.devtools.localbroker import BrokerConfig, LocalBroker, free_ports
-
-    data_dir = Path(tempfile.mkdtemp(prefix="spillway-bench-suite-"))
-    stack.callback(shutil.rmtree, data_dir, ignore_errors=True)
-    port, controller_port = free_ports(2)
-    broker = LocalBroker(BrokerConfig(data_dir, port=port, controller_port=controller_port))
-    broker.start()
-    stack.callback(broker.stop)
-    pid = broker.status().pid
-    if pid is None:
-        raise measure.MeasureError("the benchmark's broker started but has no PID file")
-    return broker.bootstrap, pid, broker.config.log_dirs
 
 
 PARTS: dict[str, str] = {

@@ -53,6 +53,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 
 from bench import joinengines, joinref, procstat, winref, workload
 from bench.stats import ratios, spread
+from bench.suitebroker import start_broker
 from bench.winengines import ENV_PREFIX, WinConfig, page_of
 from bench.winmeasure import run_quix, run_spillway
 
@@ -405,8 +406,6 @@ def table(summary: dict[str, Any]) -> str:
 
 def run(s: Settings, command: str) -> Path:
     """Every round on one throw-away broker; writes and returns the result JSON."""
-    from bench.suite import start_broker  # the suite's throw-away broker (read-only use)
-
     started = datetime.now(UTC)
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     stem = RESULTS_DIR / f"windowpeers-{started:%Y%m%dT%H%M%SZ}"
