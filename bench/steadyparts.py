@@ -11,16 +11,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import Any, TextIO
 
 from confluent_kafka.admin import AdminClient
 
 from bench import ceiling, columnarrun, kstreamsb3, steadyrun, workload
-
-if TYPE_CHECKING:
-    from bench.suite import Settings
-
-PARTITIONS = 2  # as bench.suite.PARTITIONS: every input topic of the suite
+from bench.suitesettings import PARTITIONS, Settings
 
 
 @dataclass(frozen=True)
