@@ -1,4 +1,4 @@
-"""Key groups and partition ownership (DESIGN §10). Pure: no I/O.
+"""Key groups and partition ownership (docs/architecture.md, Key groups). Pure: no I/O.
 
 A keyed edge hashes each record's key (:func:`spillway.channels.routing.partitioners.stable_hash`)
 into
