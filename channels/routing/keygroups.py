@@ -34,7 +34,7 @@ MaxParallelism = NewType("MaxParallelism", int)
 # more partitions than that is beyond what a broker handles well anyway.
 MAX_PARALLELISM_LIMIT = 32768
 
-# Chosen by measurement (README, "Key groups" under "Measured"): what partitioning costs
+# Chosen by measurement (docs/benchmarks.md, "Key groups"): what partitioning costs
 # the writer is per record, hardly per partition (`python -m bench.writercost`: 0.41 us a
 # record at 1 partition, 0.79 / 0.85 / 1.02 at 16 / 32 / 128, load 17), and
 # `make bench-channels` could not tell 16 from 32 on the shared machine; 32 doubles the
