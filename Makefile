@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test ui-test compose-test lint typecheck unit chaos chaos-long bench bench-columnar bench-channels bench-checkpoints bench-codecs bench-windows bench-windows-peers bench-restart bench-statesweep bench-rescale bench-budget broker-start broker-stop clean
+.PHONY: demo test docs ui-test compose-test lint typecheck unit chaos chaos-long bench bench-columnar bench-channels bench-checkpoints bench-codecs bench-windows bench-windows-peers bench-restart bench-statesweep bench-rescale bench-budget broker-start broker-stop clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required")'
@@ -18,8 +18,8 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/spillway demo
 
-## test: lint, type-check and run the whole suite against a real broker and real Spark
-test: $(STAMP) lint typecheck
+## test: lint, type-check, build the docs and run the whole suite against a real broker and real Spark
+test: $(STAMP) lint typecheck docs
 	$(BIN)/python -m pytest tests --durations=15
 
 ## ui-test: spillway ui in headless Chromium during a job with a SIGKILLed subtask; installs
@@ -41,6 +41,11 @@ lint: $(STAMP)
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
+
+## docs: the docs site (docs/, mkdocs.yml) with its API reference into build/site; --strict
+## fails on a broken link, anchor or reference
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict -d build/site
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest tests/unit

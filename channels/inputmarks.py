@@ -4,7 +4,7 @@ An operator's watermark is the minimum over its inputs; an input's watermark is 
 minimum over its upstream writers (each writer of each partition it reads). A writer
 that ended holds nothing back; a writer that announced it is idle is left out until it
 speaks again; an input whose live writers are all idle is left out of the operator's
-minimum in the same way (DESIGN §11).
+minimum in the same way (docs/architecture.md, Event time).
 
 When everything still live is idle, the result is the largest watermark any idle writer
 reported, as Flink's status valve does: what they promised before falling quiet still

@@ -53,7 +53,7 @@ Contract:
   window) since the job began; dead-lettered, with ``--dead-letter``, in the same
   transactions.
 * ``handed_over``: the last checkpoint of a subtask whose operator alone was stopped
-  while the job ran, for a live rescale or upgrade (DESIGN §12 step 1): its owner's
+  while the job ran, for a live rescale or upgrade (docs/architecture.md, Handover): its owner's
   last word on its partitions, which the new subtasks continue from. False on every
   other checkpoint, and in records written before the mark existed.
 
@@ -240,7 +240,7 @@ class Checkpoint:
                 rewrite_state=bool(doc.get("rewrite_state", False)),
                 # Absent in records written before operators could set records aside.
                 set_aside={str(k): int(v) for k, v in doc.get("set_aside", {}).items()},
-                # Both absent in records written before key groups (DESIGN §10).
+                # Both absent in records written before key groups (docs/architecture.md).
                 owned=Ownership.from_json(doc.get("owned", {}), where),
                 changelogs={
                     TopicPartition(t, p): Offset(o) for t, p, o in doc.get("changelogs", [])

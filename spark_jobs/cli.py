@@ -82,7 +82,7 @@ def _add_restart_options(p: Any) -> None:
         "--allow-dropped-state",
         action="store_true",
         help="restart with changed code even if it drops state: a removed stateful "
-        "operator, one made stateless, a removed channel (see README, Rescaling)",
+        "operator, one made stateless, a removed channel (docs/operating.md, Upgrades)",
     )
 
 

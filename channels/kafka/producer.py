@@ -1,6 +1,6 @@
 """The transactional producer of one subtask, with Spillway's error policy.
 
-Policy (DESIGN §8, librdkafka's transactional API contract):
+Policy (docs/architecture.md, Kafka transactions; librdkafka's transactional API contract):
 
 * retriable errors: retried a bounded number of times, each retry logged;
 * ``txn_requires_abort()``: the transaction is aborted and :class:`TransactionAbortedError`
@@ -243,7 +243,7 @@ class TransactionalProducer(ProducerBase):
         self._in_txn = False
 
     # A timed-out commit is not retried: its outcome is unknown, and a late commit could
-    # end a later transaction. commit() recreates the producer instead (DESIGN §8).
+    # end a later transaction. commit() recreates the producer instead.
     @retrying(attempts=4, except_codes=frozenset({KafkaError._TIMED_OUT}))
     def _commit(self, timeout_s: float) -> None:
         self._p.commit_transaction(timeout_s)

@@ -1,4 +1,4 @@
-"""Key groups and partition ownership (DESIGN §10). Pure: no I/O.
+"""Key groups and partition ownership (docs/architecture.md, Key groups). Pure: no I/O.
 
 A keyed edge hashes each record's key (:func:`spillway.channels.routing.partitioners.stable_hash`)
 into
@@ -34,7 +34,7 @@ MaxParallelism = NewType("MaxParallelism", int)
 # more partitions than that is beyond what a broker handles well anyway.
 MAX_PARALLELISM_LIMIT = 32768
 
-# Chosen by measurement (README, "Key groups" under "Measured"): what partitioning costs
+# Chosen by measurement (docs/benchmarks.md, "Key groups"): what partitioning costs
 # the writer is per record, hardly per partition (`python -m bench.writercost`: 0.41 us a
 # record at 1 partition, 0.79 / 0.85 / 1.02 at 16 / 32 / 128, load 17), and
 # `make bench-channels` could not tell 16 from 32 on the shared machine; 32 doubles the

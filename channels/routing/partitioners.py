@@ -124,8 +124,8 @@ class RoundRobin:
 
 
 class Sticky:
-    """Round-robin over ``slots`` partitions, one batch at a time (DESIGN §10, non-keyed
-    edges): every record goes to the current slot until the writer has sent that slot's
+    """Round-robin over ``slots`` partitions, one batch at a time (docs/architecture.md,
+    Slots): every record goes to the current slot until the writer has sent that slot's
     batch and calls :meth:`advance`. A round-robin edge into an operator with slots has
     one partition per slot, a number fixed when the job first ran, so what a writer does
     never depends on the downstream width; and a batch fills as on a single partition,

@@ -1,4 +1,5 @@
-"""Live rescale of one operator of a running job: the parts outside the driver (DESIGN §12).
+"""Live rescale of one operator of a running job: the parts outside the driver
+(docs/architecture.md, Changing a running job).
 
 ``spillway rescale --job ID --operator OP --parallelism N`` appends a
 ``rescale-requested`` event (with a request id) to the job's events topic, the control

@@ -4,7 +4,7 @@ The savepoint a rescale starts from is the set of the latest committed checkpoin
 the stopped job, or, with ``--from-savepoint N``, completed global checkpoint N (the
 job is first rewound to it, :mod:`spillway.recovery.control.rewind`, which makes N's parts the
 latest
-checkpoints). Either set is a consistent cut (DESIGN §5): a subtask has only consumed
+checkpoints). Either set is a consistent cut (docs/architecture.md): a subtask has only consumed
 what its upstreams committed, and what lies between is still in the channels.
 
 :func:`prepare_rescale` runs in the driver before any subtask starts: it fences every

@@ -1,4 +1,4 @@
-"""The "handed over" mark of a live rescale (DESIGN §12 step 1). Pure: no I/O.
+"""The "handed over" mark of a live rescale (docs/architecture.md, Handover). Pure: no I/O.
 
 A live rescale (or upgrade) stops one operator while the job runs: each of its subtasks
 commits a last checkpoint marked ``handed_over`` (:mod:`spillway.offsets.checkpoint`) and stops;

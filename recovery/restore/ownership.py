@@ -1,4 +1,4 @@
-"""Which partitions a subtask owns, from the plan (DESIGN §10). Pure: no I/O.
+"""Which partitions a subtask owns, from the plan (docs/architecture.md, Key groups). Pure: no I/O.
 
 The one place the runtime decides what a subtask reads and restores: its input channels'
 partitions and its changelog's. A keyed edge or a keyed operator's changelog has one

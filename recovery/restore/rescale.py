@@ -1,4 +1,5 @@
-"""Restoring an operator under a new parallelism (DESIGN §10, §12). Pure: no I/O.
+"""Restoring an operator under a new parallelism (docs/architecture.md, Key groups,
+Changing a running job). Pure: no I/O.
 
 A rescale changes the parallelism of some operators between two runs of a job. Each
 subtask of a rescaled operator continues from the checkpoints of the subtasks that owned
@@ -21,7 +22,7 @@ What moves between owners is whole partitions (ownership never splits one), so:
   subtasks (empty, read from 0), the old ones keep their owners. They cannot shrink: the
   retired subtasks' partitions still hold records no subtask would read, and handing them
   to another subtask would mix writers across partitions behind the watermark
-  (rescaling never rewrites data already in a channel, DESIGN §10). Refused
+  (rescaling never rewrites data already in a channel). Refused
   (:class:`RescaleError`).
 * **Refused** as well: a *broadcast* input (a new subtask would miss what was broadcast
   before), a source (its position belongs to one subtask's split of the input), state

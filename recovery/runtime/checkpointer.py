@@ -136,7 +136,7 @@ class Parts:
     # False while older checkpoints must stay (a rescale's handover still in use).
     prunable: Callable[[], bool] = lambda: True
     # True when a stop hands the subtask over (its operator alone stopped: a live rescale
-    # or upgrade); the stop checkpoint then carries the mark (DESIGN §12 step 1).
+    # or upgrade); the stop checkpoint then carries the mark (docs/architecture.md, Handover).
     handing_over: Callable[[], bool] = lambda: False
 
 

@@ -231,7 +231,7 @@ class ConnectedKeyedStreams:
         up = graph._nodes.get(self.a.name)
         p = parallelism if parallelism is not None else (up.parallelism if up else 1)
         graph._add(name, p, "transform", schema, factory, stateful=True, description=description)
-        # Keyed: its inputs and changelog are partitioned by key group (DESIGN §10); state
+        # Keyed: its inputs and changelog are partitioned by key group (docs/architecture.md); state
         # keys are ``(kind, key, ...)``.
         node = graph._nodes[name]
         node.keyed, node.key_of_state = True, _second

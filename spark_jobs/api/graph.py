@@ -352,8 +352,8 @@ def _max_parallelism(node: Node) -> int | None:
 
 def _with_slots(op: OperatorPlan, edges: tuple[EdgePlan, ...]) -> OperatorPlan:
     """``op`` with slots if it is not keyed, keeps no state and every input is round-robin:
-    those inputs then have ``max(32, p)`` partitions owned in ranges (DESIGN §10,
-    non-keyed edges), so its width can change while its writers keep writing. (With a
+    those inputs then have ``max(32, p)`` partitions owned in ranges (docs/architecture.md,
+    Slots), so its width can change while its writers keep writing. (With a
     forward or broadcast input its width is fixed anyway: slots would only cost.)"""
     if op.max_parallelism is not None or op.stateful or op.make_source is not None:
         return op

@@ -331,7 +331,7 @@ class KeyedStream(Stream):
         description: dict[str, Any] | None = None,
         key_of_state: Callable[[Any], Any] | None = None,
     ) -> Stream:
-        """As :meth:`Stream._then`; the new operator is keyed (key groups, DESIGN §10)."""
+        """As :meth:`Stream._then`; the new operator is keyed (key groups)."""
         out = super()._then(name, factory, schema, parallelism, kind, stateful, description)
         node = self._p._nodes[name]
         node.keyed, node.max_parallelism, node.key_of_state = (

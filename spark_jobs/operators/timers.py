@@ -1,7 +1,7 @@
 """A timer index: pending timers ordered by time, so firing costs per fired timer.
 
 Windows and process functions keep one :class:`TimerIndex` beside their keyed state
-(DESIGN §11). A watermark (or clock) advance pops only the timers at or below it, in
+(docs/architecture.md). A watermark (or clock) advance pops only the timers at or below it, in
 O(fired · log n), instead of scanning every key. The index itself is not written
 anywhere: each operator rebuilds it in ``open`` from its restored keyed state, which
 holds everything a timer is derived from (a window's end, a persisted user timer).

@@ -1,4 +1,5 @@
-"""Serving ``spillway rescale`` in the running driver (DESIGN §12).
+"""Serving ``spillway rescale`` in the running driver
+(docs/architecture.md, Changing a running job).
 
 A request (``rescale-requested`` in the job's events, :mod:`spillway.recovery.control.liverescale`)
 is

@@ -137,7 +137,7 @@ class SnapshotCollector(Collector):
 
 
 def families(job: str, snap: Snapshot) -> list[Any]:
-    """Prometheus metric families of ``snap`` (pure; see the README for the names)."""
+    """Prometheus metric families of ``snap`` (pure; docs/operating.md lists the names)."""
     lab = ["job_id", "operator", "index"]
     part = [*lab, "partition"]
 

@@ -1,5 +1,5 @@
 """The pipeline of test_slot_rescale.py: a stateless map behind a round-robin edge, so its
-input channel has slots (DESIGN §10, non-keyed edges), then a keyed count."""
+input channel has slots (docs/architecture.md, Slots), then a keyed count."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Key groups on the real broker and real Spark (DESIGN §10): a keyed channel with
+"""Key groups on the real broker and real Spark (docs/architecture.md): a keyed channel with
 max_parallelism 16 read by 3 subtasks, each exactly its key-group range, exactly-once,
 with one subtask SIGKILLed mid-run.
 

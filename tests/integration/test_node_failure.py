@@ -119,7 +119,7 @@ def own_partitions(job: str, subtask: str) -> set[str]:
     op, _, rest = subtask.partition("[")
     upstream = UPSTREAM[op]
     index = int(rest.rstrip("]"))
-    # count is keyed: it owns a key-group range of its input (DESIGN §10), the others
+    # count is keyed: it owns a key-group range of its input (docs/architecture.md), the others
     # partition `index` alone.
     m = DEFAULT_MAX_PARALLELISM if op == "count" else PARALLELISM
     owned = key_group_range(index, PARALLELISM, m)

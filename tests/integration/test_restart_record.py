@@ -126,7 +126,7 @@ def test_killed_subtask_records_every_phase_in_order_and_replays_what_it_had_rea
     # Whatever arrived after what it had read is read for the first time, not replayed.
     # (On a loaded machine the upstreams may have committed nothing new between its last
     # two checkpoints: then it had read nothing past the restored one.)
-    # count[0] reads the key-group range of its keyed input (DESIGN §10), so this holds
+    # count[0] reads the key-group range of its keyed input (docs/architecture.md), so this holds
     # per owned partition (it was partition 0 alone before key groups).
     owned = owned_partitions(plan, SubtaskId(JobId(unique), OperatorName("count"), 0))
     expect_started: dict[str, list[int]] = {}

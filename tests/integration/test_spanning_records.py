@@ -1,4 +1,5 @@
-"""Records that span messages on the real broker and real Spark (DESIGN §4, §12).
+"""Records that span messages on the real broker and real Spark (docs/architecture.md,
+Records larger than a message).
 
 20 records of 5 MB among 2,980 small ones go through a keyed channel whose messages hold
 at most 256 KiB, so each big record travels as 21 parts. Two SIGKILLs mid-run:

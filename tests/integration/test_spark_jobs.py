@@ -71,7 +71,7 @@ def test_killed_subtask_alone_restarts_and_replays_only_its_partitions(
     assert report["restarted"] == ["count[0]"]
     assert report["ok"], report["checks"]
     replay = report["replay"]
-    # Key groups (DESIGN §10): count[0] owns key groups 0..M/2-1 of the keyed channel, not
+    # Key groups (docs/architecture.md): count[0] owns key groups 0..M/2-1 of the keyed channel, not
     # partition 0 alone as before; it replays only partitions of that range.
     m = DEFAULT_MAX_PARALLELISM
     own = {f"spillway.{unique}.ch.enrich.count[{g}]" for g in key_group_range(0, 2, m)}

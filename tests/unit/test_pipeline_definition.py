@@ -404,7 +404,7 @@ def test_topics_of_a_plan() -> None:
     topics = plan.topics(CHANGELOG_CFG, CHANNEL_CFG)
     assert topics == [
         TopicSpec("spillway.j.ch.src.parse", 2, CHANNEL_CFG),
-        # Keyed edge and changelog: one partition per key group (DESIGN §10; was 3, the
+        # Keyed edge and changelog: one partition per key group (docs/architecture.md; was 3, the
         # downstream parallelism, before key groups).
         TopicSpec("spillway.j.ch.parse.count", DEFAULT_MAX_PARALLELISM, CHANNEL_CFG),
         TopicSpec("spillway.j.ch.count.out", 3, CHANNEL_CFG),
