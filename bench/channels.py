@@ -781,7 +781,7 @@ def _top(prof: cProfile.Profile, label: str, span: Span, n: int = 10) -> str:
 
 
 def _short_path(file: str) -> str:
-    for marker in ("site-packages/", "/work/main/", "lib/python3"):
+    for marker in ("site-packages/", f"{Path(__file__).resolve().parents[1]}/", "lib/python3"):
         if marker in file:
             return file.split(marker, 1)[1]
     return Path(file).name
