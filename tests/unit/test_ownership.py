@@ -107,12 +107,6 @@ def test_checkpoint_carries_ownership_and_changelog_positions() -> None:
         TopicPartition("cl", 6): Offset(3),
         TopicPartition("cl", 7): Offset(9),
     }
-    # A record from before key groups: its one changelog offset is partition `index`'s.
-    old = Checkpoint(subtask=sub("count", 1), checkpoint_id=CheckpointId(4), topology="f",
-                     changelog=Offset(5))  # fmt: skip
-    assert Checkpoint.from_bytes(old.to_bytes()).changelog_positions() == {
-        TopicPartition("spillway.j.changelog.count", 1): Offset(5)
-    }
 
 
 def test_a_restart_keeps_the_recorded_key_group_count() -> None:
