@@ -120,12 +120,6 @@ def test_a_restart_keeps_the_recorded_key_group_count() -> None:
     # Set explicitly to something else: refused, naming both values and the fix.
     with pytest.raises(ConfigError, match=r"max_parallelism 8 differs from 16.*max_parallelism=16"):
         keep_recorded_max_parallelism(plan(8), PlanDoc.of(plan(16)))
-    # Recorded before key groups (no max_parallelism): it had one group per subtask.
-    doc = PlanDoc.of(plan(3)).to_json()
-    for op in doc["operators"]:
-        op.pop("max_parallelism", None)
-    old = PlanDoc.from_json(doc, "t")
-    assert keep_recorded_max_parallelism(plan(None), old).operator("count").max_parallelism == 3
     # What the driver hands its tasks, and how they rebuild the plan from it.
     counts = adopted_max_parallelism(kept)
     assert counts == {"count": 16, "out": 32}  # out: slots behind its round-robin input
