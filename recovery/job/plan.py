@@ -290,8 +290,6 @@ class JobPlan:
                     "p": op.parallelism,
                     "kind": op.kind,
                     **op.description,
-                    # M only where it differs from p: a job that ran before key groups
-                    # (M == p, partition = subtask) keeps its fingerprint and topics.
                     **_key_groups(op),
                 }
                 for op in self.operators
@@ -334,7 +332,7 @@ class JobPlan:
 
 
 def _key_groups(op: OperatorPlan) -> dict[str, int]:
-    """The fingerprinted key-group count: only where it differs from the parallelism."""
-    if op.max_parallelism is None or op.max_parallelism == op.parallelism:
+    """The fingerprinted key-group (or slot) count, if ``op`` has one."""
+    if op.max_parallelism is None:
         return {}
     return {"M": op.max_parallelism}
