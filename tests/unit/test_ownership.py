@@ -3,11 +3,12 @@ fields, keyed changelog state and the recorded plan."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, cast
 
 import pytest
 
-from spillway.channels.errors import ConfigError, SpillwayError
+from spillway.channels.errors import ConfigError, PipelineDefinitionError, SpillwayError
 from spillway.channels.ids import (
     CheckpointId,
     JobId,
@@ -198,3 +199,16 @@ def test_keyed_state_restores_each_owned_partition_up_to_its_own_offset() -> Non
     again = ChangelogState.keyed("cl", [6, 7], lambda k: 6)
     assert again.restore(cast(Any, _Changelogs(logs)), {TopicPartition("cl", 7): Offset(3)}) == 3
     assert sorted(again.items()) == [("x", 9), ("y", 8)]
+
+
+def test_state_without_key_groups_is_refused_not_given_one_partition_per_subtask() -> None:
+    jp = plan()
+    ops = tuple(
+        dataclasses.replace(o, max_parallelism=None) if o.name == "count" else o
+        for o in jp.operators
+    )
+    unkeyed = dataclasses.replace(jp, operators=ops)
+    with pytest.raises(PipelineDefinitionError, match="'count' of job j keeps state but has no"):
+        owned_state(unkeyed, sub("count", 0), owned_partitions(jp, sub("count", 0)))
+    with pytest.raises(PipelineDefinitionError, match="a stateful operator follows key_by"):
+        unkeyed.topics({}, {})
