@@ -5,18 +5,13 @@ Contract:
 * ``inputs[tp]`` is the **next offset to read** on input partition ``tp`` (Kafka's
   committed-offset convention). Everything below it has been processed and its effects
   (outputs, state changes) are in this checkpoint's transaction or earlier ones.
-* ``changelog`` is the next offset after the last changelog record written up to and
-  including this checkpoint; restoring state replays the changelog below it. ``None``:
-  the operator keeps no state or has written none yet.
 * ``outputs[topic]`` counts the records written to each partition of an output channel
   since the job began (output sequence numbers).
 * ``ended`` / ``channel_watermarks``: end-of-stream and watermarks already received per
   input partition and upstream writer, which a restart would otherwise not see again.
 * ``source_position``: a source's own position (generator count, file row, ...);
   ``sink_position``: what a sink's prepare phase recorded (files to publish, ...). Each is
-  ``None`` for an operator without a source or sink. (Version 1 had one ``source`` field
-  meaning either, or both side by side for a source chained to a sink; see
-  :func:`_positions_v1`.)
+  ``None`` for an operator without a source or sink.
 * ``finished``: the final checkpoint of a subtask whose inputs all ended (FLIP-147); a
   restarted job does not run it again.
 * ``topology``: fingerprint of the job graph; restoring into another graph is an error.
@@ -44,9 +39,8 @@ Contract:
   reads the checkpoints of the previous owners of the partitions it owns now.
 * ``changelogs[tp]``: per owned changelog partition, the next offset after the last
   record written there up to and including this checkpoint (a keyed operator's state
-  lies in one partition per key group). ``changelog`` is the single-partition form that
-  records written before key groups carry; they are read as ``changelogs`` of partition
-  ``index``. New records leave ``changelog`` at ``None``.
+  lies in one partition per key group); restoring state replays the changelog below it.
+  Empty: the operator keeps no state or has written none yet.
 * ``widths[tp]``: the number of upstream writers of input partition ``tp`` that a live
   rescale of the upstream operator announced in-band (absent: the plan's parallelism).
 * ``set_aside[kind]``: input records the operator did not use (``"late"`` records of a
@@ -57,8 +51,8 @@ Contract:
   last word on its partitions, which the new subtasks continue from. False on every
   other checkpoint, and in records written before the mark existed.
 
-The record is JSON so that ``kafka-console-consumer`` shows it. A reader accepts its own
-version and version 1 (converted on load) and rejects others with a clear message.
+The record is JSON so that ``kafka-console-consumer`` shows it. A reader accepts the
+versions in :data:`READS` and refuses others with a message naming them.
 """
 
 from __future__ import annotations
@@ -82,12 +76,11 @@ from spillway.channels.ids import (
     SubtaskId,
     TopicPartition,
 )
-from spillway.channels.naming import changelog_topic
 from spillway.channels.progress import ReaderState, Spans
 from spillway.channels.routing.keygroups import Ownership
 
 VERSION = 2
-READS = (1, 2)  # format versions this code reads (1 is converted on load)
+READS = (VERSION,)  # format versions this code reads
 
 
 @dataclass(frozen=True)
@@ -98,7 +91,6 @@ class Checkpoint:
     checkpoint_id: CheckpointId
     topology: str
     inputs: Mapping[TopicPartition, Offset] = field(default_factory=dict)
-    changelog: Offset | None = None
     outputs: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     ended: Mapping[TopicPartition, frozenset[int]] = field(default_factory=dict)
     channel_watermarks: Mapping[TopicPartition, Mapping[int, int]] = field(default_factory=dict)
@@ -122,11 +114,8 @@ class Checkpoint:
     handed_over: bool = False
 
     def changelog_positions(self) -> dict[TopicPartition, Offset]:
-        """Next offset per changelog partition (``changelogs``, or the older ``changelog``)."""
-        if self.changelogs or self.changelog is None:
-            return dict(self.changelogs)
-        topic = changelog_topic(self.subtask.job, self.subtask.operator)
-        return {TopicPartition(topic, self.subtask.index): self.changelog}
+        """Next offset per owned changelog partition (a copy of ``changelogs``)."""
+        return dict(self.changelogs)
 
     @property
     def source(self) -> Mapping[str, Any]:
@@ -143,7 +132,6 @@ class Checkpoint:
             "id": int(self.checkpoint_id),
             "topology": self.topology,
             "inputs": [[tp.topic, tp.partition, int(o)] for tp, o in sorted(self.inputs.items())],
-            "changelog": None if self.changelog is None else int(self.changelog),
             "outputs": {t: list(c) for t, c in sorted(self.outputs.items())},
             "ended": [[tp.topic, tp.partition, sorted(w)] for tp, w in sorted(self.ended.items())],
             "channel_watermarks": [
@@ -187,29 +175,28 @@ class Checkpoint:
 
     @staticmethod
     def from_bytes(data: bytes, *, where: str = "") -> Checkpoint:
-        """Parse a checkpoint record; :class:`CheckpointFormatError` if corrupt or too new."""
+        """Parse a checkpoint record; :class:`CheckpointFormatError` if corrupt or of a
+        format version not in :data:`READS` (the message names the versions read)."""
         try:
             doc = json.loads(data)
             version = doc["v"]
         except (ValueError, KeyError, TypeError) as e:
             raise CheckpointFormatError(f"corrupt checkpoint record {where}: {e}") from e
         if version not in READS:
+            whose = _whose(doc)
             raise CheckpointFormatError(
-                f"checkpoint record {where} has format version {version}; this Spillway reads "
-                f"versions {', '.join(map(str, READS))}. Run the job with the Spillway version "
-                "that wrote it"
+                f"checkpoint of {whose or 'an unknown subtask'}{f' {where}' if where else ''} "
+                f"has format version {version}; this version of Spillway reads format "
+                f"{' and '.join(map(str, READS))} only. Run the job with the Spillway version "
+                "that wrote it, or under a new --job-id",
+                subtasks=[whose] if whose else [],
             )
         try:
-            if version == 1:
-                source_position, sink_position = _positions_v1(doc["source"])
-            else:
-                source_position, sink_position = doc["source_position"], doc["sink_position"]
             return Checkpoint(
                 subtask=SubtaskId(JobId(doc["job"]), OperatorName(doc["operator"]), doc["index"]),
                 checkpoint_id=CheckpointId(doc["id"]),
                 topology=doc["topology"],
                 inputs={TopicPartition(t, p): Offset(o) for t, p, o in doc["inputs"]},
-                changelog=None if doc["changelog"] is None else Offset(doc["changelog"]),
                 outputs={t: tuple(c) for t, c in doc["outputs"].items()},
                 ended={TopicPartition(t, p): frozenset(w) for t, p, w in doc["ended"]},
                 channel_watermarks={
@@ -217,8 +204,8 @@ class Checkpoint:
                     for t, p, m in doc["channel_watermarks"]
                 },
                 watermark=doc["watermark"],
-                source_position=source_position,
-                sink_position=sink_position,
+                source_position=doc["source_position"],
+                sink_position=doc["sink_position"],
                 finished=doc["finished"],
                 wall_time=doc["wall_time"],
                 attempt=doc["attempt"],
@@ -240,11 +227,8 @@ class Checkpoint:
                 rewrite_state=bool(doc.get("rewrite_state", False)),
                 # Absent in records written before operators could set records aside.
                 set_aside={str(k): int(v) for k, v in doc.get("set_aside", {}).items()},
-                # Both absent in records written before key groups (docs/architecture.md).
-                owned=Ownership.from_json(doc.get("owned", {}), where),
-                changelogs={
-                    TopicPartition(t, p): Offset(o) for t, p, o in doc.get("changelogs", [])
-                },
+                owned=Ownership.from_json(doc["owned"], where),
+                changelogs={TopicPartition(t, p): Offset(o) for t, p, o in doc["changelogs"]},
                 # Absent in records written before live rescaling.
                 widths={TopicPartition(t, p): int(n) for t, p, n in doc.get("widths", [])},
                 # Absent in records written before the handed-over mark.
@@ -278,18 +262,13 @@ def _plain(position: Mapping[str, Any] | None) -> dict[str, Any] | None:
     return None if position is None else dict(position)
 
 
-def _positions_v1(
-    position: Mapping[str, Any],
-) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-    """(source position, sink position) of a version-1 ``source`` field.
-
-    Version 1 stored a source chained to a sink as ``{"source": ..., "sink": ...}`` and any
-    other operator's one position bare; a runner then read the bare one as both (each
-    operator uses only its own). No source or sink position has exactly those two keys.
-    """
-    if set(position) == {"source", "sink"} and all(isinstance(v, dict) for v in position.values()):
-        return dict(position["source"]), dict(position["sink"])
-    return dict(position), dict(position)
+def _whose(doc: Any) -> SubtaskId | None:
+    """The subtask a checkpoint document names, if it names one."""
+    try:
+        job, operator = JobId(str(doc["job"])), OperatorName(str(doc["operator"]))
+        return SubtaskId(job, operator, int(doc["index"]))
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def check_forward(previous: Mapping[TopicPartition, Offset], checkpoint: Checkpoint) -> None:

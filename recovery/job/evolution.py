@@ -92,8 +92,7 @@ def recorded_fingerprint(
 ) -> str:
     """The fingerprint of recorded topology ``doc`` with operator ``name`` at
     ``widths[name]`` subtasks and ``key_groups[name]`` key groups (the last run's shape);
-    the rule of :meth:`spillway.recovery.job.plan.JobPlan.description` (M only where it differs from
-    p)."""
+    the rule of :meth:`spillway.recovery.job.plan.JobPlan.description` (M where it is set)."""
     desc = dict(doc["description"])
     ops = []
     for op in desc["operators"]:
@@ -101,7 +100,7 @@ def recorded_fingerprint(
         name = str(op["name"])
         op["p"] = widths.get(name, op["p"])
         m = key_groups.get(name)
-        if m is not None and m != op["p"]:
+        if m is not None:
             op["M"] = m
         ops.append(op)
     desc["operators"] = ops

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from spillway.channels.config import KafkaSettings
+from spillway.channels.errors import PipelineDefinitionError
 from spillway.channels.ids import JobId, OperatorName, SubtaskId
 from spillway.channels.kafka.admin import TopicSpec
 from spillway.channels.naming import changelog_topic, channel_topic, checkpoint_topic
@@ -199,7 +200,7 @@ class OperatorPlan:
     stateful: bool = False
     description: dict[str, Any] = field(default_factory=dict)
     # A keyed operator: its key-group count M (spillway.channels.routing.keygroups). Its keyed input
-    # channels and its changelog have M partitions; None: one partition per subtask.
+    # channels and its changelog have M partitions; None: not keyed (nor slotted).
     max_parallelism: int | None = None
     max_parallelism_given: bool = False  # by the pipeline (key_by), not the default
     # A keyed operator's state key → the record key it belongs to (the changelog
@@ -207,8 +208,7 @@ class OperatorPlan:
     key_of_state: Callable[[Any], Any] | None = None
     # Not keyed, no state, a round-robin input: ``max_parallelism`` counts *slots*, the
     # partitions of its round-robin input channels, owned in ranges as key groups are
-    # (so its width can change without its writers noticing). False with
-    # ``max_parallelism`` None: one partition per subtask (a job first run before slots).
+    # (so its width can change without its writers noticing).
     slotted: bool = False
 
 
@@ -266,8 +266,14 @@ class JobPlan:
         return edge.make_partitioner(writer_index, n)
 
     def changelog_partitions(self, op: OperatorPlan) -> int:
-        """Partitions of ``op``'s changelog: its key-group count, else one per subtask."""
-        return op.max_parallelism if op.max_parallelism is not None else op.parallelism
+        """Partitions of ``op``'s changelog: its key-group count. A stateful operator is
+        keyed; :class:`PipelineDefinitionError` for one without key groups."""
+        if op.max_parallelism is None:
+            raise PipelineDefinitionError(
+                f"operator {op.name!r} of job {self.job} keeps state but has no key groups; "
+                "a stateful operator follows key_by"
+            )
+        return op.max_parallelism
 
     def subtasks(self) -> list[SubtaskId]:
         """Every subtask, sources first (so bounded jobs can run with fewer slots)."""
@@ -284,8 +290,6 @@ class JobPlan:
                     "p": op.parallelism,
                     "kind": op.kind,
                     **op.description,
-                    # M only where it differs from p: a job that ran before key groups
-                    # (M == p, partition = subtask) keeps its fingerprint and topics.
                     **_key_groups(op),
                 }
                 for op in self.operators
@@ -328,7 +332,7 @@ class JobPlan:
 
 
 def _key_groups(op: OperatorPlan) -> dict[str, int]:
-    """The fingerprinted key-group count: only where it differs from the parallelism."""
-    if op.max_parallelism is None or op.max_parallelism == op.parallelism:
+    """The fingerprinted key-group (or slot) count, if ``op`` has one."""
+    if op.max_parallelism is None:
         return {}
     return {"M": op.max_parallelism}

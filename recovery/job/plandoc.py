@@ -18,9 +18,8 @@ partitions feeds subtask ``i`` the key-group range
 ``spillway.channels.routing.keygroups.key_group_range``
 gives it (partition ``i`` when ``partitions`` equals the parallelism; more on a keyed
 edge and on a round-robin edge into a slotted operator). ``max_parallelism``: a keyed
-operator's key-group count or a slotted one's slot count (absent: neither; a slotted
-operator recorded without it keeps one partition per subtask); a later submission of the
-same job must keep it.
+operator's key-group count or a slotted one's slot count (absent: neither); a later
+submission of the same job must keep it.
 """
 
 from __future__ import annotations
@@ -133,7 +132,7 @@ class PlanDoc:
                         inputs=tuple(
                             InputDoc(str(i["topic"]), int(i["partitions"])) for i in op["inputs"]
                         ),
-                        # Absent before key groups (slots), and for operators without them.
+                        # Absent for operators without key groups or slots.
                         max_parallelism=_optional_int(op.get("max_parallelism")),
                     )
                     for op in doc["operators"]

@@ -57,15 +57,13 @@ def changelog_partition_of(plan: JobPlan, operator: str) -> Callable[[Any], int]
 def owned_state(plan: JobPlan, subtask: SubtaskId, owned: Ownership) -> ChangelogState | None:
     """The keyed state of ``subtask`` over its owned changelog partitions (None: stateless).
 
-    An operator without key groups (``max_parallelism`` None) logs to its one partition.
+    :class:`PipelineDefinitionError` for a stateful operator without key groups
+    (:meth:`JobPlan.changelog_partitions`).
     """
     op = plan.operator(subtask.operator)
     if not op.stateful:
         return None
     topic = changelog_topic(plan.job, op.name)
-    if op.max_parallelism is None:
-        (only,) = owned.topic_partitions(topic)
-        return ChangelogState(only)
     return ChangelogState.keyed(
         topic, owned.of_topic(topic), changelog_partition_of(plan, subtask.operator)
     )
@@ -76,11 +74,9 @@ def keep_recorded_max_parallelism(plan: JobPlan, recorded: PlanDoc | None) -> Jo
 
     ``recorded``: the plan of the job's last submission (None: first run). An operator
     whose count was left to the default takes the recorded one, so a new default never
-    reshapes a running job; one recorded before key groups existed had one group per
-    subtask. A slotted operator recorded without slots (a job first run before them) keeps
-    one partition per subtask on its round-robin inputs: it runs without slots. A count
-    the pipeline sets and that differs from the recorded one is a :class:`ConfigError`:
-    the channel and changelog partitions hold the old key groups.
+    reshapes a running job; an operator recorded without a count (new, or not keyed then)
+    keeps the plan's. A count the pipeline sets and that differs from the recorded one is
+    a :class:`ConfigError`: the channel and changelog partitions hold the old key groups.
     """
     if recorded is None:
         return plan
@@ -88,13 +84,10 @@ def keep_recorded_max_parallelism(plan: JobPlan, recorded: PlanDoc | None) -> Jo
     ops = []
     for op in plan.operators:
         old = before.get(op.name)
-        if op.max_parallelism is None or old is None:
+        if op.max_parallelism is None or old is None or old.max_parallelism is None:
             ops.append(op)
             continue
-        if op.slotted and old.max_parallelism is None:  # its topics have one partition per subtask
-            ops.append(dataclasses.replace(op, max_parallelism=None, slotted=False))
-            continue
-        kept = old.max_parallelism if old.max_parallelism is not None else old.parallelism
+        kept = old.max_parallelism
         if kept != op.max_parallelism:
             if op.max_parallelism_given:
                 raise ConfigError(
@@ -116,14 +109,12 @@ def adopted_max_parallelism(plan: JobPlan) -> dict[str, int]:
 
 
 def with_max_parallelism(plan: JobPlan, counts: Mapping[str, int]) -> JobPlan:
-    """``plan`` with the key-group and slot counts ``counts`` (what the driver kept); a
-    slotted operator absent from ``counts`` runs without slots, as the driver decided
-    (:func:`keep_recorded_max_parallelism`)."""
+    """``plan`` with the key-group and slot counts ``counts`` (what the driver kept,
+    :func:`keep_recorded_max_parallelism`); an operator absent from ``counts`` keeps its
+    own."""
     ops = []
     for op in plan.operators:
         if op.max_parallelism is not None and op.name in counts:
             op = dataclasses.replace(op, max_parallelism=counts[op.name])
-        elif op.slotted:
-            op = dataclasses.replace(op, max_parallelism=None, slotted=False)
         ops.append(op)
     return dataclasses.replace(plan, operators=tuple(ops))

@@ -17,7 +17,7 @@ What moves between owners is whole partitions (ownership never splits one), so:
   partitions, *slots*, each written a batch at a time,
   ``spillway.channels.routing.partitioners.Sticky``)
   move like key groups: any parallelism up to the slot count, up or down.
-* **Other non-keyed edges** (forward; round-robin of a job first run before slots: one
+* **Other non-keyed edges** (forward; round-robin into an operator without slots: one
   partition per downstream subtask) may grow: the topic gets partitions for the new
   subtasks (empty, read from 0), the old ones keep their owners. They cannot shrink: the
   retired subtasks' partitions still hold records no subtask would read, and handing them
@@ -229,14 +229,8 @@ def check_rescalable(plan: JobPlan, operator: str, previous: int) -> None:
                 "was broadcast before. Keep its parallelism"
             )
         if now < previous:
-            legacy = (
-                " (one partition per subtask: the job first ran before round-robin slots; "
-                "under a new --job-id it gets them)"
-                if e.kind == "rebalance"
-                else ""
-            )
             raise RescaleError(
-                f"{where}: input {e.upstream} is not keyed ({e.kind}){legacy}; partitions "
+                f"{where}: input {e.upstream} is not keyed ({e.kind}); partitions "
                 f"{now}..{previous - 1} of {plan.topic_of(e)} belong to the retired subtasks "
                 "and would be read by nobody. Key the input (key_by), or keep the parallelism"
             )

@@ -291,7 +291,9 @@ def test_a_position_moving_back_is_refused_before_the_commit() -> None:
 
 
 def test_restored_checkpoint_continues_ids_and_bounds_positions() -> None:
-    before = Checkpoint(SUB, CheckpointId(6), "fp", inputs={IN: Offset(11)}, changelog=Offset(3))
+    before = Checkpoint(
+        SUB, CheckpointId(6), "fp", inputs={IN: Offset(11)}, changelogs={LOG: Offset(3)}
+    )
     w = world()
     w.ckpt.restored(before, global_id=4)
     assert w.ckpt.cadence.last_global == 4

@@ -80,7 +80,7 @@ def evolve(old: JobPlan, new: JobPlan, allow: bool = False) -> Any:
 
 def test_the_recorded_fingerprint_is_the_one_the_last_runs_checkpoints_carry() -> None:
     # Recorded at submission with count at 2; a live rescale to 3 (or 4 = its key-group
-    # count, where the description omits M) changed what later checkpoints carry.
+    # count) changed what later checkpoints carry.
     doc = topology_doc(plan())
     groups = {"count": 4, "out": 32}  # out: slots behind its round-robin input
     for p in (1, 2, 3, 4):

@@ -29,7 +29,7 @@ def full_checkpoint() -> Checkpoint:
         checkpoint_id=CheckpointId(7),
         topology=fingerprint({"ops": ["a", "count"]}),
         inputs={TP: Offset(42)},
-        changelog=Offset(9),
+        changelogs={TopicPartition("spillway.j.changelog.count", 1): Offset(9)},
         outputs={"spillway.j.ch.count.sink": (3, 4)},
         ended={TP: frozenset({0, 2})},
         channel_watermarks={TP: {1: 1000}},

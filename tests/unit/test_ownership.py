@@ -3,11 +3,12 @@ fields, keyed changelog state and the recorded plan."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, cast
 
 import pytest
 
-from spillway.channels.errors import ConfigError, SpillwayError
+from spillway.channels.errors import ConfigError, PipelineDefinitionError, SpillwayError
 from spillway.channels.ids import (
     CheckpointId,
     JobId,
@@ -107,12 +108,6 @@ def test_checkpoint_carries_ownership_and_changelog_positions() -> None:
         TopicPartition("cl", 6): Offset(3),
         TopicPartition("cl", 7): Offset(9),
     }
-    # A record from before key groups: its one changelog offset is partition `index`'s.
-    old = Checkpoint(subtask=sub("count", 1), checkpoint_id=CheckpointId(4), topology="f",
-                     changelog=Offset(5))  # fmt: skip
-    assert Checkpoint.from_bytes(old.to_bytes()).changelog_positions() == {
-        TopicPartition("spillway.j.changelog.count", 1): Offset(5)
-    }
 
 
 def test_a_restart_keeps_the_recorded_key_group_count() -> None:
@@ -126,12 +121,6 @@ def test_a_restart_keeps_the_recorded_key_group_count() -> None:
     # Set explicitly to something else: refused, naming both values and the fix.
     with pytest.raises(ConfigError, match=r"max_parallelism 8 differs from 16.*max_parallelism=16"):
         keep_recorded_max_parallelism(plan(8), PlanDoc.of(plan(16)))
-    # Recorded before key groups (no max_parallelism): it had one group per subtask.
-    doc = PlanDoc.of(plan(3)).to_json()
-    for op in doc["operators"]:
-        op.pop("max_parallelism", None)
-    old = PlanDoc.from_json(doc, "t")
-    assert keep_recorded_max_parallelism(plan(None), old).operator("count").max_parallelism == 3
     # What the driver hands its tasks, and how they rebuild the plan from it.
     counts = adopted_max_parallelism(kept)
     assert counts == {"count": 16, "out": 32}  # out: slots behind its round-robin input
@@ -210,3 +199,16 @@ def test_keyed_state_restores_each_owned_partition_up_to_its_own_offset() -> Non
     again = ChangelogState.keyed("cl", [6, 7], lambda k: 6)
     assert again.restore(cast(Any, _Changelogs(logs)), {TopicPartition("cl", 7): Offset(3)}) == 3
     assert sorted(again.items()) == [("x", 9), ("y", 8)]
+
+
+def test_state_without_key_groups_is_refused_not_given_one_partition_per_subtask() -> None:
+    jp = plan()
+    ops = tuple(
+        dataclasses.replace(o, max_parallelism=None) if o.name == "count" else o
+        for o in jp.operators
+    )
+    unkeyed = dataclasses.replace(jp, operators=ops)
+    with pytest.raises(PipelineDefinitionError, match="'count' of job j keeps state but has no"):
+        owned_state(unkeyed, sub("count", 0), owned_partitions(jp, sub("count", 0)))
+    with pytest.raises(PipelineDefinitionError, match="a stateful operator follows key_by"):
+        unkeyed.topics({}, {})

@@ -25,7 +25,7 @@ from spillway.channels.routing.keygroups import key_group_range
 from spillway.offsets.checkpoint import Checkpoint
 from spillway.recovery.job.plan import JobPlan
 from spillway.recovery.job.plandoc import PlanDoc
-from spillway.recovery.restore.ownership import keep_recorded_max_parallelism, owned_partitions
+from spillway.recovery.restore.ownership import owned_partitions
 from spillway.recovery.restore.rescale import (
     OperatorHandover,
     Rescale,
@@ -68,14 +68,14 @@ def plan(count: int = 2, tag: int = 2) -> JobPlan:
     return pipe.plan("j")
 
 
-def legacy(jp: JobPlan) -> JobPlan:
-    """``jp`` as restored for a job first run before round-robin slots: tag's recorded
-    plan has no slot count, so its input keeps one partition per subtask."""
-    doc = PlanDoc.of(jp).to_json()
-    for op in doc["operators"]:
-        if op["name"] == "tag":
-            op.pop("max_parallelism")
-    return keep_recorded_max_parallelism(jp, PlanDoc.from_json(doc, "t"))
+def without_slots(jp: JobPlan) -> JobPlan:
+    """``jp`` with ``tag`` as an operator without slots (as one with another kind of input
+    beside its round-robin one): its input keeps one partition per subtask."""
+    ops = tuple(
+        dataclasses.replace(o, max_parallelism=None, slotted=False) if o.name == "tag" else o
+        for o in jp.operators
+    )
+    return dataclasses.replace(jp, operators=ops)
 
 
 def sub(op: str, i: int) -> SubtaskId:
@@ -157,7 +157,7 @@ def test_rewrite_state_and_discards_follow_their_partitions() -> None:
 
 
 def test_non_keyed_input_grows_new_partitions_start_empty() -> None:
-    old, new = legacy(plan(tag=2)), legacy(plan(tag=3))
+    old, new = without_slots(plan(tag=2)), without_slots(plan(tag=3))
     handed = {i: ckpt(old, "tag", i, 5) for i in range(2)}
     kept = handover_checkpoint(new, sub("tag", 1), 2, handed, 5)
     fresh = handover_checkpoint(new, sub("tag", 2), 2, handed, 5)
@@ -169,9 +169,8 @@ def test_non_keyed_input_grows_new_partitions_start_empty() -> None:
 
 
 def test_refused_cases_say_why() -> None:
-    legacy_shrink = r"not keyed \(rebalance\) \(one partition.*; partitions 1\.\.1"
-    with pytest.raises(RescaleError, match=legacy_shrink):
-        check_rescalable(legacy(plan(tag=1)), "tag", 2)
+    with pytest.raises(RescaleError, match=r"not keyed \(rebalance\); partitions 1\.\.1"):
+        check_rescalable(without_slots(plan(tag=1)), "tag", 2)
     check_rescalable(plan(tag=1), "tag", 2)  # with slots (tests/unit/test_slots.py)
     with pytest.raises(RescaleError, match="a source cannot be rescaled"):
         check_rescalable(with_parallelism(plan(), {"src": 3}), "src", 2)
@@ -305,7 +304,7 @@ def test_live_rescale_needs_keyed_inputs_and_interval_checkpoints() -> None:
     check_live(plan(count=4), "count", 2, "interval")
     check_live(plan(tag=3), "tag", 2, "interval")  # round-robin into slots
     with pytest.raises(RescaleError, match=r"\(rebalance\) has one partition per subtask; its"):
-        check_live(legacy(plan(tag=3)), "tag", 2, "interval")
+        check_live(without_slots(plan(tag=3)), "tag", 2, "interval")
     with pytest.raises(RescaleError, match="--checkpoint-mode unaligned cannot be rescaled live"):
         check_live(plan(count=4), "count", 2, "unaligned")
 

@@ -1,8 +1,8 @@
 """Round-robin edges into slotted operators, without a broker: the sticky spread over
-slots (channels/routing/partitioners.py, channels/writer.py), which operators get slots and how
-a job recorded before slots keeps its partitions (spark_jobs/api/graph.py,
-recovery/restore/ownership.py), and rescaling such an operator up and down, live or from a
-savepoint (recovery/restore/rescale.py, spark_jobs/spark/liverescale.py)."""
+slots (channels/routing/partitioners.py, channels/writer.py), which operators get slots and
+that a restart keeps their count (spark_jobs/api/graph.py, recovery/restore/ownership.py),
+and rescaling such an operator up and down, live or from a savepoint
+(recovery/restore/rescale.py, spark_jobs/spark/liverescale.py)."""
 
 from __future__ import annotations
 
@@ -30,10 +30,8 @@ from spillway.offsets.checkpoint import Checkpoint
 from spillway.recovery.job.plan import JobPlan
 from spillway.recovery.job.plandoc import PlanDoc
 from spillway.recovery.restore.ownership import (
-    adopted_max_parallelism,
     keep_recorded_max_parallelism,
     owned_partitions,
-    with_max_parallelism,
 )
 from spillway.recovery.restore.rescale import (
     check_rescalable,
@@ -64,15 +62,14 @@ def plan(tag: int = 2) -> JobPlan:
     return pipe.plan("j")
 
 
-def legacy(jp: JobPlan) -> JobPlan:
-    """``jp`` as a job first run before slots restores it: its recorded plan has no slot
-    count for ``tag``."""
-    doc = PlanDoc.of(jp).to_json()
-    for op in doc["operators"]:
-        if op["name"] == "tag":
-            op.pop("max_parallelism")
-            op["inputs"][0]["partitions"] = op["parallelism"]
-    return keep_recorded_max_parallelism(jp, PlanDoc.from_json(doc, "t"))
+def without_slots(jp: JobPlan) -> JobPlan:
+    """``jp`` with ``tag`` as an operator without slots (as one with another kind of input
+    beside its round-robin one): one partition per subtask on its input."""
+    ops = tuple(
+        dataclasses.replace(o, max_parallelism=None, slotted=False) if o.name == "tag" else o
+        for o in jp.operators
+    )
+    return dataclasses.replace(jp, operators=ops)
 
 
 def sub(op: str, i: int) -> SubtaskId:
@@ -178,7 +175,7 @@ def test_a_sticky_writer_moves_on_after_a_linger_and_a_whole_arrow_batch_stays_t
     assert len(producer.sent) == 2 + 32
 
 
-# -- which operators get slots; jobs recorded before them ----------------------------------
+# -- which operators get slots; a restart keeps their count --------------------------------
 
 
 def test_a_stateless_operator_behind_a_round_robin_edge_gets_slots() -> None:
@@ -201,20 +198,7 @@ def test_a_stateless_operator_behind_a_round_robin_edge_gets_slots() -> None:
     assert all(op.max_parallelism is None for op in forward.operators)
 
 
-def test_a_job_recorded_before_slots_keeps_one_partition_per_subtask() -> None:
-    old = legacy(plan())
-    tag = old.operator("tag")
-    assert (tag.max_parallelism, tag.slotted) == (None, False)
-    (into_tag,) = old.inputs_of("tag")
-    assert old.partitions_of(into_tag) == 2
-    assert isinstance(old.partitioner_of(into_tag, 0), RoundRobin)
-    # The tasks rebuild the plan from the pipeline and apply what the driver kept.
-    counts = adopted_max_parallelism(old)
-    assert "tag" not in counts
-    rebuilt = with_max_parallelism(plan(), counts)
-    assert rebuilt.fingerprint == old.fingerprint
-    assert rebuilt.partitions_of(rebuilt.inputs_of("tag")[0]) == 2
-    # A job recorded with slots keeps their count.
+def test_a_job_recorded_with_slots_keeps_their_count() -> None:
     kept = keep_recorded_max_parallelism(plan(), PlanDoc.of(plan())).operator("tag")
     assert (kept.max_parallelism, kept.slotted) == (32, True)
 
@@ -263,12 +247,11 @@ def test_a_slotted_operator_rescales_up_and_down_taking_each_slot_from_its_owner
 
 
 def test_what_stays_refused_says_why() -> None:
-    # A job first run before slots: shrinking still loses partitions, live needs a restart.
-    with pytest.raises(RescaleError, match=r"not keyed \(rebalance\) \(one partition per subtask"):
-        check_rescalable(legacy(plan(tag=1)), "tag", 2)
+    # Without slots (one partition per subtask): live needs a restart; growing adds
+    # partitions (shrinking: tests/unit/test_rescale_plan.py).
     with pytest.raises(RescaleError, match=r"\(rebalance\) has one partition per subtask"):
-        check_live(legacy(plan(tag=3)), "tag", 2, "interval")
-    check_rescalable(legacy(plan(tag=3)), "tag", 2)  # growing adds partitions, as before
+        check_live(without_slots(plan(tag=3)), "tag", 2, "interval")
+    check_rescalable(without_slots(plan(tag=3)), "tag", 2)  # growing adds partitions, as before
     # At most one subtask per slot.
     with pytest.raises(RescaleError, match=r"between 1 and 32 \(its slot count"):
         with_parallelism(plan(), {"tag": 33})
