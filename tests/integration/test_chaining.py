@@ -21,6 +21,8 @@ from tests.integration.conftest import RECORDS
 from tests.integration.pipelines import make_event, tag
 from tests.integration.support import read_output, starts
 
+pytestmark = [pytest.mark.broker, pytest.mark.spark]
+
 REF = "spillway.examples.clicks:pipeline"
 
 

@@ -34,6 +34,8 @@ from spillway.offsets.store import CheckpointStore, commit_checkpoint
 from tests.integration.support import CHANNEL_SCHEMA as SCHEMA
 from tests.integration.support import DOWN, UP, writer_for
 
+pytestmark = pytest.mark.broker
+
 
 def make_topic(settings: KafkaSettings, job: str) -> str:
     topic = channel_topic(JobId(job), OperatorName("up"), OperatorName("down"))

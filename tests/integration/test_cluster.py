@@ -23,6 +23,8 @@ from spillway.spark_jobs.spark.driver import run_on_spark
 from spillway.spark_jobs.spark.jobconfig import JobConfig
 from tests.integration.support import leftovers, live_processes, read_output
 
+pytestmark = pytest.mark.soak
+
 log = logging.getLogger(__name__)
 
 REF = "spillway.examples.clicks:pipeline"

@@ -16,6 +16,8 @@ from spillway.spark_jobs.spark.jobconfig import JobConfig
 from tests.integration.conftest import RECORDS
 from tests.integration.support import read_output
 
+pytestmark = [pytest.mark.broker, pytest.mark.spark]
+
 REF = "spillway.examples.clicks:pipeline"
 
 

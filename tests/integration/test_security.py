@@ -36,6 +36,8 @@ from spillway.devtools.localbroker import BrokerConfig, LocalBroker
 from spillway.examples import clicks
 from tests.integration.support import read_output
 
+pytestmark = [pytest.mark.broker, pytest.mark.spark]
+
 REF = "spillway.examples.clicks:pipeline"
 RECORDS = 12_000
 SECRET = "Zq7-planted-SECRET-pw-4711"

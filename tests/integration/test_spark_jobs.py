@@ -30,6 +30,8 @@ from spillway.spark_jobs.spark.jobconfig import JobConfig
 from tests.integration.conftest import RECORDS
 from tests.integration.support import output_files, read_output, starts
 
+pytestmark = [pytest.mark.broker, pytest.mark.spark]
+
 REF = "spillway.examples.clicks:pipeline"
 
 
