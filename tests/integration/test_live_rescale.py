@@ -66,7 +66,7 @@ CASES = {
     # The new count[3] dies while it restores (state rebuilt, inputs not yet assigned).
     # Nothing but count restarted; count ran as 2, then 4 (count[3] twice), then 1.
     "keyed-count-2-4-1": LiveRescale(
-        ref="tests.integration.keygroupjobs:keyed_count",
+        ref=REF,
         operator="count",
         wider=4,
         reference=reference,
