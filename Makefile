@@ -1,11 +1,14 @@
-# Spillway: the two commands users need are `make demo` and `make test`.
+# Spillway: the two commands users need are `make demo` and `make test` (`make soak` for
+# the long scenarios).
 # Every target sets up what it needs itself (virtualenv, package, Kafka jars).
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# Debian's chromium for the browser test of `spillway ui` (apt-get, as root), when missing.
+INSTALL_CHROMIUM := command -v chromium >/dev/null || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium)
 
-.PHONY: demo test docs ui-test compose-test lint typecheck unit chaos chaos-long bench bench-columnar bench-channels bench-checkpoints bench-codecs bench-windows bench-windows-peers bench-restart bench-statesweep bench-rescale bench-budget broker-start broker-stop clean
+.PHONY: demo test soak docs ui-test compose-test lint typecheck unit chaos chaos-long bench bench-columnar bench-channels bench-checkpoints bench-codecs bench-windows bench-windows-peers bench-restart bench-statesweep bench-rescale bench-budget broker-start broker-stop clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required")'
@@ -18,14 +21,24 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/spillway demo
 
-## test: lint, type-check, build the docs and run the whole suite against a real broker and real Spark
+## test: lint, type-check, build the docs, then every test not marked soak (pytest -m "not soak"): unit,
+## channel and broker tests, and Spark jobs on a real broker, at least one per capability
 test: $(STAMP) lint typecheck docs
-	$(BIN)/python -m pytest tests --durations=15
+	$(BIN)/python -m pytest tests -m "not soak" --durations=15
+
+## soak: the long scenarios (pytest -m soak): the chaos runs and their at-least-once control,
+## cluster changes, node failure, the standalone cluster, Kafka 3.9, packaging, the rescale
+## family but the one in `make test`; then the UI in headless Chromium (browser_ui.py,
+## installing chromium as ui-test does, without writing docs/ui.png)
+soak: $(STAMP)
+	$(BIN)/python -m pytest tests -m soak --durations=15
+	$(INSTALL_CHROMIUM)
+	$(BIN)/python -m pytest tests/integration/browser_ui.py -m soak -q
 
 ## ui-test: spillway ui in headless Chromium during a job with a SIGKILLed subtask; installs
 ## Debian's chromium when missing (apt-get, as root) and writes the screenshot docs/ui.png
 ui-test: $(STAMP)
-	command -v chromium >/dev/null || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium)
+	$(INSTALL_CHROMIUM)
 	UI_SCREENSHOT=docs/ui.png $(BIN)/python -m pytest tests/integration/browser_ui.py -q
 
 ## compose-test: docker/compose.yaml for real on a private Docker engine: the example job
@@ -47,6 +60,7 @@ typecheck: $(STAMP)
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict -d build/site
 
+## unit: the unit tests alone (no broker, no Spark; under a minute)
 unit: $(STAMP)
 	$(BIN)/python -m pytest tests/unit
 
@@ -70,11 +84,11 @@ bench: $(BENCH_STAMP)
 	$(BENCH_VENV)/bin/python -m bench.suite
 
 ## chaos: seeded chaos run, short profile (200k records, 16 subtask kills at every crash
-## point, broker/driver/zombie/stop faults), output checked exactly; also part of `make test`
+## point, broker/driver/zombie/stop faults), output checked exactly; also part of `make soak`
 chaos: $(STAMP)
 	$(BIN)/python -m chaos --profile short --seeds 1
 
-## chaos-long: the long profile over 5 seeds, 400k records each (2M in all); not in `make test`
+## chaos-long: the long profile over 5 seeds, 400k records each (2M in all); in no test tier
 chaos-long: $(STAMP)
 	$(BIN)/python -m chaos --profile long --seeds 1,2,3,4,5
 

@@ -9,6 +9,10 @@
 
 If none can be had the fixture raises, so every test that needs a broker fails.
 Nothing here ever skips a test.
+
+Markers hold (checked at collection, which fails otherwise): a test that uses the
+session broker (``kafka_bootstrap``, directly or through another fixture) is marked
+``broker``. A ``soak`` test that skips fails instead: `make soak` must run each one.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import logging
 import os
 import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 
 import pytest
 from confluent_kafka import KafkaException
@@ -30,7 +34,36 @@ from spillway.devtools.localbroker import BrokerConfig, LocalBroker
 log = logging.getLogger(__name__)
 
 BOOTSTRAP_ENV = "SPILLWAY_BOOTSTRAP"
+BROKER_FIXTURE = "kafka_bootstrap"
 _DOCKER_PING_TIMEOUT_S = 3
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects: every collected test is checked
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    unmarked = [
+        item.nodeid
+        for item in items
+        if BROKER_FIXTURE in getattr(item, "fixturenames", ())
+        and item.get_closest_marker("broker") is None
+    ]
+    if unmarked:
+        raise pytest.UsageError(
+            f"{len(unmarked)} test(s) use the {BROKER_FIXTURE} fixture without the broker "
+            "marker; add `pytestmark = pytest.mark.broker` to the module (or "
+            "@pytest.mark.broker to the test): " + ", ".join(unmarked)
+        )
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item,
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    if report.skipped and item.get_closest_marker("soak") and not hasattr(report, "wasxfail"):
+        why = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
+        report.outcome = "failed"
+        report.longrepr = f"a soak test must run, not skip ({why})"
+    return report
 
 
 @pytest.fixture(scope="session")

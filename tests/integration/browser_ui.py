@@ -1,9 +1,9 @@
 """``spillway ui`` in a real browser: headless Chromium (Debian's package) loads the page
 during a clicks job with count[0] SIGKILLed, and the restart must appear in the DOM.
 
-Not collected by ``make test`` (the file name does not match ``test_*.py``); ``make
-ui-test`` installs Chromium when missing and runs this file. The screenshot goes to
-``$UI_SCREENSHOT`` (``make ui-test``: ``docs/ui.png``, shown in the README).
+Not collected from the directory (the file name does not match ``test_*.py``): ``make
+soak`` and ``make ui-test`` install Chromium when missing and run this file. The screenshot
+goes to ``$UI_SCREENSHOT`` (``make ui-test``: ``docs/ui.png``, shown in the README).
 
 Chromium is kept on loopback: every request goes through a proxy address on 127.0.0.1
 where nothing listens, except 127.0.0.1 itself (which Chromium never proxies), and its
@@ -18,7 +18,11 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.integration.uijob import KILLED, SUBTASKS, clicks_with_a_kill, wait_until
+
+pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.soak]
 
 CHROMIUM = "chromium"
 WINDOW = "1280,1500"

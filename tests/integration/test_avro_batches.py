@@ -26,6 +26,8 @@ from spillway.spark_jobs.spark.jobconfig import JobConfig
 from tests.integration.deadletters import read_dlq
 from tests.integration.pipelines import ORDER, taxed
 
+pytestmark = [pytest.mark.broker, pytest.mark.spark]
+
 ORDERS = 20_000
 PARTITIONS = 3
 BAD_EVERY = 487  # a malformed value after every 487th order, five kinds in turn

@@ -21,6 +21,8 @@ from spillway.spark_jobs.spark.submit import prepare_topics
 from tests.integration.deadletters import read_dlq
 from tests.integration.pipelines import make_event
 
+pytestmark = [pytest.mark.broker, pytest.mark.spark]
+
 REF = "tests.integration.pipelines:fragile"
 RECORDS = 20_000
 GARBAGE = 120

@@ -23,6 +23,8 @@ from spillway.spark_jobs.spark.jobconfig import JobConfig
 from tests.integration.batchpipelines import kept_rows, reference
 from tests.integration.deadletters import read_dlq
 
+pytestmark = [pytest.mark.broker, pytest.mark.spark]
+
 REF = "tests.integration.batchpipelines:columnar"
 RECORDS = 24_000
 # boost[0] dies after its 2nd commit, keep[1] before its 2nd (outputs flushed, not committed).

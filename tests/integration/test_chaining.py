@@ -19,7 +19,11 @@ from spillway.spark_jobs.spark.driver import run_on_spark
 from spillway.spark_jobs.spark.jobconfig import JobConfig
 from tests.integration.conftest import RECORDS
 from tests.integration.pipelines import make_event, tag
-from tests.integration.test_spark_jobs import REF, read_output, starts
+from tests.integration.support import read_output, starts
+
+pytestmark = [pytest.mark.broker, pytest.mark.spark]
+
+REF = "spillway.examples.clicks:pipeline"
 
 
 def channel_topics(admin: AdminClient, job: str) -> set[str]:

@@ -13,6 +13,8 @@ from spillway.channels.kafka.consumer import AssignedConsumer
 from spillway.channels.kafka.producer import TransactionalProducer
 from spillway.recovery.restore.state import CHANGELOG_TOPIC_CONFIG, ChangelogState
 
+pytestmark = pytest.mark.broker
+
 KEYS = 2500  # more than one consume batch (1000), and not a multiple of it
 
 

@@ -31,34 +31,16 @@ from spillway.channels.wire.envelope import Kind
 from spillway.channels.writer import ChannelWriter, OutputChannel
 from spillway.offsets.checkpoint import Checkpoint
 from spillway.offsets.store import CheckpointStore, commit_checkpoint
+from tests.integration.support import CHANNEL_SCHEMA as SCHEMA
+from tests.integration.support import DOWN, UP, writer_for
 
-SCHEMA = {
-    "type": "record",
-    "name": "Event",
-    "fields": [
-        {"name": "key", "type": "string"},
-        {"name": "writer", "type": "int"},
-        {"name": "seq", "type": "long"},
-    ],
-}
-UP, DOWN = 3, 2
+pytestmark = pytest.mark.broker
 
 
 def make_topic(settings: KafkaSettings, job: str) -> str:
     topic = channel_topic(JobId(job), OperatorName("up"), OperatorName("down"))
     Admin(settings).ensure_topics([TopicSpec(topic, DOWN)])
     return topic
-
-
-def writer_for(
-    settings: KafkaSettings, job: str, topic: str, index: int, codec: str = "arrow"
-) -> tuple[TransactionalProducer, ChannelWriter]:
-    sub = SubtaskId(JobId(job), OperatorName("up"), index)
-    producer = TransactionalProducer(settings, sub.transactional_id, transaction_timeout_ms=20_000)
-    producer.start()
-    out = OutputChannel(topic, SCHEMA, KeyHash(lambda r: r["key"], DOWN), DOWN)
-    channel_settings = ChannelSettings(max_batch_bytes=4096, max_record_bytes=8192, codec=codec)
-    return producer, ChannelWriter(producer, out, index, channel_settings)
 
 
 def reader_for(settings: KafkaSettings, job: str, topic: str, index: int) -> ChannelReader:
@@ -192,7 +174,7 @@ _KILLED_WRITER = textwrap.dedent(
     """
     import sys, time
     sys.path.insert(0, {root!r})
-    from tests.integration.test_channels import writer_for
+    from tests.integration.support import writer_for
     from spillway.channels.config import KafkaSettings
     settings = KafkaSettings({bootstrap!r})
     producer, writer = writer_for(settings, {job!r}, {topic!r}, 0)

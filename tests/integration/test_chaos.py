@@ -12,8 +12,12 @@ import logging
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from chaos.run import FAULTS, SHORT, ChaosRun
 from chaos.schedule import CHAOS_POINTS
+
+pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.soak]
 
 log = logging.getLogger(__name__)
 

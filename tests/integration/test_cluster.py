@@ -8,8 +8,6 @@ left: not the daemons, not the executors, not their Python workers.
 
 from __future__ import annotations
 
-import glob
-import json
 import logging
 import os
 import time
@@ -23,48 +21,14 @@ from spillway.devtools.cluster import EXIT_NOT_RUNNING, LocalCluster, StopResult
 from spillway.examples import clicks
 from spillway.spark_jobs.spark.driver import run_on_spark
 from spillway.spark_jobs.spark.jobconfig import JobConfig
+from tests.integration.support import leftovers, live_processes, read_output
+
+pytestmark = pytest.mark.soak
 
 log = logging.getLogger(__name__)
 
 REF = "spillway.examples.clicks:pipeline"
 RECORDS = 20_000
-
-
-def read_output(out: Path) -> dict[str, tuple[str, int]]:
-    rows: dict[str, tuple[str, int]] = {}
-    for f in sorted(glob.glob(str(out / "out" / "*.jsonl"))):
-        for line in Path(f).read_text(encoding="utf-8").splitlines():
-            r = json.loads(line)
-            assert r["page"] not in rows, f"duplicate output row for {r['page']}"
-            rows[r["page"]] = (r["section"], r["views"])
-    return rows
-
-
-def live_processes() -> dict[int, tuple[int, list[str]]]:
-    """Every live, non-zombie process: pid -> (session id, argv)."""
-    found: dict[int, tuple[int, list[str]]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rpartition(")")[2].split()
-            raw = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if fields[0] != "Z":
-            argv = [a.decode(errors="replace") for a in raw.split(b"\0") if a]
-            found[int(entry.name)] = (int(fields[3]), argv)
-    return found
-
-
-def leftovers(root: Path, pids: set[int], sessions: set[int]) -> list[str]:
-    """Processes that belong to the cluster in ``root``: by PID, by session, or by path."""
-    marker = str(root)
-    return [
-        f"{pid} (session {sid}): {' '.join(argv)[:200]}"
-        for pid, (sid, argv) in live_processes().items()
-        if pid in pids or sid in sessions or any(marker in arg for arg in argv)
-    ]
 
 
 def hold_executors(master_url: str) -> Any:

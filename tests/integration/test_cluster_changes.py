@@ -53,6 +53,8 @@ from tests.integration.keygroupjobs import (
     wait_until,
 )
 
+pytestmark = pytest.mark.soak
+
 RECORDS = 12_000
 # The source's pace in the first run: it must still be writing when that run stops (at
 # load 35 on 2 cores the first run took 91 s, Spark's start included). The second run

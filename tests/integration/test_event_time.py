@@ -34,6 +34,8 @@ from spillway.recovery.observe.events import read_events
 from tests.integration.deadletters import read_dlq
 from tests.integration.windows import BOUND_MS, WINDOW_MS
 
+pytestmark = [pytest.mark.broker, pytest.mark.spark]
+
 REF = "tests.integration.windows:windowed_kafka"
 KEYS = [f"k{i}" for i in range(6)]
 STEP_MS = 50  # event time advances this much per round of input

@@ -24,6 +24,8 @@ from spillway.spark_jobs.spark.jobconfig import JobConfig
 from spillway.spark_jobs.spark.opruns import OperatorRuns
 from tests.integration.keygroupjobs import count_checkpoints, read_output, reference, wait_until
 
+pytestmark = [pytest.mark.broker, pytest.mark.spark]
+
 OLD = "tests.integration.keygroupjobs:keyed_count"
 NEW = "tests.integration.keygroupjobs:tagged_count"
 RECORDS = 8_000

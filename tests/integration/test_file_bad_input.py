@@ -23,7 +23,9 @@ from spillway.offsets.store import CheckpointStore
 from spillway.recovery.observe.events import read_events
 from spillway.spark_jobs.spark.driver import run_on_spark
 from spillway.spark_jobs.spark.jobconfig import JobConfig
-from tests.integration.test_bad_input import read_dlq
+from tests.integration.deadletters import read_dlq
+
+pytestmark = [pytest.mark.broker, pytest.mark.spark]
 
 REF = "tests.integration.pipelines:file_sums"
 FILES = 4

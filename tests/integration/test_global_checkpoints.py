@@ -23,7 +23,9 @@ from spillway.recovery.job.loader import load_plan
 from spillway.recovery.observe.events import read_events
 from spillway.spark_jobs.spark.driver import run_on_spark
 from spillway.spark_jobs.spark.jobconfig import JobConfig
-from tests.integration.test_spark_jobs import read_output
+from tests.integration.support import paced_clicks, read_output
+
+pytestmark = [pytest.mark.broker, pytest.mark.spark]
 
 REF = "spillway.examples.clicks:pipeline"
 RECORDS = 40_000
@@ -47,14 +49,6 @@ def records_per_writer(
                 counts[writer_of(m.key())] += len(records)
     consumer.close()
     return counts
-
-
-def paced_clicks(monkeypatch: pytest.MonkeyPatch, out: Path, records: int, seconds: float) -> None:
-    """Configure the clicks example: ``records`` records in about ``seconds`` s, into ``out``."""
-    monkeypatch.setenv("CLICKS_RECORDS", str(records))
-    monkeypatch.setenv("CLICKS_OUT", str(out))
-    monkeypatch.setenv("CLICKS_PARALLELISM", "2")
-    monkeypatch.setenv("CLICKS_RATE", str(records / 2 / seconds))
 
 
 @pytest.mark.parametrize("mode", ["unaligned", "aligned"])

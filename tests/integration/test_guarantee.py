@@ -13,7 +13,12 @@ import pytest
 from spillway.examples import clicks
 from spillway.spark_jobs.spark.driver import run_on_spark
 from spillway.spark_jobs.spark.jobconfig import JobConfig
-from tests.integration.test_spark_jobs import RECORDS, REF, read_output
+from tests.integration.conftest import RECORDS
+from tests.integration.support import read_output
+
+pytestmark = [pytest.mark.broker, pytest.mark.spark]
+
+REF = "spillway.examples.clicks:pipeline"
 
 
 def test_at_least_once_repeats_after_a_crash_but_loses_nothing(

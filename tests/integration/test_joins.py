@@ -33,6 +33,8 @@ from spillway.spark_jobs.spark.jobconfig import JobConfig
 from tests.integration.deadletters import read_dlq
 from tests.integration.joinjobs import LOWER, UPPER, left, pair, right, very_late
 
+pytestmark = [pytest.mark.broker, pytest.mark.spark]
+
 
 def rows(out: Path, sink: str) -> list[dict[str, Any]]:
     """Every published row of ``sink``, sorted (duplicates kept, to be seen)."""

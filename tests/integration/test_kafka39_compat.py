@@ -19,6 +19,8 @@ from spillway.devtools.demo import run_demo
 from spillway.devtools.localbroker import BrokerConfig, LocalBroker
 from spillway.devtools.localbroker.process import command_line
 
+pytestmark = pytest.mark.soak
+
 KAFKA_39 = "3.9.1"
 
 

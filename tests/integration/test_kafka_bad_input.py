@@ -40,6 +40,8 @@ from spillway.spark_jobs.spark.driver import run_on_spark
 from spillway.spark_jobs.spark.jobconfig import JobConfig
 from tests.integration.deadletters import read_dlq
 
+pytestmark = [pytest.mark.broker, pytest.mark.spark]
+
 REF = "tests.integration.pipelines:kafka_sums"
 GOOD = 3000
 PER_CLASS = 50

@@ -17,6 +17,8 @@ from spillway.spark_jobs.spark.driver import run_on_spark
 from spillway.spark_jobs.spark.jobconfig import JobConfig
 from tests.integration.pipelines import taxed
 
+pytestmark = [pytest.mark.broker, pytest.mark.spark]
+
 ORDERS = 30_000
 
 

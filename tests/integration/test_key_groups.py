@@ -30,6 +30,8 @@ from spillway.spark_jobs.spark.driver import run_on_spark
 from spillway.spark_jobs.spark.jobconfig import JobConfig
 from tests.integration.keygroupjobs import EVENT, MAX_PARALLELISM, read_output, reference
 
+pytestmark = [pytest.mark.broker, pytest.mark.spark]
+
 REF = "tests.integration.keygroupjobs:key_totals"
 RECORDS = 30_000
 P = 3

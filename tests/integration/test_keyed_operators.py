@@ -25,6 +25,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pytest
 from confluent_kafka import Producer
 
 from spillway.channels.config import KafkaSettings
@@ -34,6 +35,8 @@ from spillway.offsets.store import CheckpointStore
 from spillway.recovery.observe.events import read_events
 from tests.integration.deadletters import read_dlq
 from tests.integration.keyedops import BOUND_MS, GAP_MS, HOP_MS, LATENESS_MS, SIZE_MS
+
+pytestmark = [pytest.mark.broker, pytest.mark.spark]
 
 REF = "tests.integration.keyedops:keyed_operators"
 KEYS = [f"k{i}" for i in range(6)]

@@ -31,6 +31,8 @@ from spillway.spark_jobs.spark.jobconfig import JobConfig
 from spillway.spark_jobs.spark.opruns import OperatorRuns
 from tests.integration.keygroupjobs import last_run_starts, wait_until
 
+pytestmark = [pytest.mark.broker, pytest.mark.spark]
+
 RECORDS = 4000
 MODULE = "upgradable_pipeline"
 PIPELINE = """

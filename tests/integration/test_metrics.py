@@ -23,11 +23,14 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from spillway.channels.routing.keygroups import DEFAULT_MAX_PARALLELISM
 from spillway.examples import clicks
 from tests.integration.conftest import RECORDS
+
+pytestmark = [pytest.mark.broker, pytest.mark.spark]
 
 REF = "spillway.examples.clicks:pipeline"
 SUBTASKS = [f"{op}[{i}]" for op in ("clicks", "enrich", "count", "out") for i in range(2)]

@@ -23,6 +23,8 @@ from tests.integration.multiinput import (
     tick_b,
 )
 
+pytestmark = [pytest.mark.broker, pytest.mark.spark]
+
 N_A, N_B = 6_000, 2_000
 
 

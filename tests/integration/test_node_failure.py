@@ -39,7 +39,9 @@ from spillway.recovery.observe.events import read_events
 from spillway.recovery.runtime.runner import SubtaskResult
 from spillway.spark_jobs.spark.driver import run_on_spark
 from spillway.spark_jobs.spark.jobconfig import JobConfig
-from tests.integration.test_cluster import leftovers, live_processes, read_output
+from tests.integration.support import leftovers, live_processes, read_output
+
+pytestmark = pytest.mark.soak
 
 log = logging.getLogger(__name__)
 

@@ -18,6 +18,10 @@ import sysconfig
 import zipfile
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.soak
+
 ROOT = Path(__file__).resolve().parents[2]
 # One import package ships: the layers (channels/, offsets/, recovery/, spark_jobs/ in the
 # tree) are linked under spillway/, and devtools (`spillway broker|cluster|demo`) lives there.

@@ -18,6 +18,8 @@ from spillway.spark_jobs.spark.driver import run_on_spark
 from spillway.spark_jobs.spark.jobconfig import JobConfig
 from tests.integration.pipelines import make_visit
 
+pytestmark = [pytest.mark.broker, pytest.mark.spark]
+
 PARTITIONING = ds.partitioning(pa.schema([("section", pa.string())]), flavor="hive")
 
 

@@ -33,6 +33,8 @@ from tests.integration.keygroupjobs import (
     run_stopped,
 )
 
+pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.soak]
+
 REF = "tests.integration.keygroupjobs:keyed_count"
 RECORDS = 24_000
 

@@ -17,8 +17,9 @@ from spillway.recovery.job.loader import load_plan
 from spillway.recovery.observe.events import read_events
 from spillway.spark_jobs.spark.driver import run_on_spark
 from spillway.spark_jobs.spark.jobconfig import JobConfig
-from tests.integration.test_global_checkpoints import paced_clicks
-from tests.integration.test_spark_jobs import output_files, read_output
+from tests.integration.support import output_files, paced_clicks, read_output
+
+pytestmark = [pytest.mark.broker, pytest.mark.spark]
 
 REF = "spillway.examples.clicks:pipeline"
 RECORDS = 40_000

@@ -39,6 +39,8 @@ from spillway.spark_jobs.spark.opruns import OperatorRuns
 from tests.integration.keygroupjobs import count_checkpoints, last_run_starts, wait_until
 from tests.integration.schemajobs import V1_ID, V2, channel_events, reference
 
+pytestmark = [pytest.mark.broker, pytest.mark.spark]
+
 MODULE = "tests.integration.schemajobs"
 RECORDS = 3_000
 SLOW_RATE = 25  # per source subtask in v1: the job is stopped long before its input ends

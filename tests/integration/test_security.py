@@ -34,7 +34,9 @@ from spillway.channels.acls import job_acls
 from spillway.channels.ids import JobId
 from spillway.devtools.localbroker import BrokerConfig, LocalBroker
 from spillway.examples import clicks
-from tests.integration.test_spark_jobs import read_output
+from tests.integration.support import read_output
+
+pytestmark = [pytest.mark.broker, pytest.mark.spark]
 
 REF = "spillway.examples.clicks:pipeline"
 RECORDS = 12_000

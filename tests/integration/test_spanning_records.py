@@ -37,6 +37,8 @@ from spillway.spark_jobs.spark.driver import run_on_spark
 from spillway.spark_jobs.spark.jobconfig import JobConfig
 from tests.integration.spanjobs import BIG_BYTES, is_big, make_event, read_output, reference
 
+pytestmark = [pytest.mark.broker, pytest.mark.spark]
+
 REF = "tests.integration.spanjobs:span_totals"
 RECORDS = 3000  # 20 big ones
 RATE = 150.0  # records per second per generator subtask: about 10 s of input

@@ -37,6 +37,8 @@ from tests.integration.keygroupjobs import (
 )
 from tests.integration.spanjobs import BIG_BYTES, is_big, make_event, read_output, reference
 
+pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.soak]
+
 REF = "tests.integration.spanjobs:span_totals_rescalable"
 RECORDS = 1500  # 10 big ones
 RATE = 25.0  # records per second per generator subtask: about 30 s of input

@@ -6,7 +6,6 @@ input, exactly, and checks which subtasks restarted and what they replayed.
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import signal
@@ -14,7 +13,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -30,28 +28,11 @@ from spillway.recovery.replay import replay_subtask
 from spillway.spark_jobs.spark.driver import run_on_spark
 from spillway.spark_jobs.spark.jobconfig import JobConfig
 from tests.integration.conftest import RECORDS
+from tests.integration.support import output_files, read_output, starts
+
+pytestmark = [pytest.mark.broker, pytest.mark.spark]
 
 REF = "spillway.examples.clicks:pipeline"
-
-
-def read_output(out: Path) -> dict[str, tuple[str, int]]:
-    rows: dict[str, tuple[str, int]] = {}
-    for f in sorted(glob.glob(str(out / "out" / "*.jsonl"))):
-        for line in Path(f).read_text().splitlines():
-            r = json.loads(line)
-            assert r["page"] not in rows, f"duplicate output row for {r['page']}"
-            rows[r["page"]] = (r["section"], r["views"])
-    return rows
-
-
-def output_files(out: Path) -> dict[str, str]:
-    return {Path(f).name: Path(f).read_text() for f in glob.glob(str(out / "out" / "*"))}
-
-
-def starts(bootstrap: str, job: str) -> list[dict[str, Any]]:
-    return [
-        e for e in read_events(KafkaSettings(bootstrap), JobId(job)) if e.get("event") == "started"
-    ]
 
 
 def test_killed_subtask_alone_restarts_and_replays_only_its_partitions(

@@ -27,6 +27,8 @@ from spillway.channels.routing.keygroups import key_group_range
 from spillway.cli import main
 from spillway.recovery.observe.events import last_submission, read_events
 
+pytestmark = pytest.mark.broker
+
 ENV_REF = "tests.integration.pipelines:env_configured"
 CONF_REF = "tests.integration.pipelines:configured"
 WIDTH = 3  # parallelism of env_configured's sink, from $STATUS_TEST_WIDTH (2 would be ambiguous)
@@ -73,6 +75,7 @@ def wait_until(what: str, check: Any, guard_s: float = 180.0) -> float:
     return time.monotonic() - t0
 
 
+@pytest.mark.spark
 def test_status_needs_nothing_from_the_job_environment_and_shows_a_killed_subtask_lost(
     kafka_bootstrap: str, unique: str, tmp_path: Path
 ) -> None:
@@ -172,6 +175,7 @@ def test_status_of_a_job_never_submitted_says_so_and_creates_nothing(
     assert not [t for t in topics if unique in t]
 
 
+@pytest.mark.spark
 def test_conf_settings_and_forwarded_env_reach_the_pipeline_in_every_task(
     kafka_bootstrap: str,
     unique: str,

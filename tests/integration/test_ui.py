@@ -12,6 +12,8 @@ import socket
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from spillway.examples import clicks
 from spillway.recovery.observe.phases import PHASES
 from tests.integration.conftest import RECORDS
@@ -25,7 +27,10 @@ from tests.integration.uijob import (
     spillway,
 )
 
+pytestmark = pytest.mark.broker
 
+
+@pytest.mark.spark
 def test_the_page_s_json_shows_the_restart_its_phases_the_graph_and_the_checkpoints(
     kafka_bootstrap: str, unique: str, clicks_env: Path, tmp_path: Path
 ) -> None:

@@ -1,6 +1,7 @@
 """A clicks job with one SIGKILLed subtask, and ``spillway ui`` following it (child processes).
 
-Shared by the page's JSON API test (``make test``) and its browser test (``make ui-test``).
+Shared by the page's JSON API test (``make test``) and its browser test (``make soak``,
+``make ui-test``).
 count[0] kills itself with SIGKILL while taking its third checkpoint, after producing and
 before committing; Spark retries it alone (``local[8,2]``).
 """

@@ -1,0 +1,111 @@
+"""Helpers the integration tests share, so that no test module imports another.
+
+- the click-stream example's output and events (``spillway.examples.clicks``),
+- the processes of a local standalone cluster,
+- channel writers of the channel tests (also imported by their writer subprocess).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from spillway.channels.config import ChannelSettings, KafkaSettings
+from spillway.channels.ids import JobId, OperatorName, SubtaskId
+from spillway.channels.kafka.producer import TransactionalProducer
+from spillway.channels.routing.partitioners import KeyHash
+from spillway.channels.writer import ChannelWriter, OutputChannel
+from spillway.recovery.observe.events import read_events
+
+# --- the click-stream example -------------------------------------------------------------
+
+
+def read_output(out: Path) -> dict[str, tuple[str, int]]:
+    """The clicks job's JSONL output under ``out/out``: page -> (section, views)."""
+    rows: dict[str, tuple[str, int]] = {}
+    for f in sorted(glob.glob(str(out / "out" / "*.jsonl"))):
+        for line in Path(f).read_text(encoding="utf-8").splitlines():
+            r = json.loads(line)
+            assert r["page"] not in rows, f"duplicate output row for {r['page']}"
+            rows[r["page"]] = (r["section"], r["views"])
+    return rows
+
+
+def output_files(out: Path) -> dict[str, str]:
+    """Every file the clicks job published under ``out/out``: name -> content."""
+    return {Path(f).name: Path(f).read_text() for f in glob.glob(str(out / "out" / "*"))}
+
+
+def starts(bootstrap: str, job: str) -> list[dict[str, Any]]:
+    """Every ``started`` event of ``job``, in order."""
+    return [
+        e for e in read_events(KafkaSettings(bootstrap), JobId(job)) if e.get("event") == "started"
+    ]
+
+
+def paced_clicks(monkeypatch: pytest.MonkeyPatch, out: Path, records: int, seconds: float) -> None:
+    """Configure the clicks example: ``records`` records in about ``seconds`` s, into ``out``."""
+    monkeypatch.setenv("CLICKS_RECORDS", str(records))
+    monkeypatch.setenv("CLICKS_OUT", str(out))
+    monkeypatch.setenv("CLICKS_PARALLELISM", "2")
+    monkeypatch.setenv("CLICKS_RATE", str(records / 2 / seconds))
+
+
+# --- processes of a local cluster ---------------------------------------------------------
+
+
+def live_processes() -> dict[int, tuple[int, list[str]]]:
+    """Every live, non-zombie process: pid -> (session id, argv)."""
+    found: dict[int, tuple[int, list[str]]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rpartition(")")[2].split()
+            raw = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if fields[0] != "Z":
+            argv = [a.decode(errors="replace") for a in raw.split(b"\0") if a]
+            found[int(entry.name)] = (int(fields[3]), argv)
+    return found
+
+
+def leftovers(root: Path, pids: set[int], sessions: set[int]) -> list[str]:
+    """Processes that belong to the cluster in ``root``: by PID, by session, or by path."""
+    marker = str(root)
+    return [
+        f"{pid} (session {sid}): {' '.join(argv)[:200]}"
+        for pid, (sid, argv) in live_processes().items()
+        if pid in pids or sid in sessions or any(marker in arg for arg in argv)
+    ]
+
+
+# --- channel writers (test_channels.py) ---------------------------------------------------
+
+CHANNEL_SCHEMA = {
+    "type": "record",
+    "name": "Event",
+    "fields": [
+        {"name": "key", "type": "string"},
+        {"name": "writer", "type": "int"},
+        {"name": "seq", "type": "long"},
+    ],
+}
+UP, DOWN = 3, 2  # writers (subtasks of "up") and partitions (subtasks of "down")
+
+
+def writer_for(
+    settings: KafkaSettings, job: str, topic: str, index: int, codec: str = "arrow"
+) -> tuple[TransactionalProducer, ChannelWriter]:
+    """Writer ``index`` of the channel up -> down, with its started transactional producer."""
+    sub = SubtaskId(JobId(job), OperatorName("up"), index)
+    producer = TransactionalProducer(settings, sub.transactional_id, transaction_timeout_ms=20_000)
+    producer.start()
+    out = OutputChannel(topic, CHANNEL_SCHEMA, KeyHash(lambda r: r["key"], DOWN), DOWN)
+    channel_settings = ChannelSettings(max_batch_bytes=4096, max_record_bytes=8192, codec=codec)
+    return producer, ChannelWriter(producer, out, index, channel_settings)
