@@ -9,12 +9,12 @@ which stay where they are; everything here is re-exported from them::
     clicks = p.generate("clicks", count=1_000, make=make_click, parallelism=2)
     clicks.map("enrich", enrich).write_jsonl("out", "/tmp/out")
 
-Errors all derive from :class:`SpillwayError`. :func:`main` is the ``spillway`` command.
+Errors all derive from :class:`SpillwayError`. The ``spillway`` command is
+:func:`spillway.cli.main`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from importlib import metadata as _metadata
 
 from spillway.channels.errors import (
@@ -59,19 +59,8 @@ __all__ = [
     "avro_schema",
     "conf",
     "connect",
-    "main",
     "union",
 ]
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the ``spillway`` command with ``argv`` (default: ``sys.argv[1:]``); its exit code."""
-    # Imported when called: the CLI reaches the dev tools (local broker and cluster, the
-    # demo and its example pipeline, which imports this package), which a pipeline that
-    # only builds a plan does not need.
-    from spillway.cli import main as cli_main
-
-    return cli_main(argv)
 
 
 try:
