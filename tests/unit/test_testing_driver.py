@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -453,3 +454,9 @@ def test_unsupported_and_unknown_names_say_so() -> None:
         t.run_source("in")
     with pytest.raises(ValueError, match="cannot go back"):
         t.advance_processing_time(-1)
+
+
+def test_the_user_page_example_runs() -> None:
+    page = (Path(__file__).parents[2] / "docs" / "testing.md").read_text()
+    code = page.split("```python\n", 1)[1].split("```", 1)[0]
+    exec(compile(code, "docs/testing.md", "exec"), {"__name__": "docs_testing"})
