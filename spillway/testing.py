@@ -157,7 +157,7 @@ class _Output:
         down = plan.operator(edge.downstream)
         self.owner: dict[int, _Task] = {}
         for i in range(down.parallelism):
-            task = driver.task(down.name, i)
+            task = driver._task(down.name, i)
             for p in task.owned.of_topic(self.topic):
                 self.owner[p] = task
 
@@ -190,7 +190,7 @@ class _Output:
 
     def _send(self, p: int, kind: str, records: list[Record], value: int = 0) -> None:
         tp = TopicPartition(self.topic, p)
-        offset = self.driver.next_offset(tp)
+        offset = self.driver._next_offset(tp)
         self.owner[p].inbox.append(_Message(tp, offset, self.writer, kind, records, value))
 
 
@@ -265,7 +265,7 @@ class _Task:
             call = input_call(self.logic, lambda: name)
             self.emit(self.process(m.records, origins, call), origins)
         elif self.sink is not None:
-            self.driver.sinks[self.sink].extend(m.records)
+            self.driver._sinks[self.sink].extend(m.records)
 
     def _input_watermark(self) -> int | None:
         writers: dict[str, list[WriterMark]] = {}
@@ -343,7 +343,7 @@ class _Task:
                     self.dead.send(stage="emit", error=e1, origin=origins.at(k), record=r)
             recs = good
         if self.sink is not None:
-            self.driver.sinks[self.sink].extend(recs)
+            self.driver._sinks[self.sink].extend(recs)
 
     def _write_all(self, records: list[Record]) -> None:
         # Encode for every output first, so a refused record delivers nothing anywhere.
@@ -414,7 +414,7 @@ class _SourceTask(_Task):
                 t = self._time_of(r, None if timestamps is None else timestamps[k], now)
             except RecordError as e:
                 if self.dead is None:
-                    raise source_failure_of(self.id, self.op.name, origin, str(e)) from e
+                    raise _source_failure_of(self.id, self.op.name, origin, str(e)) from e
                 self.dead.send(stage="source", error=str(e), origin=origin, record=r)
                 continue
             if self.tracker is not None and t is not None:
@@ -463,7 +463,7 @@ class _SourceTask(_Task):
             self._read(recs, src.origins())
             wm = src.watermark()
             self.forward_watermark(wm if self.floor is None or wm is None else max(wm, self.floor))
-            self.driver.settle()
+            self.driver._settle()
         self.end()
 
 
@@ -478,7 +478,7 @@ class _Each:
         return self._origins[k]
 
 
-def source_failure_of(
+def _source_failure_of(
     subtask: SubtaskId, operator: str, origin: TopicOffset, error: str
 ) -> RecordError:
     """The runtime's error for a record whose event time the source cannot take."""
@@ -516,13 +516,13 @@ class TestDriver:
         self.letters = _Letters()
         self._now = start_ms
         self._offsets: dict[TopicPartition, int] = {}
-        self.sinks: dict[str, list[Record]] = {}
+        self._sinks: dict[str, list[Record]] = {}
         self._tasks: dict[tuple[str, int], _Task] = {}
         settings = ChannelSettings()
         for op in self.plan.operators:
             sink = _sink_name(op)
             if sink is not None:
-                self.sinks[sink] = []
+                self._sinks[sink] = []
             for i in range(op.parallelism):
                 cls = _SourceTask if op.make_source is not None else _Task
                 self._tasks[(op.name, i)] = cls(self, op, i)
@@ -534,6 +534,7 @@ class TestDriver:
     # -- context manager ------------------------------------------------------------------
 
     def __enter__(self) -> TestDriver:
+        """The driver itself (``with TestDriver(p) as t:``)."""
         return self
 
     def __exit__(
@@ -542,7 +543,8 @@ class TestDriver:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        return None  # nothing to release: no threads, files or clients
+        """Nothing to release (no threads, files or clients); exceptions propagate."""
+        return None
 
     # -- input ----------------------------------------------------------------------------
 
@@ -568,7 +570,7 @@ class TestDriver:
         if timestamps is not None and len(timestamps) != len(recs):
             raise ValueError(f"{len(timestamps)} timestamps for {len(recs)} records")
         task.feed(recs, timestamps)
-        self.settle()
+        self._settle()
 
     def run_source(self, source: str) -> None:
         """Read source ``source`` as declared (a ``generate`` or ``read_files`` source),
@@ -582,7 +584,7 @@ class TestDriver:
                     f"source {source!r} reads Kafka: feed it with send(), not run_source()"
                 )
             task.run_declared()
-        self.settle()
+        self._settle()
 
     def end(self, source: str | None = None) -> None:
         """Input of ``source`` (every source if None) ends, as a bounded source's end:
@@ -593,7 +595,7 @@ class TestDriver:
                 t.end()
         if source is not None:
             self.plan.operator(source)  # KeyError for an unknown name
-        self.settle()
+        self._settle()
 
     # -- time -----------------------------------------------------------------------------
 
@@ -608,7 +610,7 @@ class TestDriver:
                 t.pulse()
         if source is not None:
             self.plan.operator(source)
-        self.settle()
+        self._settle()
 
     def advance_processing_time(self, ms: int) -> None:
         """Move the processing-time clock ``ms`` forward: processing-time timers (and
@@ -620,10 +622,10 @@ class TestDriver:
         for t in self._tasks.values():
             if isinstance(t, _SourceTask):
                 t.pulse()
-        self.settle()
+        self._settle()
         for t in self._tasks.values():
             t.tick(self._now)
-            self.settle()
+            self._settle()
 
     def now_ms(self) -> int:
         """The driver's processing time (ms)."""
@@ -631,16 +633,20 @@ class TestDriver:
 
     # -- output ---------------------------------------------------------------------------
 
+    def sinks(self) -> list[str]:
+        """The names of the pipeline's sinks."""
+        return list(self._sinks)
+
     def output(self, sink: str) -> list[Record]:
         """Every record sink ``sink`` received so far, in arrival order (each sink
         subtask's records in its channel order). :class:`KeyError` for an unknown sink."""
-        return list(self.sinks[sink])
+        return list(self._sinks[sink])
 
     def take(self, sink: str) -> list[Record]:
         """What :meth:`output` gives, then forgotten (the next call gives only newer
         records), like ``TestOutputTopic.readValuesToList``."""
-        out = self.sinks[sink]
-        self.sinks[sink] = []
+        out = self._sinks[sink]
+        self._sinks[sink] = []
         return out
 
     def dead_letters(self) -> list[DeadLetter]:
@@ -662,20 +668,20 @@ class TestDriver:
 
     def watermark(self, operator: str, subtask: int = 0) -> int | None:
         """The watermark ``operator``'s subtask last acted on (None: none yet)."""
-        return self.task(operator, subtask).watermark_out
+        return self._task(operator, subtask).watermark_out
 
     def state(self, operator: str, subtask: int = 0) -> dict[Any, Any]:
         """The keyed state of ``operator``'s subtask as ``{state key: value}`` (the
         operator's own layout). :class:`ValueError` if the operator keeps no state."""
-        task = self.task(operator, subtask)
+        task = self._task(operator, subtask)
         if task.state is None:
             raise ValueError(f"operator {operator!r} keeps no state")
         return dict(task.state.items())
 
     # -- the scheduler --------------------------------------------------------------------
 
-    def task(self, operator: str, index: int) -> _Task:
-        """The subtask ``operator[index]`` (internal: for the driver's parts)."""
+    def _task(self, operator: str, index: int) -> _Task:
+        """The subtask ``operator[index]``; :class:`KeyError` if there is none."""
         try:
             return self._tasks[(operator, index)]
         except KeyError:
@@ -691,14 +697,14 @@ class TestDriver:
         assert isinstance(task, _SourceTask)
         return task
 
-    def next_offset(self, tp: TopicPartition) -> int:
-        """The next offset of channel partition ``tp`` (internal)."""
+    def _next_offset(self, tp: TopicPartition) -> int:
+        """The next offset of channel partition ``tp``."""
         n = self._offsets.get(tp, 0)
         self._offsets[tp] = n + 1
         return n
 
-    def settle(self) -> None:
-        """Run subtasks in plan order until no message is left to deliver (internal)."""
+    def _settle(self) -> None:
+        """Run subtasks in plan order until no message is left to deliver."""
         busy = True
         while busy:
             busy = False
@@ -716,7 +722,7 @@ def run(
     what each sink received: the whole run of a bounded pipeline in one call."""
     t = TestDriver(pipeline, inputs, dead_letter=dead_letter)
     t.end()
-    return {name: t.output(name) for name in t.sinks}
+    return {name: t.output(name) for name in t.sinks()}
 
 
 def _sink_name(op: OperatorPlan) -> str | None:

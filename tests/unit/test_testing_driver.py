@@ -423,6 +423,16 @@ def test_a_timestamp_that_fails_is_dead_lettered_by_the_source() -> None:
     assert (d.operator, d.stage, d.origin, d.record) == ("in", "source", "in[0]@1", ev("k", 6, 1))
 
 
+def test_a_sent_record_that_does_not_fit_the_source_schema_is_refused_by_its_channel() -> None:
+    # As with a real Kafka source, whose channel writer checks the field types.
+    t = TestDriver(fragile_pipeline())
+    t.send("in", [ev("k", 1, 1), {"key": "k", "ts": "soon", "v": 2}, ev("k", 3, 3)])
+    assert t.output("out") == [{"key": "k", "n": 1}, {"key": "k", "n": 3}]
+    (d,) = t.dead_letters()
+    assert (d.operator, d.stage, d.origin) == ("in", "emit", "in[0]@1")
+    assert d.record == {"key": "k", "ts": "soon", "v": 2}
+
+
 # -- declared sources, and the same output as the Spark run ----------------------------
 
 
