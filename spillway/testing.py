@@ -38,6 +38,7 @@ batch sources (``batches=True``).
 
 from __future__ import annotations
 
+import base64
 import json
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -80,7 +81,9 @@ class DeadLetter:
     (the output did not fit its channel's schema), ``late`` (too late for its window);
     ``origin``: where it was read, as text (a record sent to source ``s``'s subtask ``i``
     as its ``n``-th record is ``s[i]@n``; a channel message ``topic[partition]@offset``),
-    or None; ``record``: the record (decoded from the letter's JSON), or None.
+    or None; ``record``: the record (decoded from the letter's JSON), or None; ``raw``:
+    the bytes of an input the source could not read (a file line, a message value), or
+    None.
     """
 
     operator: str
@@ -89,6 +92,7 @@ class DeadLetter:
     error: str
     origin: str | None
     record: Any
+    raw: bytes | None = None
 
 
 @dataclass
@@ -662,6 +666,7 @@ class TestDriver:
                     d["error"],
                     d["origin"],
                     None if rec is None else json.loads(rec),
+                    None if d["raw"] is None else base64.b64decode(d["raw"]),
                 )
             )
         return out

@@ -449,6 +449,31 @@ def test_clicks_example_equals_the_reference_the_spark_run_is_checked_against() 
         assert got == clicks.reference(records)
 
 
+def test_a_declared_file_source_runs_with_its_bad_lines_dead_lettered(tmp_path: Path) -> None:
+    (tmp_path / "a.jsonl").write_text(
+        '{"key": "a", "ts": 1, "v": 1}\nnot json\n{"key": "b", "ts": 2, "v": 2}\n'
+    )
+    (tmp_path / "b.jsonl").write_text('{"key": "a", "ts": 3, "v": 4}\n')
+    p = Pipeline("files")
+    rows = p.read_files("rows", str(tmp_path / "*.jsonl"), format="jsonl", schema=EVENT)
+    rows.key_by(lambda r: r["key"]).aggregate(
+        "sum",
+        init=lambda: 0,
+        add=lambda n, r: n + r["v"],
+        result=lambda k, n: {"key": k, "n": n},
+        schema=COUNT,
+    ).write_jsonl("out", "/x")
+    t = TestDriver(p)
+    t.run_source("rows")
+    assert sorted(t.output("out"), key=lambda r: r["key"]) == [
+        {"key": "a", "n": 5},
+        {"key": "b", "n": 2},
+    ]
+    (d,) = t.dead_letters()
+    assert (d.operator, d.stage, d.record, d.raw) == ("rows", "source", None, b"not json")
+    assert d.origin == f"{tmp_path / 'a.jsonl'}:2"
+
+
 def test_unsupported_and_unknown_names_say_so() -> None:
     p = Pipeline("batchy")
     src = p.read_kafka("in", "t", schema=EVENT, bounded=True)
