@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -221,6 +221,7 @@ class _Task:
         self.ended: dict[TopicPartition, set[int]] = {}
         self.watermark_out: int | None = None
         self.announced_idle = False
+        self.spoke = False  # wrote data or a watermark since it last announced idleness
         self.done = False
 
     def connect(self, settings: ChannelSettings) -> None:
@@ -355,6 +356,7 @@ class _Task:
             o.codec.encode_block(records)
         for o in self.outputs:
             o.write(records)
+        self.spoke = True
 
     def forward_watermark(self, wm: int | None) -> None:
         """A risen watermark: the logic's outputs for it, then downstream."""
@@ -365,18 +367,28 @@ class _Task:
             self.emit(self.logic.on_watermark(wm))
         for o in self.outputs:
             o.control("watermark", wm)
+        self.spoke = True
 
     def _announce_idle(self, idle: bool) -> None:
-        if idle and not self.announced_idle:
+        """Tell downstream that this subtask's input is idle: when it becomes idle, and
+        again after it wrote while idle (which made downstream count it again), as the
+        runtime's :class:`~spillway.recovery.runtime.eventtime.IdleAnnouncer` repeats."""
+        if idle and (not self.announced_idle or self.spoke):
             for o in self.outputs:
                 o.control("idle")
+            self.spoke = False
         self.announced_idle = idle
+
+    def idle_now(self) -> bool:
+        """Whether this subtask's input is idle now (every live upstream writer idle)."""
+        return self._inputs_idle()
 
     def tick(self, now: int) -> None:
         """Processing time is ``now``: the logic's processing-time timers fire."""
         timer = getattr(self.logic, "on_processing_time", None)
         if timer is not None and not self.done:
             self.emit(timer(now))
+            self._announce_idle(self.idle_now())
 
     def end(self) -> None:
         """Every input ended: the logic's final outputs, then end-of-stream downstream."""
@@ -452,7 +464,13 @@ class _SourceTask(_Task):
         if self.floor is not None:
             wm = self.floor if wm is None else max(wm, self.floor)
         self.forward_watermark(wm)
-        self._announce_idle(self.tracker is not None and self.tracker.idle(now))
+        self._announce_idle(self.idle_now())
+
+    def idle_now(self) -> bool:
+        """Whether the source is idle at the driver's clock (its strategy's idle timeout
+        passed without a record); never for a source without event time or ended."""
+        now = self.driver.now_ms() / 1000
+        return not self.done and self.tracker is not None and self.tracker.idle(now)
 
     def run_declared(self) -> None:
         """Read the declared source to its end, as its subtask would (records, rejected
@@ -670,6 +688,15 @@ class TestDriver:
                 )
             )
         return out
+
+    def set_aside(self, operator: str) -> dict[str, int]:
+        """How many records ``operator``'s subtasks set aside, per kind (``late``), as
+        the checkpoints of a real run count them (with or without dead letters)."""
+        op = self.plan.operator(operator)
+        total: Counter[str] = Counter()
+        for i in range(op.parallelism):
+            total.update(self._task(operator, i).aside.counts())
+        return dict(total)
 
     def watermark(self, operator: str, subtask: int = 0) -> int | None:
         """The watermark ``operator``'s subtask last acted on (None: none yet)."""

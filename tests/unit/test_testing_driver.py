@@ -220,6 +220,7 @@ def test_tumbling_window_within_allowed_lateness_emits_the_updated_result() -> N
     t.send("events", [ev("a", 400, 5)])
     assert t.take("out") == []
     assert [(d.stage, d.record) for d in t.dead_letters()] == [("late", ev("a", 400, 5))]
+    assert t.set_aside("win") == {"late": 1}
     t.end()  # the open window [1000, 2000) fires at the end of input
     assert t.take("out") == [window_row("a", 1000, 2000, [2, 4])]
 
@@ -279,8 +280,20 @@ def test_windows_behind_a_wider_source_wait_for_every_source_subtask() -> None:
     t.advance_processing_time(4_999)
     assert t.output("out") == []
     t.advance_processing_time(1)  # events[1] idle for 5 s: left out of the minimum
-    assert t.output("out") == [window_row("a", 0, 1000, [1])]
+    assert t.take("out") == [window_row("a", 0, 1000, [1])]
     assert t.watermark("win") == 3000
+    # events[1] reads again: it counts again, and its watermark (3500) holds the window's
+    # back while events[0] moves on to 6000; idle again, it lets the window's follow.
+    t.send("events", [ev("b", 3500, 3)], subtask=1)
+    t.send("events", [ev("a", 6000, 4)], subtask=0)
+    assert t.take("out") == []
+    assert t.watermark("win") == 3500
+    t.advance_processing_time(5_000)  # both idle now: the largest they reported
+    assert sorted(t.take("out"), key=lambda r: r["key"]) == [
+        window_row("a", 3000, 4000, [2]),
+        window_row("b", 3000, 4000, [3]),
+    ]
+    assert t.watermark("win") == 6000
 
 
 # -- process functions ----------------------------------------------------------------
