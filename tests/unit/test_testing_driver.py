@@ -381,6 +381,76 @@ def test_interval_join_equals_the_brute_force_pairs(seed: int) -> None:
     assert t.dead_letters() == []
 
 
+def keep_latest(r: dict[str, Any], ctx: ProcessContext) -> list[dict[str, Any]]:
+    """Input b: the key's latest v; releases the a records waiting for one."""
+    ctx.value("b").update(r["v"])
+    waiting = ctx.list("waiting").get()
+    ctx.list("waiting").clear()
+    return [{"key": ctx.key, "ts": t, "v": r["v"]} for t in waiting]
+
+
+def enrich_a(r: dict[str, Any], ctx: ProcessContext) -> list[dict[str, Any]]:
+    """Input a: joined with b's latest v of the key, else waits until its time + 100."""
+    v = ctx.value("b").value()
+    if v is not None:
+        return [{"key": ctx.key, "ts": r["ts"], "v": v}]
+    ctx.list("waiting").add(r["ts"])
+    ctx.timers.register_event_time(r["ts"] + 100)
+    return []
+
+
+def give_up(ts: int, ctx: ProcessContext) -> list[dict[str, Any]]:
+    waiting = ctx.list("waiting").get()
+    ctx.list("waiting").clear()
+    return [{"key": ctx.key, "ts": t, "v": -1} for t in waiting]
+
+
+def test_co_process_timers_follow_the_watermark_of_both_inputs() -> None:
+    p = Pipeline("co")
+    a, b = events(p, "a"), events(p, "b")
+    connect(a, b).key_by(lambda r: r["key"], lambda r: r["key"]).process(
+        "enrich", enrich_a, keep_latest, on_timer=give_up, schema=EVENT, parallelism=2
+    ).write_jsonl("out", "/x")
+    t = TestDriver(p)
+    t.send("a", [ev("x", 10), ev("y", 20)])
+    t.send("b", [ev("y", 5, 7)])  # releases y's waiting record
+    assert t.take("out") == [ev("y", 20, 7)]
+    t.send("a", [ev("y", 500), ev("z", 600)])  # y joins at once; a's watermark: 600
+    assert t.take("out") == [ev("y", 500, 7)]
+    assert t.watermark("enrich") == 5  # b's watermark holds the timers back
+    t.send("b", [ev("q", 300, 1)])  # watermark 300: x's timer (110) fires, not z's (700)
+    assert t.take("out") == [ev("x", 10, -1)]
+    t.end("b")  # b ended: a alone sets the watermark (600)
+    assert t.take("out") == []
+    assert t.watermark("enrich") == 600
+    t.end()  # z's timer fires at the end of input
+    assert t.take("out") == [ev("z", 600, -1)]
+
+
+def test_lookup_join_takes_the_current_row_of_the_table_input() -> None:
+    p = Pipeline("lookup")
+    orders = p.read_kafka("orders", "o", schema=EVENT)
+    prices = p.read_kafka("prices", "p", schema=EVENT)
+    connect(orders, prices).key_by(lambda r: r["key"], lambda r: r["key"]).lookup_join(
+        "priced",
+        result=lambda o, row: {"l": o["v"], "r": -1 if row is None else row["v"]},
+        schema=PAIR,
+        parallelism=3,
+    ).write_jsonl("out", "/x")
+    t = TestDriver(p)
+    t.send("orders", [ev("apple", 0, 1)])  # no row yet (how="left")
+    t.send("prices", [ev("apple", 0, 100), ev("pear", 0, 50)])
+    t.send("orders", [ev("apple", 0, 2), ev("pear", 0, 3)])
+    t.send("prices", [ev("apple", 0, 120)])  # replaces apple's row
+    t.send("orders", [ev("apple", 0, 4)])
+    assert sorted((r["l"], r["r"]) for r in t.output("out")) == [
+        (1, -1),
+        (2, 100),
+        (3, 50),
+        (4, 120),
+    ]
+
+
 # -- dead letters ---------------------------------------------------------------------
 
 
