@@ -20,11 +20,11 @@ runtime's :class:`~spillway.recovery.restore.state.ChangelogState` (never flushe
 is no changelog topic), every channel's records encoded and decoded with the channel's
 codec (so a record that does not fit its schema is refused as in a real run), watermarks
 combined per writer and input by :mod:`spillway.channels.inputmarks`, source watermarks by
-each source's declared strategy (:class:`~spillway.spark_jobs.records.watermarks.
-WatermarkTracker` on the driver's clock), late records set aside by the operators, and
-dead letters built by :class:`~spillway.recovery.runtime.deadletter.DeadLetters`. Order
-within a channel partition is kept; subtasks run one at a time, in plan order, until
-nothing is left to deliver after each call.
+each source's declared strategy (its ``WatermarkTracker``, on the driver's clock), late
+records set aside by the operators, and dead letters built by the runtime's
+:class:`~spillway.recovery.runtime.deadletter.DeadLetters`. Order within a channel
+partition is kept; subtasks run one at a time, in plan order, until nothing is left to
+deliver after each call.
 
 What differs from a run on Spark, on purpose: there are no checkpoints, restarts or
 rescales (recovery is tested elsewhere); a watermark is forwarded as soon as it rises
@@ -33,7 +33,10 @@ time is the driver's clock, which only moves when the test moves it.
 
 Not supported (a :class:`~spillway.channels.errors.PipelineDefinitionError` at
 construction says so): batch operators (``map_batches``, ``aggregate_batches``, ...) and
-batch sources (``batches=True``).
+batch sources (``batches=True``). A Kafka source is always fed by :meth:`TestDriver.send`
+(records as its JSON values decode; a record that does not fit the schema is refused by
+the source's channel, at stage ``emit``, as on Spark); ``generate`` and ``read_files``
+sources can be fed too, or read as declared (:meth:`TestDriver.run_source`).
 """
 
 from __future__ import annotations
@@ -55,7 +58,15 @@ from spillway.channels.routing.partitioners import Partitioner, Sticky
 from spillway.channels.wire.envelope import BlockCodec, writer_codec
 from spillway.recovery.job.inputs import Call, input_call
 from spillway.recovery.job.origins import UNKNOWN, Origins, Same, TopicOffset
-from spillway.recovery.job.plan import EdgePlan, JobPlan, Logic, OperatorPlan, Record, Source
+from spillway.recovery.job.plan import (
+    EdgePlan,
+    JobPlan,
+    Logic,
+    OperatorPlan,
+    Record,
+    Rejected,
+    Source,
+)
 from spillway.recovery.restore.ownership import owned_partitions, owned_state
 from spillway.recovery.restore.state import ChangelogState
 from spillway.recovery.runtime.batchpath import is_batch_logic
@@ -210,7 +221,7 @@ class _Task:
         self.ctx = _Ctx(self.id, self.state)
         self.logic: Logic | None = op.make_logic() if op.make_logic is not None else None
         self.sink = _sink_name(op)
-        self.dead = DeadLetters(driver.letters, self.id) if driver.dead_letter else None  # type: ignore[arg-type]
+        self.dead = DeadLetters(driver._letters, self.id) if driver.dead_letter else None  # type: ignore[arg-type]
         self.aside = SetAsides(self.id, self.dead)
         self.outputs: list[_Output] = []
         self.inbox: deque[_Message] = deque()
@@ -485,6 +496,7 @@ class _SourceTask(_Task):
             self._read(recs, src.origins())
             wm = src.watermark()
             self.forward_watermark(wm if self.floor is None or wm is None else max(wm, self.floor))
+            self._announce_idle(src.idle())
             self.driver._settle()
         self.end()
 
@@ -504,8 +516,6 @@ def _source_failure_of(
     subtask: SubtaskId, operator: str, origin: TopicOffset, error: str
 ) -> RecordError:
     """The runtime's error for a record whose event time the source cannot take."""
-    from spillway.recovery.job.plan import Rejected
-
     return source_failure(subtask, operator, Rejected(origin, error, b""))
 
 
@@ -518,7 +528,10 @@ class TestDriver:
     subtask 0). ``dead_letter``: as ``spillway run --dead-letter`` (the default here), bad
     records are diverted to :meth:`dead_letters`; False: the first one raises the
     :class:`RecordError` a real run would stop with. ``start_ms``: the processing-time
-    clock at start (ms since the epoch). ``job_id``: the name of the compiled job.
+    clock at start (ms since the epoch). ``job_id``: the name of the compiled job, whose
+    :class:`~spillway.recovery.job.plan.JobPlan` is :attr:`plan`. :class:`~spillway.
+    channels.errors.PipelineDefinitionError` for an invalid pipeline or one the driver
+    does not run (see the module docstring).
     """
 
     __test__ = False  # not a pytest test class, whatever its name
@@ -535,7 +548,7 @@ class TestDriver:
         self.plan: JobPlan = pipeline.plan(job_id)
         _check_supported(self.plan)
         self.dead_letter = dead_letter
-        self.letters = _Letters()
+        self._letters = _Letters()
         self._now = start_ms
         self._offsets: dict[TopicPartition, int] = {}
         self._sinks: dict[str, list[Record]] = {}
@@ -674,7 +687,7 @@ class TestDriver:
     def dead_letters(self) -> list[DeadLetter]:
         """Every record dead-lettered so far, in order, with origin, stage and error."""
         out = []
-        for d in self.letters.docs:
+        for d in self._letters.docs:
             rec = d["record"]
             out.append(
                 DeadLetter(
