@@ -610,13 +610,18 @@ class TestDriver:
     def run_source(self, source: str) -> None:
         """Read source ``source`` as declared (a ``generate`` or ``read_files`` source),
         every subtask to its end, and run the pipeline on it. :class:`ValueError` for a
-        Kafka source (feed it with :meth:`send`)."""
+        Kafka source or an endless generator (feed those with :meth:`send`)."""
         op = self.plan.operator(source)
         for i in range(op.parallelism):
             task = self._source(source, i)
             if not isinstance(task.declared, (GeneratorSource, FileSource)):
                 raise ValueError(
                     f"source {source!r} reads Kafka: feed it with send(), not run_source()"
+                )
+            if isinstance(task.declared, GeneratorSource) and task.declared.count is None:
+                raise ValueError(
+                    f"source {source!r} generates without end (count=None): feed it with "
+                    "send(), or give it a count"
                 )
             task.run_declared()
         self._settle()

@@ -572,6 +572,22 @@ def test_unsupported_and_unknown_names_say_so() -> None:
         t.run_source("in")
     with pytest.raises(ValueError, match="cannot go back"):
         t.advance_processing_time(-1)
+    endless = Pipeline("endless")
+    endless.generate(
+        "gen", make=lambda i: ev("k", i, i), schema=EVENT, count=None
+    ).key_by(lambda r: r["key"]).aggregate(
+        "sum",
+        init=lambda: 0,
+        add=lambda n, r: n + r["v"],
+        result=lambda k, n: {"key": k, "n": n},
+        schema=COUNT,
+        emit="updates",
+    ).write_jsonl("out", "/x")
+    t = TestDriver(endless)
+    with pytest.raises(ValueError, match="without end"):
+        t.run_source("gen")
+    t.send("gen", [ev("k", 0, 2), ev("k", 1, 3)])  # an endless source can be fed instead
+    assert t.output("out") == [{"key": "k", "n": 2}, {"key": "k", "n": 5}]
 
 
 def test_the_user_page_example_runs() -> None:
