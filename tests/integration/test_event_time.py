@@ -31,8 +31,9 @@ from spillway.channels.kafka.admin import Admin, TopicSpec
 from spillway.channels.routing.partitioners import KeyHash
 from spillway.offsets.store import CheckpointStore
 from spillway.recovery.observe.events import read_events
+from spillway.testing import TestDriver
 from tests.integration.deadletters import read_dlq
-from tests.integration.windows import BOUND_MS, WINDOW_MS
+from tests.integration.windows import BOUND_MS, IDLE_MS, WINDOW_MS, windowed_kafka
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark]
 
@@ -79,6 +80,7 @@ class Input:
         self.late: list[dict[str, Any]] = []
         self.rounds = 0
         self.max_ts: dict[int, int] = {}  # per input partition
+        self.sent: list[tuple[int, dict[str, Any]]] = []  # (partition, record), in write order
 
     def final_watermark(self) -> int:
         """The window operator's watermark once every source subtask fell idle: the
@@ -89,6 +91,7 @@ class Input:
         # The Kafka record timestamp is the event time: the source's default timestamp.
         value = json.dumps(record).encode()
         self.producer.produce(self.topic, value, partition=partition, timestamp=record["ts"])
+        self.sent.append((partition, record))
         self.max_ts[partition] = max(self.max_ts.get(partition, record["ts"]), record["ts"])
 
     def round(self) -> None:
@@ -141,12 +144,42 @@ def reference(
     )
 
 
+def in_process(
+    sent: list[tuple[int, dict[str, Any]]], monkeypatch: pytest.MonkeyPatch
+) -> tuple[list[dict[str, Any]], list[int]]:
+    """The same pipeline and input through :class:`spillway.testing.TestDriver`: its
+    windows (sorted) and the sequence numbers of the records it set aside as late.
+
+    Partitions 0 and 1 are read by ``events[0]`` and ``events[1]``
+    (:func:`tests.integration.windows.windowed_kafka`); ``events[2]`` reads nothing and
+    falls idle as on Spark, after ``IDLE_MS``. Each record's event time is its Kafka
+    timestamp (``timestamps=``). At the end every source falls idle, so the windows'
+    watermark reaches the largest a source reported, as on Spark.
+    """
+    monkeypatch.setenv("SPILLWAY_TEST_IN", "unused")
+    monkeypatch.setenv("SPILLWAY_TEST_OUT", "unused")
+    monkeypatch.delenv("SPILLWAY_TEST_BATCHES", raising=False)
+    t = TestDriver(windowed_kafka())
+    t.advance_processing_time(IDLE_MS)
+    for partition, record in sent:
+        t.send("events", [record], subtask=partition, timestamps=[record["ts"]])
+    t.advance_processing_time(IDLE_MS)
+    windows = sorted(t.output("out"), key=lambda w: (w["key"], w["start"]))
+    late = [d.record["seq"] for d in t.dead_letters() if d.stage == "late"]
+    assert len(late) == len(t.dead_letters())
+    return windows, sorted(late)
+
+
 # "kafka"/"column": read_kafka(batches=True), its event time the Kafka timestamp or the
 # "ts" column; its watermarks are observed per batch and partition
 # (spillway.spark_jobs.connectors.batchsources).
 @pytest.mark.parametrize("batches", ["", "kafka", "column"])
 def test_windows_fire_on_an_unbounded_kafka_source_and_late_records_are_dead_lettered(
-    kafka_bootstrap: str, unique: str, tmp_path: Path, batches: str
+    kafka_bootstrap: str,
+    unique: str,
+    tmp_path: Path,
+    batches: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     topic = f"{unique}-in"
     Admin(KafkaSettings(kafka_bootstrap)).ensure_topics([TopicSpec(topic, 4)])
@@ -246,3 +279,8 @@ def test_windows_fire_on_an_unbounded_kafka_source_and_late_records_are_dead_let
         if e.get("event") == "stopped" and e.get("operator") == "win"
     }
     assert sum(s.get("late", 0) for s in stopped.values()) == len(data.late)
+
+    # The in-process test driver, given the same input in the same order, writes the same
+    # windows and sets aside the same late records (record path only: it has no batches).
+    if not batches:
+        assert in_process(data.sent, monkeypatch) == (got, sorted(r["seq"] for r in data.late))
