@@ -197,6 +197,7 @@ class Pipeline(Graph):
         key_field: str | None = None,
         tombstones: bool = False,
         value_format: str = "json",
+        kafka_timestamp_field: str | None = None,
     ) -> Stream:
         """JSON (or Avro) records of an existing topic (read_committed); offsets in checkpoints.
 
@@ -226,6 +227,12 @@ class Pipeline(Graph):
         False``), which a lookup join's table input applies by deleting the row
         (:mod:`spillway.spark_jobs.records.tombstones`). Without it a tombstone is a bad record.
 
+        ``kafka_timestamp_field="ts"`` puts each message's Kafka record timestamp (ms) into
+        the long field ``ts`` (added to the records; ``schema`` must not have it) and makes
+        it the event time: the Kafka time then travels with the record, and windows
+        downstream read it from that field. Not with ``timestamp=``/``timestamp_column=``
+        (one event time per source) nor ``batches=True``.
+
         ``value_format="avro"``: each value is one Avro datum of ``schema`` (as
         ``fastavro.schemaless_writer`` writes it); ``"avro-confluent"``: behind the Schema
         Registry's 5-byte header. With ``batches=True`` (flat schema) a read's values are
@@ -234,6 +241,12 @@ class Pipeline(Graph):
         """
         where = f"source {name!r}"
         framing = avro_framing(value_format, where, key_field is not None or tombstones)
+        if kafka_timestamp_field is not None:
+            _check_kafka_time_field(
+                where, kafka_timestamp_field, timestamp, timestamp_column, batches,
+                avro_schema(schema, where=where, name=name),
+            )  # fmt: skip
+            watermarks = watermarks or Watermarks.monotonic()
         if batches:
             if key_field is not None or tombstones:
                 raise PipelineDefinitionError(
@@ -250,12 +263,16 @@ class Pipeline(Graph):
         ts = _event_time_args(name, timestamp, timestamp_column, watermarks, avro, required=False)
         source = partial(KafkaTopicSource, topic, parallelism, bounded, avro, ts[0], ts[1])
         values = None if framing is None else AvroRecords(avro, framing)
+        channel = keyed_schema(avro, key_field, tombstones, where)
+        if kafka_timestamp_field is not None:
+            field = {"name": kafka_timestamp_field, "type": "long"}
+            channel = {**channel, "fields": [*channel["fields"], field]}
         node = self._add(
             name,
             parallelism,
             "source",
-            keyed_schema(avro, key_field, tombstones, where),
-            partial(source, key_field, tombstones, values),
+            channel,
+            partial(source, key_field, tombstones, values, kafka_timestamp_field),
             description={
                 "source": "kafka",
                 "topic": topic,
@@ -263,12 +280,49 @@ class Pipeline(Graph):
                 **({"key_field": key_field} if key_field is not None else {}),
                 **({"tombstones": True} if tombstones else {}),
                 **({"values": value_format} if framing is not None else {}),
+                **(
+                    {"kafka_timestamp_field": kafka_timestamp_field}
+                    if kafka_timestamp_field
+                    else {}
+                ),
             },
         )
         node.bounded = bounded
         node.event_time = ts[1] is not None
-        node.time = _record_time(name, ts[0], timestamp_column, ts[1], avro)
+        column = timestamp_column or kafka_timestamp_field
+        node.time = _record_time(name, ts[0], column, ts[1], channel)
         return Stream(self, name)
+
+
+def _check_kafka_time_field(
+    where: str,
+    field: str,
+    timestamp: object,
+    timestamp_column: str | None,
+    batches: bool,
+    schema: Schema,
+) -> None:
+    """Refuse ``kafka_timestamp_field`` where it cannot be (see ``read_kafka``)."""
+    if timestamp is not None or timestamp_column is not None:
+        raise PipelineDefinitionError(
+            f"{where}: kafka_timestamp_field= makes the Kafka timestamp the event time; "
+            "drop timestamp=/timestamp_column=, or kafka_timestamp_field="
+        )
+    if batches:
+        raise PipelineDefinitionError(
+            f"{where}: kafka_timestamp_field= is for records; with batches=True the event "
+            "time is the Kafka timestamp already, or a column (timestamp_column=)"
+        )
+    if not isinstance(field, str) or not field:
+        raise PipelineDefinitionError(
+            f"{where}: kafka_timestamp_field must be a field name, got {field!r}"
+        )
+    if any(f["name"] == field for f in schema.get("fields", [])):
+        raise PipelineDefinitionError(
+            f"{where}: kafka_timestamp_field {field!r} is already a field of the schema; "
+            "name a new field (the source adds it), or take the event time from the "
+            f"existing one with timestamp_column={field!r}"
+        )
 
 
 def _batch_event_time(

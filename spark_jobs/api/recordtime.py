@@ -11,9 +11,16 @@ records still carry what that reading needs:
 * with ``timestamp_column=``, through any operator whose output keeps that field as an
   integer;
 * with ``timestamp=``, through operators whose output has the source's fields;
-* the Kafka record timestamp is not part of the record, so a window cannot read it
-  back: such a window is refused, saying to declare ``timestamp_column=`` (or
-  ``timestamp=``) at the source, or to pass ``event_time=`` to the window.
+* the Kafka record timestamp is part of the record only with
+  ``read_kafka(..., kafka_timestamp_field="ts")``, which puts it into a field (then it is
+  carried as a ``timestamp_column`` is); otherwise a window behind it is refused, saying
+  to declare that (or ``timestamp_column=`` / ``timestamp=``) at the source, or to pass
+  ``event_time=`` to the window.
+
+An event-time window with built-in aggregations assigns its results a time of their own,
+as Flink does: ``end - 1``, the last instant of the window (read from the result's
+``end`` field), so a window behind it (minutes into hours, say) needs no ``event_time=``
+either.
 
 Behind a union, every input must give the same reading. What cannot be found is a
 :class:`PipelineDefinitionError` at definition, naming the window and the operator
@@ -36,31 +43,34 @@ _INTEGER = ("int", "long")
 
 @dataclass(frozen=True)
 class RecordTime:
-    """How source ``source`` reads a record's event time (ms): from field ``column``, with
-    function ``fn``, or (both ``None``) from the Kafka record timestamp."""
+    """How operator ``source`` (a source, or a window assigning its results' time) reads
+    a record's event time (ms): field ``column`` plus ``offset``, function ``fn``, or
+    (both ``None``) the Kafka record timestamp."""
 
     source: str
     column: str | None = None
     fn: Callable[[Record], int] | None = None
     fields: tuple[str, ...] = ()  # the source's record fields (what ``fn`` may read)
+    offset: int = 0
 
     def reader(self) -> Callable[[Record], int] | None:
         """A function of the record giving its event time; ``None`` for Kafka's timestamp."""
         if self.column is not None:
-            return FieldTime(self.column)
+            return FieldTime(self.column, self.offset)
         return self.fn
 
 
 @dataclass(frozen=True)
 class FieldTime:
-    """The event time in the record's integer field ``column`` (ms)."""
+    """The event time in the record's integer field ``column`` (ms), plus ``offset``."""
 
     column: str
+    offset: int = 0
 
     def __call__(self, record: Record) -> int:
-        """``record[column]``."""
+        """``record[column] + offset``."""
         t: int = record[self.column]
-        return t
+        return t + self.offset if self.offset else t
 
 
 class _Node(Protocol):
@@ -111,9 +121,9 @@ def time_at(
     if reader is None:
         raise PipelineDefinitionError(
             f"operator {window!r}: source {first.source!r} takes event time from the Kafka "
-            "record timestamp, which the records do not carry past the source; declare "
-            f"timestamp_column= (or timestamp=) on {first.source!r}, or pass event_time= "
-            "to the window"
+            "record timestamp, which the records do not carry past the source; give "
+            f"{first.source!r} kafka_timestamp_field= (the Kafka time into a field) or "
+            "timestamp_column= (or timestamp=), or pass event_time= to the window"
         )
     return reader
 
@@ -122,6 +132,8 @@ def _resolve(
     window: str, name: str, nodes: Mapping[str, _Node], inputs_of: Callable[[str], list[str]]
 ) -> RecordTime:
     node = nodes[name]
+    if node.kind != "source" and node.time is not None:  # a window's results: their own time
+        return node.time
     if node.kind == "source":
         if node.time is None:
             raise PipelineDefinitionError(

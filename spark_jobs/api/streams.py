@@ -580,7 +580,9 @@ class WindowedStream:
         ``key_by`` column's name, else ``key``), ``start``, ``end`` (ms; count windows:
         record numbers) and one field per aggregation; the schema is derived from the
         input's. ``emit="final"``: when the window fires; ``"updates"``: after every
-        record. ``emit`` and ``parallelism`` cannot name outputs."""
+        record. ``emit`` and ``parallelism`` cannot name outputs. The results of an
+        event-time window have event time ``end - 1`` (Flink's), so windows behind this one
+        read it without ``event_time=``."""
         k, where = self._keyed, f"operator {self.name!r}"
         fold, schema = keyedops.window_aggs(
             self.name, k._key_field(where), aggs, k._input_schema(where)
@@ -588,7 +590,12 @@ class WindowedStream:
         merge = fold.merge if self.spec.kind == "session_window" else None
         spec = self._spec(fold.init, fold.add, fold.window_result, merge, schema, emit)
         description = {**spec.description, "aggs": keyedops.describe_aggs(aggs)}
-        return k._keyed(self.name, dataclasses.replace(spec, description=description), parallelism)
+        out = k._keyed(self.name, dataclasses.replace(spec, description=description), parallelism)
+        if self.spec.kind != "count_window":  # results at the window's last instant (Flink's)
+            fields = tuple(f["name"] for f in schema["fields"])
+            end = recordtime.RecordTime(self.name, column="end", fields=fields, offset=-1)
+            self._keyed._p._nodes[self.name].time = end
+        return out
 
     def aggregate(
         self,

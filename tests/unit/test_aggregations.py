@@ -420,8 +420,9 @@ NARROW = {"type": "record", "name": "N", "fields": [{"name": "key", "type": "str
                 "src", "t", schema=EVENT, watermarks=spillway.Watermarks.bounded(10)
             ),
             "operator 'win': source 'src' takes event time from the Kafka record timestamp, "
-            "which the records do not carry past the source; declare timestamp_column= (or "
-            "timestamp=) on 'src', or pass event_time= to the window",
+            "which the records do not carry past the source; give 'src' "
+            "kafka_timestamp_field= (the Kafka time into a field) or timestamp_column= (or "
+            "timestamp=), or pass event_time= to the window",
         ),
         (
             lambda p: source(p, timestamp_column="ts").union(
@@ -450,3 +451,34 @@ def test_batch_sources_name_their_time_column_timestamp_column() -> None:
     src.key_by("key").window("win", Tumbling(100)).agg(n=count())
     with pytest.raises(PipelineDefinitionError, match="pass timestamp_column='<field>'"):
         Pipeline("b").read_kafka("src", "t", schema=EVENT, batches=True, timestamp="ts")  # type: ignore[arg-type]
+
+
+def test_window_results_carry_their_windows_last_instant_to_the_next_window() -> None:
+    p = Pipeline("cascade")
+    minutes = keyed(p, timestamp_column="ts").window("per10", Tumbling(10)).agg(n=count())
+    minutes.key_by("key").window("per100", Tumbling(100)).agg(windows=count(), n=spillway.sum("n"))
+    per10 = [{"key": "a", "start": s, "end": s + 10, "n": 1} for s in (0, 90, 100, 250)]
+    got = [(r["start"], r["windows"], r["n"]) for r in run(p, "per100", per10)]
+    # [90, 100) ends at 100: its last instant, 99, lies in [0, 100) — not in [100, 200).
+    assert got == [(0, 2, 2), (100, 1, 1), (200, 1, 1)]
+
+
+def test_kafka_timestamp_field_carries_the_kafka_time_in_the_records_to_windows() -> None:
+    p = Pipeline("k")
+    src = p.read_kafka("src", "t", schema=EVENT, kafka_timestamp_field="kts")
+    assert src._schema()["fields"][-1] == {"name": "kts", "type": "long"}  # type: ignore[index]
+    narrow = {"type": "record", "name": "N", "fields": [
+        {"name": "key", "type": "string"}, {"name": "kts", "type": "long"}]}  # fmt: skip
+    kept = src.map("narrow", lambda r: {"key": r["key"], "kts": r["kts"]}, schema=narrow)
+    kept.key_by("key").window("win", Tumbling(100)).agg(n=count())
+    rs = [{"key": "a", "kts": t} for t in (5, 150, 160)]
+    assert [(r["start"], r["n"]) for r in run(p, "win", rs)] == [(0, 1), (100, 2)]
+    assert p._nodes["src"].event_time  # monotonic watermarks unless given
+    for kw, message in [
+        ({"timestamp_column": "ts"}, "makes the Kafka timestamp the event time"),
+        ({"batches": True}, "kafka_timestamp_field= is for records"),
+    ]:
+        with pytest.raises(PipelineDefinitionError, match=message):
+            Pipeline("k").read_kafka("src", "t", schema=EVENT, kafka_timestamp_field="k", **kw)
+    with pytest.raises(PipelineDefinitionError, match="'ts' is already a field of the schema"):
+        Pipeline("k").read_kafka("src", "t", schema=EVENT, kafka_timestamp_field="ts")

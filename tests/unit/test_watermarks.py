@@ -316,6 +316,18 @@ def test_kafka_source_takes_the_record_timestamp_by_default(
     assert not again.idle()
 
 
+def test_kafka_source_puts_the_kafka_timestamp_into_its_time_field(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    src = _kafka_source(monkeypatch, watermarks=Watermarks.bounded(0), time_field="kts")
+    src.open(_ctx0(), {})
+    _Broker.batches = [[_Msg(0, 0, {"n": 1}, 500), _Msg(1, 0, {"n": 2}, None)]]
+    assert src.read(10) == [{"n": 1, "kts": 500}]  # no Kafka time: a bad input, rejected
+    [bad] = src.rejected()
+    assert str(bad.origin) == "in[1]@0"
+    assert bad.error.startswith("the message has no Kafka timestamp")
+
+
 def test_kafka_source_with_a_timestamp_function_and_missing_timestamps(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
