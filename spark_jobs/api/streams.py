@@ -445,6 +445,7 @@ class KeyedStream(Stream):
     def agg(
         self,
         name: str,
+        /,
         *,
         emit: str = "final",
         parallelism: int | None = None,
@@ -455,7 +456,8 @@ class KeyedStream(Stream):
         per key, its key field (the ``key_by`` column's name, else ``key``) and one field
         per aggregation, with the output schema derived from the input's. ``emit`` as
         :meth:`aggregate` (``"final"``: at the end of the input; ``"updates"``: after
-        every record). ``emit`` and ``parallelism`` cannot name outputs.
+        every record). ``emit`` and ``parallelism`` cannot name outputs; the key field's
+        type is the key column's, or the key function's return annotation.
         """
         where = f"operator {name!r}"
         spec = keyedops.builtin_aggregate(
