@@ -6,10 +6,17 @@ which stay where they are; everything here is re-exported from them::
     import spillway
 
     p = spillway.Pipeline("clicks")
-    clicks = p.generate("clicks", count=1_000, make=make_click, parallelism=2)
+    clicks = p.generate(
+        "clicks", count=1_000, make=make_click, parallelism=2, timestamp_column="ts"
+    )
     clicks.map("enrich", enrich).write_jsonl("out", "/tmp/out")
     per_minute = clicks.key_by("page").window("per-minute", spillway.Tumbling(60_000))
-    per_minute.agg(views=spillway.count(), cents=spillway.sum("cents"))
+    per_minute.agg(views=spillway.count(), cents=spillway.sum("cents")).print()
+
+Windows are values (:class:`Tumbling`, :class:`Hopping`, :class:`Session`,
+:class:`Count`), aggregations too (:func:`count`, ``sum``, ``min``, ``max``,
+:func:`mean`: attributes of this module, but left out of ``__all__`` where they would
+shadow builtins). Event time is declared once, at the source.
 
 Errors all derive from :class:`SpillwayError`. :func:`main` is the ``spillway`` command.
 """
