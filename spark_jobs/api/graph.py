@@ -167,7 +167,7 @@ class Graph:
                     problems.append(
                         f"operator {n.name!r} emits its results only when its input ends, but "
                         f"source {unbounded[0]!r} never ends; use emit='updates' or a "
-                        "tumbling_window, or bound the source"
+                        "window (key_by(...).window(name, Tumbling(size))), or bound the source"
                     )
         problems += self._windows_without_watermarks()
         cycle = self._find_cycle()
