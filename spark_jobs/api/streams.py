@@ -547,7 +547,16 @@ class KeyedStream(Stream):
         parallelism: int | None = None,
     ) -> Stream:
         """A keyed process function with keyed state and timers
-        (spillway.spark_jobs.operators.process)."""
+        (spillway.spark_jobs.operators.process). ``ctx.timestamp`` is each record's event
+        time: ``event_time(record)`` if given, else the time its source declared when the
+        records still carry it (:mod:`spillway.spark_jobs.api.recordtime`), else None."""
+        if event_time is None:
+            try:
+                event_time = recordtime.time_at(
+                    name, self.upstreams, self._p._nodes, self._p._inputs_of
+                )
+            except PipelineDefinitionError:  # no time to read: ctx.timestamp is None
+                event_time = None
         spec = keyedops.process(
             name, self.key_fn, fn, on_timer=on_timer, event_time=event_time, ttl_ms=ttl_ms,
             schema=schema,

@@ -482,3 +482,18 @@ def test_kafka_timestamp_field_carries_the_kafka_time_in_the_records_to_windows(
             Pipeline("k").read_kafka("src", "t", schema=EVENT, kafka_timestamp_field="k", **kw)
     with pytest.raises(PipelineDefinitionError, match="'ts' is already a field of the schema"):
         Pipeline("k").read_kafka("src", "t", schema=EVENT, kafka_timestamp_field="ts")
+
+
+def test_a_process_function_sees_the_sources_time_as_ctx_timestamp() -> None:
+    seen: list[int | None] = []
+
+    def note(r: dict[str, Any], ctx: Any) -> None:
+        seen.append(ctx.timestamp)
+
+    timed, untimed = Pipeline("timed"), Pipeline("untimed")
+    keyed(timed, timestamp_column="ts").process("p", note, schema=NARROW)
+    keyed(untimed).process("p", note, schema=NARROW)  # no event time: None, as before
+    rs = [{"key": "a", "ts": t, "x": 0, "f": 0.0, "s": ""} for t in (7, 3)]
+    run(timed, "p", rs)
+    run(untimed, "p", rs)
+    assert seen == [7, 3, None, None]
