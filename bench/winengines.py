@@ -7,8 +7,8 @@ when it closes (``final``), exactly-once, written as JSON to an output topic key
 
 ``spillway``  :func:`pipeline`, run by ``spillway run bench.winengines:pipeline`` on Spark
               local mode (one long-running task per subtask): read_kafka (bounded, event
-              time ``ts``, monotonic watermarks) → key_by(page) → ``hopping_window`` or
-              ``sliding_window`` (Flink's: hopping with ``slide``) → write_kafka, chained
+              time ``ts``, monotonic watermarks) → key_by(page) → ``window(Hopping(size, hop))``
+              (for "sliding" too: Flink's sliding windows are hopping) → write_kafka, chained
               (source | window+sink: two subtasks joined by the keyed channel).
 ``quix``      Quix Streams: ``group_by(page)`` (a repartition topic, as Spillway's keyed
               channel) → ``hopping_window(size, hop)`` or ``sliding_window(size)``
@@ -169,6 +169,7 @@ class _Gated:
 def pipeline() -> Any:
     """The Spillway job of the configuration in the environment (``spillway run``)."""
     from spillway.spark_jobs.api.pipeline import Pipeline
+    from spillway.spark_jobs.api.windowspec import Hopping
 
     cfg = WinConfig.from_env()
     p = Pipeline("bench-windows", chaining=True)
@@ -176,15 +177,12 @@ def pipeline() -> Any:
         "source", cfg.input, schema=EVENT_SCHEMA, bounded=True, timestamp=_ts, parallelism=1
     )
     keyed = events.key_by(page_of)
-    common: dict[str, Any] = dict(
-        event_time=_ts, init=_zero, add=_add_user, result=_row, schema=ROW_SCHEMA, parallelism=1
-    )
-    if cfg.kind == "hopping":
-        windows = keyed.hopping_window("window", size=cfg.size_ms, hop=cfg.hop_ms, **common)
-    elif cfg.kind == "sliding":
-        windows = keyed.sliding_window("window", size=cfg.size_ms, slide=cfg.hop_ms, **common)
-    else:
+    if cfg.kind not in ("hopping", "sliding"):
         raise ValueError(f"{ENV_PREFIX}KIND must be one of {KINDS}, got {cfg.kind!r}")
+    # Spillway's "sliding" is Flink's: hopping windows; the event time is the source's.
+    windows = keyed.window("window", Hopping(cfg.size_ms, cfg.hop_ms)).aggregate(
+        init=_zero, add=_add_user, result=_row, schema=ROW_SCHEMA, parallelism=1
+    )
     windows.write_kafka("sink", cfg.output, key=_row_key, parallelism=1)
     return _Gated(p, "source", cfg.gate)
 

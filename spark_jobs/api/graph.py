@@ -28,6 +28,7 @@ from spillway.channels.routing.partitioners import (
 )
 from spillway.recovery.job.plan import EdgePlan, JobPlan, OperatorPlan, Record
 from spillway.spark_jobs.api import keyedops
+from spillway.spark_jobs.api.recordtime import RecordTime
 from spillway.spark_jobs.operators.operators import make_chain
 
 Schema = dict[str, Any]  # an Avro record schema, as operators keep it
@@ -47,6 +48,8 @@ class Node:
     bounded: bool = True
     description: dict[str, Any] = field(default_factory=dict)
     event_time: bool = False  # a source whose records have event time (and watermarks)
+    # A source's: how its records' event time is read (spillway.spark_jobs.api.recordtime).
+    time: RecordTime | None = None
     # Behind key_by: the key-group count asked for (None: the default) and how a state key
     # maps to its record key (keyedops.OperatorSpec.key_of_state).
     keyed: bool = False
@@ -106,6 +109,10 @@ class Graph:
         self._order.append(name)
         return node
 
+    def _inputs_of(self, name: str) -> list[str]:
+        """The operators with an edge into ``name``, as declared so far."""
+        return [e.upstream for e in self._edges if e.downstream == name]
+
     # -- validation and compilation ------------------------------------------------------
 
     def validate(self) -> None:
@@ -160,7 +167,7 @@ class Graph:
                     problems.append(
                         f"operator {n.name!r} emits its results only when its input ends, but "
                         f"source {unbounded[0]!r} never ends; use emit='updates' or a "
-                        "tumbling_window, or bound the source"
+                        "window (key_by(...).window(name, Tumbling(size))), or bound the source"
                     )
         problems += self._windows_without_watermarks()
         cycle = self._find_cycle()

@@ -1,6 +1,6 @@
 """Argument checks and logic factories behind the keyed operators of the pipeline API
-(``KeyedStream.*_window`` and ``.process``); ``spillway.spark_jobs.api.pipeline`` only delegates
-here.
+(``KeyedStream.window``, ``.agg`` and ``.process``); ``spillway.spark_jobs.api.streams``
+only delegates here.
 
 Each function returns an :class:`OperatorSpec`: the logic factory, the output schema and
 the description the plan fingerprints.
@@ -16,18 +16,24 @@ from typing import Any
 
 from spillway.channels.errors import PipelineDefinitionError
 from spillway.recovery.job.plan import Record
+from spillway.spark_jobs.operators.operators import KeyedAggregateLogic
 from spillway.spark_jobs.operators.process import ProcessContext, ProcessLogic
 from spillway.spark_jobs.operators.windows import (
     CountWindowLogic,
     FixedWindowLogic,
     SessionWindowLogic,
 )
+from spillway.spark_jobs.records.aggregations import (
+    Agg,
+    RecordAggs,
+    check_aggs,
+    output_fields,
+)
 from spillway.spark_jobs.records.records import adapt, output_schema
+from spillway.spark_jobs.records.schemas import avro_name
 
 # Operators that fire on watermarks (Pipeline checks a watermark can reach them).
-EVENT_TIME_OPS = frozenset(
-    {"tumbling_window", "hopping_window", "sliding_window", "session_window", "asof_join"}
-)
+EVENT_TIME_OPS = frozenset({"tumbling_window", "hopping_window", "session_window", "asof_join"})
 
 
 @dataclass(frozen=True)
@@ -178,6 +184,59 @@ def count_window(
         CountWindowLogic, key_fn, size, init, adapt(add, (1,)), adapt(result, (), out), emit
     )
     return OperatorSpec(factory, avro, {"op": "count_window", "size": size, "mode": emit})
+
+
+def describe_aggs(aggs: Mapping[str, Agg]) -> dict[str, list[Any]]:
+    """Built-in aggregations as the plan description keeps them (output → [kind, field]):
+    accumulators are positional slots, so a changed definition changes the fingerprint."""
+    return {out: [a.kind, a.of if isinstance(a.of, str) or a.of is None else repr(a.of)]
+            for out, a in aggs.items()}  # fmt: skip
+
+
+def _agg_schema(
+    name: str, key: tuple[str, Any], extra: list[dict[str, Any]], aggs: Mapping[str, Agg],
+    input_schema: Mapping[str, Any], where: str,
+) -> tuple[RecordAggs, dict[str, Any]]:  # fmt: skip
+    checked = check_aggs(aggs, where)
+    taken = {key[0], *(f["name"] for f in extra)}
+    for out in checked:
+        if out in taken:
+            raise PipelineDefinitionError(
+                f"{where}: output field {out!r} is also the "
+                f"{'key' if out == key[0] else 'window'} field; name the aggregation otherwise"
+            )
+    fields = [{"name": key[0], "type": key[1]}, *extra]
+    fields += output_fields(checked, input_schema, where)
+    schema = {"type": "record", "name": avro_name(name), "fields": fields}
+    return RecordAggs(checked, key[0]), schema
+
+
+def window_aggs(
+    name: str, key: tuple[str, Any], aggs: Mapping[str, Agg], input_schema: Mapping[str, Any]
+) -> tuple[RecordAggs, dict[str, Any]]:
+    """The fold of built-in aggregations ``aggs`` of window operator ``name`` and its
+    output schema: ``key`` (name, Avro type), ``start``, ``end`` (long) and one field per
+    aggregation; :class:`PipelineDefinitionError` naming the operator if one cannot be."""
+    window = [{"name": "start", "type": "long"}, {"name": "end", "type": "long"}]
+    return _agg_schema(name, key, window, aggs, input_schema, f"operator {name!r}")
+
+
+def builtin_aggregate(
+    name: str,
+    key_fn: Callable[[Record], Any],
+    key: tuple[str, Any],
+    aggs: Mapping[str, Agg],
+    input_schema: Mapping[str, Any],
+    emit: str,
+) -> OperatorSpec:
+    """``KeyedStream.agg``: built-in aggregations per key (a :class:`KeyedAggregateLogic`
+    over their fold), the output schema derived (``key``: the key field's name and type)."""
+    where = f"operator {name!r}"
+    _check_common(name, emit, 0)
+    fold, schema = _agg_schema(name, key, [], aggs, input_schema, where)
+    factory = partial(KeyedAggregateLogic, key_fn, fold.init, fold.add, fold.keyed_result, emit)
+    desc = {"op": "aggregate", "emit": emit, "aggs": describe_aggs(fold.aggs)}
+    return OperatorSpec(factory, schema, desc)
 
 
 def process(

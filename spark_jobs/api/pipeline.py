@@ -38,6 +38,7 @@ from spillway.recovery.job.plan import Record
 from spillway.spark_jobs.api.coprocess import connect as connect  # re-exported: two-input operators
 from spillway.spark_jobs.api.graph import Graph
 from spillway.spark_jobs.api.graph import Schema as Schema
+from spillway.spark_jobs.api.recordtime import FieldTime, RecordTime, integer_field
 from spillway.spark_jobs.api.streams import KeyedStream as KeyedStream  # re-exported, with Stream
 from spillway.spark_jobs.api.streams import SchemaLike as SchemaLike
 from spillway.spark_jobs.api.streams import Stream as Stream
@@ -63,33 +64,31 @@ class Pipeline(Graph):
         count: int | None,
         parallelism: int = 1,
         rate: float | None = None,
-        event_time: Callable[[Record], int] | None = None,
         timestamp: Callable[[Record], int] | None = None,
+        timestamp_column: str | None = None,
         watermarks: Watermarks | None = None,
     ) -> Stream:
         """A seeded generator: record ``make(i)`` for ``i < count`` (``None``: unbounded).
 
-        Event time: ``timestamp(record)`` in ms (``event_time`` is its older name), with
-        ``watermarks`` (default :meth:`Watermarks.monotonic`); see :meth:`read_kafka`.
-        ``schema`` may be omitted when ``make`` is annotated ``-> SomeDataclass``.
+        Event time, declared once here for every window downstream: the integer field
+        ``timestamp_column`` (ms) or ``timestamp(record)``, with ``watermarks`` (default
+        :meth:`Watermarks.monotonic`); see :meth:`read_kafka`. ``schema`` may be omitted
+        when ``make`` is annotated ``-> SomeDataclass``.
         """
-        if event_time is not None and timestamp is not None:
-            raise PipelineDefinitionError(
-                f"source {name!r}: pass timestamp= or its older name event_time=, not both"
-            )
-        ts = _event_time_args(name, timestamp or event_time, watermarks, required=True)
         avro, out = output_schema(schema, make, f"source {name!r}", name)
+        ts = _event_time_args(name, timestamp, timestamp_column, watermarks, avro, required=True)
         make = adapt(make, (), out)
         node = self._add(
             name,
             parallelism,
             "source",
             avro,
-            partial(GeneratorSource, make, count, parallelism, rate, _typed(ts[0]), ts[1]),
+            partial(GeneratorSource, make, count, parallelism, rate, ts[0], ts[1]),
             description={"source": "generator", "count": count},
         )
         node.bounded = count is not None
         node.event_time = ts[1] is not None
+        node.time = _record_time(name, ts[0], timestamp_column, ts[1], avro)
         return Stream(self, name)
 
     def read_files(
@@ -100,7 +99,8 @@ class Pipeline(Graph):
         format: str,
         schema: SchemaLike,
         parallelism: int = 1,
-        timestamp: Callable[[Record], int] | str | None = None,
+        timestamp: Callable[[Record], int] | None = None,
+        timestamp_column: str | None = None,
         watermarks: Watermarks | None = None,
         batches: bool = False,
     ) -> Stream:
@@ -109,28 +109,32 @@ class Pipeline(Graph):
         JSONL and CSV lines are checked against ``schema``; a bad line (not UTF-8, not
         JSON, wrong column count, NaN, a number too big for its field) stops the job
         naming file and line, or goes to the dead-letter channel with ``--dead-letter``.
-        Event time: ``timestamp(record)`` in ms, with ``watermarks`` (default
+        Event time, declared once here for every window downstream: the integer field
+        ``timestamp_column`` (ms) or ``timestamp(record)``, with ``watermarks`` (default
         :meth:`Watermarks.monotonic`); a timestamp that fails is a bad line too.
 
         ``batches=True`` (CSV or Parquet, flat schema) reads Arrow batches
-        (:mod:`spillway.spark_jobs.connectors.batchsources`) and writes them to the channel as
-        Arrow; its
-        ``timestamp`` is then a column's name (a non-null integer field, ms).
+        (:mod:`spillway.spark_jobs.connectors.batchsources`) and writes them to the channel
+        as Arrow; its event time can only be a column, ``timestamp_column`` (a non-null
+        integer field, ms).
         """
         schema = avro_schema(schema, where=f"source {name!r}", name=name)
         if batches:
-            ts_col = _batch_event_time(name, timestamp, watermarks, required=True)
-            return self._batch_files(name, pattern, format, schema, parallelism, *ts_col)
-        ts = _event_time_args(name, timestamp, watermarks, required=True)
+            ts_col = _batch_event_time(name, timestamp, timestamp_column, watermarks, True)
+            stream = self._batch_files(name, pattern, format, schema, parallelism, *ts_col)
+            self._nodes[name].time = _record_time(name, None, timestamp_column, ts_col[1], schema)
+            return stream
+        ts = _event_time_args(name, timestamp, timestamp_column, watermarks, schema, required=True)
         node = self._add(
             name,
             parallelism,
             "source",
             schema,
-            partial(FileSource, pattern, format, parallelism, schema, _typed(ts[0]), ts[1]),
+            partial(FileSource, pattern, format, parallelism, schema, ts[0], ts[1]),
             description={"source": "files", "format": format},
         )
         node.event_time = ts[1] is not None
+        node.time = _record_time(name, ts[0], timestamp_column, ts[1], schema)
         return Stream(self, name)
 
     def _batch_kafka(
@@ -186,29 +190,35 @@ class Pipeline(Graph):
         schema: SchemaLike,
         parallelism: int = 1,
         bounded: bool = False,
-        timestamp: Callable[[Record], int] | str | None = None,
+        timestamp: Callable[[Record], int] | None = None,
+        timestamp_column: str | None = None,
         watermarks: Watermarks | None = None,
         batches: bool = False,
         key_field: str | None = None,
         tombstones: bool = False,
         value_format: str = "json",
+        kafka_timestamp_field: str | None = None,
     ) -> Stream:
         """JSON (or Avro) records of an existing topic (read_committed); offsets in checkpoints.
 
         ``bounded=True`` reads up to the end offsets seen when the job first starts.
 
-        Event time (needed by windows behind an unbounded source): pass ``watermarks``,
-        e.g. ``Watermarks.bounded(5_000, idle_timeout_ms=30_000)``. Each record's event
-        time is then its Kafka record timestamp, or ``timestamp(record)`` (ms) if given
-        (``timestamp`` alone means ``Watermarks.monotonic()``). A subtask's watermark is
+        Event time (needed by windows behind an unbounded source), declared once here for
+        every window downstream: pass ``watermarks``, e.g. ``Watermarks.bounded(5_000,
+        idle_timeout_ms=30_000)``. Each record's event time is then its Kafka record
+        timestamp, or its integer field ``timestamp_column`` (ms), or ``timestamp(record)``
+        (ms) (either alone means ``Watermarks.monotonic()``). Windows read the time the
+        same way (:mod:`spillway.spark_jobs.api.recordtime`); the Kafka record timestamp
+        is not in the record, so a window downstream needs ``timestamp_column`` or
+        ``timestamp`` here (or its own ``event_time=``). A subtask's watermark is
         the minimum over its partitions of (largest event time − bound), leaving out
         partitions idle longer than the idle timeout; it is checkpointed with the offsets.
 
         ``batches=True`` (flat schema) decodes each partition's values of a read with one
         ``pyarrow.json`` call (:mod:`spillway.spark_jobs.connectors.batchsources`) and writes the
         batch to the
-        channel as Arrow; its ``timestamp`` is then a column's name (a non-null integer
-        field, ms), and without one the event time is the Kafka timestamp.
+        channel as Arrow; its event time is then ``timestamp_column`` (a non-null integer
+        field, ms), or without one the Kafka timestamp.
 
         ``key_field="id"`` puts each message's key (UTF-8 text) into the string field
         ``id``. ``tombstones=True`` (with ``key_field``) reads a table topic: a message
@@ -216,6 +226,12 @@ class Pipeline(Graph):
         ``{"id": key, "_deleted": True}`` (other fields ``None``; rows get ``"_deleted":
         False``), which a lookup join's table input applies by deleting the row
         (:mod:`spillway.spark_jobs.records.tombstones`). Without it a tombstone is a bad record.
+
+        ``kafka_timestamp_field="ts"`` puts each message's Kafka record timestamp (ms) into
+        the long field ``ts`` (added to the records; ``schema`` must not have it) and makes
+        it the event time: the Kafka time then travels with the record, and windows
+        downstream read it from that field. Not with ``timestamp=``/``timestamp_column=``
+        (one event time per source) nor ``batches=True``.
 
         ``value_format="avro"``: each value is one Avro datum of ``schema`` (as
         ``fastavro.schemaless_writer`` writes it); ``"avro-confluent"``: behind the Schema
@@ -225,25 +241,38 @@ class Pipeline(Graph):
         """
         where = f"source {name!r}"
         framing = avro_framing(value_format, where, key_field is not None or tombstones)
+        if kafka_timestamp_field is not None:
+            _check_kafka_time_field(
+                where, kafka_timestamp_field, timestamp, timestamp_column, batches,
+                avro_schema(schema, where=where, name=name),
+            )  # fmt: skip
+            watermarks = watermarks or Watermarks.monotonic()
         if batches:
             if key_field is not None or tombstones:
                 raise PipelineDefinitionError(
                     f"{where}: batches=True reads values only; drop key_field/tombstones or batches"
                 )
-            ts_col = _batch_event_time(name, timestamp, watermarks, required=False)
-            return self._batch_kafka(
+            ts_col = _batch_event_time(name, timestamp, timestamp_column, watermarks, False)
+            stream = self._batch_kafka(
                 name, topic, schema, parallelism, bounded, *ts_col, framing=framing
             )
-        ts = _event_time_args(name, timestamp, watermarks, required=False)
+            node = self._nodes[name]
+            node.time = _record_time(name, None, timestamp_column, ts_col[1], node.schema or {})
+            return stream
         avro = avro_schema(schema, where=where, name=name)
-        source = partial(KafkaTopicSource, topic, parallelism, bounded, avro, _typed(ts[0]), ts[1])
+        ts = _event_time_args(name, timestamp, timestamp_column, watermarks, avro, required=False)
+        source = partial(KafkaTopicSource, topic, parallelism, bounded, avro, ts[0], ts[1])
         values = None if framing is None else AvroRecords(avro, framing)
+        channel = keyed_schema(avro, key_field, tombstones, where)
+        if kafka_timestamp_field is not None:
+            field = {"name": kafka_timestamp_field, "type": "long"}
+            channel = {**channel, "fields": [*channel["fields"], field]}
         node = self._add(
             name,
             parallelism,
             "source",
-            keyed_schema(avro, key_field, tombstones, where),
-            partial(source, key_field, tombstones, values),
+            channel,
+            partial(source, key_field, tombstones, values, kafka_timestamp_field),
             description={
                 "source": "kafka",
                 "topic": topic,
@@ -251,24 +280,74 @@ class Pipeline(Graph):
                 **({"key_field": key_field} if key_field is not None else {}),
                 **({"tombstones": True} if tombstones else {}),
                 **({"values": value_format} if framing is not None else {}),
+                **(
+                    {"kafka_timestamp_field": kafka_timestamp_field}
+                    if kafka_timestamp_field
+                    else {}
+                ),
             },
         )
         node.bounded = bounded
         node.event_time = ts[1] is not None
+        column = timestamp_column or kafka_timestamp_field
+        node.time = _record_time(name, ts[0], column, ts[1], channel)
         return Stream(self, name)
 
 
+def _check_kafka_time_field(
+    where: str,
+    field: str,
+    timestamp: object,
+    timestamp_column: str | None,
+    batches: bool,
+    schema: Schema,
+) -> None:
+    """Refuse ``kafka_timestamp_field`` where it cannot be (see ``read_kafka``)."""
+    if timestamp is not None or timestamp_column is not None:
+        raise PipelineDefinitionError(
+            f"{where}: kafka_timestamp_field= makes the Kafka timestamp the event time; "
+            "drop timestamp=/timestamp_column=, or kafka_timestamp_field="
+        )
+    if batches:
+        raise PipelineDefinitionError(
+            f"{where}: kafka_timestamp_field= is for records; with batches=True the event "
+            "time is the Kafka timestamp already, or a column (timestamp_column=)"
+        )
+    if not isinstance(field, str) or not field:
+        raise PipelineDefinitionError(
+            f"{where}: kafka_timestamp_field must be a field name, got {field!r}"
+        )
+    if any(f["name"] == field for f in schema.get("fields", [])):
+        raise PipelineDefinitionError(
+            f"{where}: kafka_timestamp_field {field!r} is already a field of the schema; "
+            "name a new field (the source adds it), or take the event time from the "
+            f"existing one with timestamp_column={field!r}"
+        )
+
+
 def _batch_event_time(
-    name: str, timestamp: Any, watermarks: Watermarks | None, *, required: bool
+    name: str,
+    timestamp: object,
+    timestamp_column: str | None,
+    watermarks: Watermarks | None,
+    required: bool,
 ) -> tuple[str | None, Watermarks | None]:
     """(timestamp column, strategy) of batch source ``name``; strategy ``None``: no event
-    time. A batch source's timestamp is a column name, not a function."""
-    if timestamp is not None and not isinstance(timestamp, str):
+    time. A batch source's event time is a column (``timestamp_column``), not a function."""
+    if timestamp is not None:
         raise PipelineDefinitionError(
-            f"source {name!r}: with batches=True, timestamp= is the name of a column holding "
-            f"the event time in ms, not {timestamp!r}; or read records (batches=False)"
+            f"source {name!r}: with batches=True the event time is a column: pass "
+            f"timestamp_column='<field>' (integer ms) instead of timestamp={timestamp!r}; "
+            "or read records (batches=False)"
         )
-    return timestamp, _strategy(name, timestamp, watermarks, required, "the column holding")
+    if timestamp_column is not None and not isinstance(timestamp_column, str):
+        raise PipelineDefinitionError(
+            f"source {name!r}: timestamp_column must be a field name, got {timestamp_column!r}"
+        )
+    strategy = _strategy(
+        name, timestamp_column, watermarks, required, "timestamp_column=, the field holding"
+    )
+    return timestamp_column, strategy
 
 
 def _strategy(
@@ -283,35 +362,76 @@ def _strategy(
         )
     if watermarks is not None and timestamp is None and required:
         raise PipelineDefinitionError(
-            f"source {name!r}: watermarks= needs timestamp=, {what} its event time in ms"
+            f"source {name!r}: watermarks= needs {what} its event time in ms"
         )
     if timestamp is not None and watermarks is None:
         return Watermarks.monotonic()
     return watermarks
 
 
-def _typed(timestamp: Callable[[Record], int] | None) -> Callable[[Record], int] | None:
-    """A timestamp function that gets a dataclass if its parameter is annotated with one."""
-    return None if timestamp is None else adapt(timestamp)
-
-
 def _event_time_args(
     name: str,
-    timestamp: Callable[[Record], int] | str | None,
+    timestamp: Callable[[Record], int] | None,
+    timestamp_column: str | None,
     watermarks: Watermarks | None,
+    schema: Schema,
     *,
     required: bool,
 ) -> tuple[Callable[[Record], int] | None, Watermarks | None]:
-    """(timestamp function, strategy) of source ``name``; strategy ``None``: no event time.
+    """(timestamp function, strategy) of record source ``name``; strategy ``None``: no
+    event time. ``timestamp_column`` becomes a function reading that integer field.
 
     ``required``: the source has no timestamp of its own (unlike Kafka's record time).
     """
-    if timestamp is not None and not callable(timestamp):
+    where = f"source {name!r}"
+    if timestamp is not None and timestamp_column is not None:
         raise PipelineDefinitionError(
-            f"source {name!r}: timestamp must be a function of the record returning its "
-            f"event time in ms, got {timestamp!r}"
+            f"{where}: pass timestamp= (a function) or timestamp_column= (a field), not both"
         )
+    given: object = timestamp  # typed a function, but users pass field names too
+    if given is not None and not callable(given):
+        hint = (
+            f"; for the field {given!r} pass timestamp_column={given!r}"
+            if isinstance(given, str)
+            else ""
+        )
+        raise PipelineDefinitionError(
+            f"{where}: timestamp must be a function of the record returning its event time "
+            f"in ms, got {timestamp!r}{hint}"
+        )
+    fn: Callable[[Record], int] | None = None
+    if timestamp_column is not None:
+        if not integer_field(schema, timestamp_column):
+            raise PipelineDefinitionError(
+                f"{where}: timestamp_column {timestamp_column!r} must name an integer "
+                f"(int/long, ms) field of the schema; its fields are "
+                f"{[f['name'] for f in schema.get('fields', [])]}"
+            )
+        fn = FieldTime(timestamp_column)
+    elif timestamp is not None:
+        fn = adapt(timestamp)  # gets a dataclass if its parameter is annotated with one
+    declared = timestamp if timestamp is not None else timestamp_column
     strategy = _strategy(
-        name, timestamp, watermarks, required, "a function of the record returning"
-    )
-    return timestamp, strategy
+        name, declared, watermarks, required,
+        "timestamp_column= (a field) or timestamp= (a function) giving",
+    )  # fmt: skip
+    return fn, strategy
+
+
+def _record_time(
+    name: str,
+    timestamp: Callable[[Record], int] | None,
+    timestamp_column: str | None,
+    strategy: object,
+    schema: Schema,
+) -> RecordTime | None:
+    """How windows downstream of source ``name`` read its records' time (``None``: it
+    has no event time): ``timestamp`` is the source's (adapted) timestamp function."""
+    if strategy is None:
+        return None
+    fields = tuple(f["name"] for f in schema.get("fields", []))
+    if timestamp_column is not None:
+        return RecordTime(name, column=timestamp_column, fields=fields)
+    if timestamp is not None:
+        return RecordTime(name, fn=timestamp, fields=fields)
+    return RecordTime(name, fields=fields)

@@ -6,6 +6,7 @@ that keep per-key state (aggregates, windows, process functions, columnar aggreg
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 from typing import Any
@@ -15,8 +16,9 @@ from spillway.channels.routing.batchkey import BatchKey
 from spillway.channels.routing.batchwrite import ColumnKey
 from spillway.channels.wire.arrowcodec import arrow_schema
 from spillway.recovery.job.plan import Record
-from spillway.spark_jobs.api import batchspecs, keyedops
+from spillway.spark_jobs.api import batchspecs, keyedops, recordtime, windowspec
 from spillway.spark_jobs.api.graph import Edge, Graph, Schema
+from spillway.spark_jobs.api.windowspec import Duration, Window
 from spillway.spark_jobs.connectors.sinks import ConsoleSink, JsonlFileSink, KafkaTopicSink
 from spillway.spark_jobs.connectors.tablesinks import columnar_sink
 from spillway.spark_jobs.operators.batchagg import Agg, Derive
@@ -173,8 +175,10 @@ class Stream:
         parallelism, if larger).
         """
         key = ColumnKey(key_fn) if isinstance(key_fn, str) else adapt(key_fn)
-
-        return KeyedStream(self._p, self.name, key, max_parallelism, self._also)
+        keyed = KeyedStream(self._p, self.name, key, max_parallelism, self._also)
+        if not isinstance(key_fn, str):
+            keyed._key_type = returned_type(key_fn)
+        return keyed
 
     def union(self, *others: Stream) -> Stream:
         """This stream and ``others`` (same schema) as one: the next operator reads all
@@ -319,6 +323,7 @@ class KeyedStream(Stream):
         super().__init__(pipeline, name, "hash", key_fn, also)
         self.key_fn = key_fn
         self.max_parallelism = max_parallelism
+        self._key_type: Any = None  # the key function's return annotation, if any
 
     def _then(
         self,
@@ -437,118 +442,98 @@ class KeyedStream(Stream):
             parallelism=parallelism,
         )
 
-    def tumbling_window(
+    def agg(
         self,
         name: str,
+        /,
         *,
-        size: int,
-        event_time: Callable[[Record], int],
-        init: Callable[[], Any],
-        add: Callable[[Any, Record], Any],
-        result: Callable[[Any, int, int, Any], Record],
-        schema: SchemaLike = None,
-        allowed_lateness_ms: int = 0,
         emit: str = "final",
         parallelism: int | None = None,
+        **aggs: Agg,
     ) -> Stream:
-        """Event-time tumbling windows ``[start, start + size)``
-        (spillway.spark_jobs.operators.windows)."""
-        spec = keyedops.fixed_window(
-            "tumbling_window", name, self.key_fn, size=size, hop=size, event_time=event_time,
-            init=init, add=add, result=result, schema=schema,
-            allowed_lateness_ms=allowed_lateness_ms, emit=emit,
-        )  # fmt: skip
+        """Built-in aggregations per key, e.g. ``agg("totals", total=sum("cents"),
+        n=count())`` (:mod:`spillway.spark_jobs.records.aggregations`): one output record
+        per key, its key field (the ``key_by`` column's name, else ``key``) and one field
+        per aggregation, with the output schema derived from the input's. ``emit`` as
+        :meth:`aggregate` (``"final"``: at the end of the input; ``"updates"``: after
+        every record). ``emit`` and ``parallelism`` cannot name outputs; the key field's
+        type is the key column's, or the key function's return annotation.
+        """
+        where = f"operator {name!r}"
+        spec = keyedops.builtin_aggregate(
+            name, self.key_fn, self._key_field(where), aggs, self._input_schema(where), emit
+        )
         return self._keyed(name, spec, parallelism)
 
-    def hopping_window(
+    def window(
         self,
         name: str,
+        window: Window,
         *,
-        size: int,
-        hop: int,
-        event_time: Callable[[Record], int],
-        init: Callable[[], Any],
-        add: Callable[[Any, Record], Any],
-        result: Callable[[Any, int, int, Any], Record],
-        schema: SchemaLike = None,
-        allowed_lateness_ms: int = 0,
-        emit: str = "final",
-        parallelism: int | None = None,
-    ) -> Stream:
-        """Event-time windows of ``size`` starting every ``hop`` ms
-        (spillway.spark_jobs.operators.windows)."""
-        spec = keyedops.fixed_window(
-            "hopping_window", name, self.key_fn, size=size, hop=hop, event_time=event_time,
-            init=init, add=add, result=result, schema=schema,
-            allowed_lateness_ms=allowed_lateness_ms, emit=emit,
-        )  # fmt: skip
-        return self._keyed(name, spec, parallelism)
+        allowed_lateness: Duration = 0,
+        event_time: Callable[[Record], int] | None = None,
+    ) -> WindowedStream:
+        """Window operator ``name`` over this keyed stream: ``window`` is
+        ``Tumbling(size)``, ``Hopping(size, hop)``, ``Session(gap)`` or ``Count(n)``
+        (:mod:`spillway.spark_jobs.api.windowspec`; durations as ``timedelta`` or ms);
+        finish it with :meth:`WindowedStream.agg` (built-in aggregations) or
+        :meth:`WindowedStream.aggregate` (a custom fold).
 
-    def sliding_window(
-        self,
-        name: str,
-        *,
-        size: int,
-        slide: int,
-        event_time: Callable[[Record], int],
-        init: Callable[[], Any],
-        add: Callable[[Any, Record], Any],
-        result: Callable[[Any, int, int, Any], Record],
-        schema: SchemaLike = None,
-        allowed_lateness_ms: int = 0,
-        emit: str = "final",
-        parallelism: int | None = None,
-    ) -> Stream:
-        """Flink's sliding windows: hopping windows of ``size`` every ``slide`` ms."""
-        spec = keyedops.fixed_window(
-            "sliding_window", name, self.key_fn, size=size, hop=slide, event_time=event_time,
-            init=init, add=add, result=result, schema=schema,
-            allowed_lateness_ms=allowed_lateness_ms, emit=emit,
-        )  # fmt: skip
-        return self._keyed(name, spec, parallelism)
+        Event-time windows read each record's time as its source declared it
+        (``timestamp_column=`` or ``timestamp=``; :mod:`spillway.spark_jobs.api.recordtime`).
+        ``event_time=`` overrides that with another time (a function of the record, ms),
+        e.g. where the records no longer carry the source's. ``allowed_lateness``: how
+        long after it fired a window still takes late records
+        (:mod:`spillway.spark_jobs.operators.windows`). Count windows have neither.
+        A bad window value is a :class:`PipelineDefinitionError` naming ``name``.
+        """
+        where = f"operator {name!r}"
+        spec = windowspec.resolve(window, where)
+        lateness = windowspec.millis(allowed_lateness, "allowed_lateness", where, minimum=0)
+        if spec.kind == "count_window":
+            if event_time is not None or lateness:
+                raise PipelineDefinitionError(
+                    f"{where}: a Count window has no event time: drop event_time= and "
+                    "allowed_lateness="
+                )
+            return WindowedStream(self, name, spec, None, 0)
+        if event_time is not None:
+            if not callable(event_time):
+                raise PipelineDefinitionError(
+                    f"{where}: event_time must be a function of the record returning its "
+                    f"event time in ms, got {event_time!r}"
+                )
+            time_fn = adapt(event_time)
+        else:
+            nodes = self._p._nodes
+            time_fn = recordtime.time_at(name, self.upstreams, nodes, self._p._inputs_of)
+        return WindowedStream(self, name, spec, time_fn, lateness)
 
-    def session_window(
-        self,
-        name: str,
-        *,
-        gap: int,
-        event_time: Callable[[Record], int],
-        init: Callable[[], Any],
-        add: Callable[[Any, Record], Any],
-        merge: Callable[[Any, Any], Any],
-        result: Callable[[Any, int, int, Any], Record],
-        schema: SchemaLike = None,
-        allowed_lateness_ms: int = 0,
-        emit: str = "final",
-        parallelism: int | None = None,
-    ) -> Stream:
-        """Sessions ``[first, last + gap)`` per key, merged as records bridge them."""
-        spec = keyedops.session_window(
-            name, self.key_fn, gap=gap, event_time=event_time, init=init, add=add,
-            merge=merge, result=result, schema=schema,
-            allowed_lateness_ms=allowed_lateness_ms, emit=emit,
-        )  # fmt: skip
-        return self._keyed(name, spec, parallelism)
+    def _key_field(self, where: str) -> tuple[str, Any]:
+        """(name, Avro type) of the key field in built-in aggregations' output."""
+        if isinstance(self.key_fn, ColumnKey):
+            column = self.key_fn.column
+            for f in self._input_schema(where).get("fields", []):
+                if f["name"] == column:
+                    return column, f["type"]
+            raise PipelineDefinitionError(
+                f"{where}: key column {column!r} is not in the input; its fields are "
+                f"{[f['name'] for f in self._input_schema(where).get('fields', [])]}"
+            )
+        avro = _AVRO_OF.get(self._key_type)
+        if avro is None:
+            raise PipelineDefinitionError(
+                f"{where}: the output's key type is unknown: key_by a column name "
+                '(key_by("user")), or annotate the key function\'s return type (str, int, '
+                "float or bool)"
+            )
+        return "key", avro
 
-    def count_window(
-        self,
-        name: str,
-        *,
-        size: int,
-        init: Callable[[], Any],
-        add: Callable[[Any, Record], Any],
-        result: Callable[[Any, int, int, Any], Record],
-        schema: SchemaLike = None,
-        emit: str = "final",
-        parallelism: int | None = None,
-    ) -> Stream:
-        """Windows of ``size`` records per key, in arrival order
-        (spillway.spark_jobs.operators.windows)."""
-        spec = keyedops.count_window(
-            name, self.key_fn, size=size, init=init, add=add, result=result, schema=schema,
-            emit=emit,
-        )  # fmt: skip
-        return self._keyed(name, spec, parallelism)
+    def _input_schema(self, where: str) -> Schema:
+        schema = self._schema()
+        if schema is None:
+            raise PipelineDefinitionError(f"{where}: the input has no schema to aggregate")
+        return schema
 
     def process(
         self,
@@ -562,7 +547,16 @@ class KeyedStream(Stream):
         parallelism: int | None = None,
     ) -> Stream:
         """A keyed process function with keyed state and timers
-        (spillway.spark_jobs.operators.process)."""
+        (spillway.spark_jobs.operators.process). ``ctx.timestamp`` is each record's event
+        time: ``event_time(record)`` if given, else the time its source declared when the
+        records still carry it (:mod:`spillway.spark_jobs.api.recordtime`), else None."""
+        if event_time is None:
+            try:
+                event_time = recordtime.time_at(
+                    name, self.upstreams, self._p._nodes, self._p._inputs_of
+                )
+            except PipelineDefinitionError:  # no time to read: ctx.timestamp is None
+                event_time = None
         spec = keyedops.process(
             name, self.key_fn, fn, on_timer=on_timer, event_time=event_time, ttl_ms=ttl_ms,
             schema=schema,
@@ -574,6 +568,102 @@ class KeyedStream(Stream):
             name, spec.factory, spec.schema, parallelism, stateful=True,
             description=spec.description, key_of_state=spec.key_of_state,
         )  # fmt: skip
+
+
+class WindowedStream:
+    """A keyed stream with a window declared (:meth:`KeyedStream.window`); :meth:`agg`
+    or :meth:`aggregate` adds the window operator."""
+
+    def __init__(
+        self,
+        keyed: KeyedStream,
+        name: str,
+        window: windowspec.Resolved,
+        time_fn: Callable[[Record], int] | None,
+        allowed_lateness_ms: int,
+    ) -> None:
+        self._keyed, self.name, self.spec = keyed, name, window
+        self._time, self._lateness = time_fn, allowed_lateness_ms
+
+    def agg(self, *, emit: str = "final", parallelism: int | None = None, **aggs: Agg) -> Stream:
+        """Built-in aggregations per key and window, e.g. ``.agg(views=count(),
+        total=sum("cents"))``: one record per key and window with the key field (the
+        ``key_by`` column's name, else ``key``), ``start``, ``end`` (ms; count windows:
+        record numbers) and one field per aggregation; the schema is derived from the
+        input's. ``emit="final"``: when the window fires; ``"updates"``: after every
+        record. ``emit`` and ``parallelism`` cannot name outputs. The results of an
+        event-time window have event time ``end - 1`` (Flink's), so windows behind this one
+        read it without ``event_time=``."""
+        k, where = self._keyed, f"operator {self.name!r}"
+        fold, schema = keyedops.window_aggs(
+            self.name, k._key_field(where), aggs, k._input_schema(where)
+        )
+        merge = fold.merge if self.spec.kind == "session_window" else None
+        spec = self._spec(fold.init, fold.add, fold.window_result, merge, schema, emit)
+        description = {**spec.description, "aggs": keyedops.describe_aggs(aggs)}
+        out = k._keyed(self.name, dataclasses.replace(spec, description=description), parallelism)
+        if self.spec.kind != "count_window":  # results at the window's last instant (Flink's)
+            fields = tuple(f["name"] for f in schema["fields"])
+            end = recordtime.RecordTime(self.name, column="end", fields=fields, offset=-1)
+            self._keyed._p._nodes[self.name].time = end
+        return out
+
+    def aggregate(
+        self,
+        *,
+        init: Callable[[], Any],
+        add: Callable[[Any, Record], Any],
+        result: Callable[[Any, int, int, Any], Record],
+        merge: Callable[[Any, Any], Any] | None = None,
+        schema: SchemaLike = None,
+        emit: str = "final",
+        parallelism: int | None = None,
+    ) -> Stream:
+        """A custom fold per key and window: ``init()`` an accumulator (JSON-able),
+        ``add(acc, record)`` folds a record in, ``result(key, start, end, acc)`` makes the
+        output record (``schema``: its schema, or ``result``'s return annotation).
+        ``merge(a, b)`` combines two accumulators; session windows need it. ``emit`` as
+        in :meth:`agg`."""
+        where = f"operator {self.name!r}"
+        if self.spec.kind == "session_window" and merge is None:
+            raise PipelineDefinitionError(
+                f"{where}: a Session window merges sessions a record bridges, so it needs "
+                "merge=(acc, acc) -> acc"
+            )
+        spec = self._spec(init, add, result, merge, schema, emit)
+        return self._keyed._keyed(self.name, spec, parallelism)
+
+    def _spec(
+        self,
+        init: Callable[[], Any],
+        add: Callable[[Any, Record], Any],
+        result: Callable[..., Record],
+        merge: Callable[[Any, Any], Any] | None,
+        schema: Any,
+        emit: str,
+    ) -> keyedops.OperatorSpec:
+        spec, name, key_fn = self.spec, self.name, self._keyed.key_fn
+        if spec.kind == "count_window":
+            return keyedops.count_window(
+                name, key_fn, size=spec.size, init=init, add=add, result=result,
+                schema=schema, emit=emit,
+            )  # fmt: skip
+        assert self._time is not None
+        if spec.kind == "session_window":
+            assert merge is not None
+            return keyedops.session_window(
+                name, key_fn, gap=spec.size, event_time=self._time, init=init, add=add,
+                merge=merge, result=result, schema=schema,
+                allowed_lateness_ms=self._lateness, emit=emit,
+            )  # fmt: skip
+        return keyedops.fixed_window(
+            spec.kind, name, key_fn, size=spec.size, hop=spec.hop, event_time=self._time,
+            init=init, add=add, result=result, schema=schema,
+            allowed_lateness_ms=self._lateness, emit=emit,
+        )  # fmt: skip
+
+
+_AVRO_OF: dict[Any, str] = {str: "string", int: "long", float: "double", bool: "boolean"}
 
 
 def union(*streams: Stream) -> Stream:

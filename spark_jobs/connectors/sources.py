@@ -354,6 +354,9 @@ class KafkaTopicSource:
     Kafka record timestamp; the subtask's watermark is the minimum over its partitions
     (:class:`~spillway.spark_jobs.records.watermarks.WatermarkTracker`).
 
+    ``time_field``: each message's Kafka timestamp (ms) goes into this field of its
+    record, so the time travels with the record past the source.
+
     ``key_field``/``tombstones``: the message key as a record field, and tombstones as
     deletion records (:mod:`spillway.spark_jobs.records.tombstones`; a deletion's event time is its
     Kafka
@@ -375,8 +378,10 @@ class KafkaTopicSource:
         key_field: str | None = None,
         tombstones: bool = False,
         avro: AvroRecords | None = None,
+        time_field: str | None = None,
     ) -> None:
         self.topic, self.p, self.bounded = topic, parallelism, bounded
+        self._time_field = time_field  # the Kafka timestamp goes into this field
         self._avro = avro  # Avro values (spillway.spark_jobs.connectors.batchavro), else JSON
         self.timestamp, self.watermarks = timestamp, watermarks
         self._fields = field_types(schema)
@@ -443,6 +448,8 @@ class KafkaTopicSource:
                     record = parse_json_value(value, fields)
                 else:
                     record = self._keys.decode(m.key(), value, fields)
+                if self._time_field is not None:
+                    record[self._time_field] = self._kafka_time(m)
                 if self._tracker is not None:
                     self._tracker.observe(p, self._event_time(m, record), now)
             except (LineError, RecordError) as e:
@@ -463,6 +470,9 @@ class KafkaTopicSource:
         deletion = self._keys is not None and record.get(DELETED) is True
         if self.timestamp is not None and not deletion:
             return event_time(self.timestamp, record)
+        return self._kafka_time(m)
+
+    def _kafka_time(self, m: Message) -> int:
         kind, ms = m.timestamp()
         if kind == TIMESTAMP_NOT_AVAILABLE:
             raise RecordError(

@@ -30,7 +30,6 @@ that row — the record path's ``"updates"`` row for row
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -43,11 +42,12 @@ from spillway.recovery.job.plan import Context, KeyedState, SetAside
 from spillway.spark_jobs.operators.batchops import DeadLetterSink, process_batch
 from spillway.spark_jobs.operators.batchrunning import KeyCodes, key_codes, running_sum, with_base
 from spillway.spark_jobs.operators.operators import _by_key
+from spillway.spark_jobs.records.aggregations import KINDS as KINDS
+from spillway.spark_jobs.records.aggregations import Agg as Agg
+from spillway.spark_jobs.records.aggregations import Expr as Expr
 
-KINDS = ("count", "sum", "min", "max", "mean")
 EMITS = ("final", "updates", "rows")
 ROW_KINDS = ("count", "sum", "mean")  # the kinds emit="rows" keeps running per row
-Expr = Callable[[pa.RecordBatch], pa.Array | pa.ChunkedArray]
 Derive = Callable[[pa.Table], pa.Array | pa.ChunkedArray]
 
 _ADD, _MIN, _MAX = "add", "min", "max"
@@ -60,15 +60,6 @@ _SLOTS: dict[str, list[tuple[str, Any, str]]] = {
     "mean": [("sum", None, _ADD), ("count", pc.CountOptions(mode="only_valid"), _ADD)],
 }
 _ROWS = ("count", pc.CountOptions(mode="all"), _ADD)  # count() of rows, nulls included
-
-
-@dataclass(frozen=True)
-class Agg:
-    """One aggregate: ``kind`` (count, sum, min, max, mean) over a column, over an
-    expression of the batch (Arrow compute functions), or — ``count`` only — over rows."""
-
-    kind: str
-    of: str | Expr | None = None
 
 
 def _numeric(t: pa.DataType) -> bool:

@@ -17,8 +17,9 @@ record and ``on_timer(ts, ctx)`` per fired timer; both return (or yield) output 
 * ``ttl_ms={name: ms}``: state called ``name`` expires ``ms`` after its last write
   (processing time, as Flink's state TTL): once expired it reads as empty, and a
   processing-time timer removes it from state.
-* ``ctx.key``, ``ctx.timestamp`` (the record's event time with ``event_time=``, else
-  None; the timer's time in ``on_timer``), ``ctx.watermark``, ``ctx.time_domain``
+* ``ctx.key``, ``ctx.timestamp`` (the record's event time: ``event_time=``'s, else the
+  one its source declared if the records carry it, else None; the timer's time in
+  ``on_timer``), ``ctx.watermark``, ``ctx.time_domain``
   (``"event"`` or ``"processing"`` in ``on_timer``, else None).
 
 A call's state and timer changes apply only when it returns, so a record that fails

@@ -55,7 +55,7 @@ def avro_schema(spec: Any, *, where: str, name: str | None = None) -> dict[str, 
     if isinstance(spec, dict):
         return spec
     if isinstance(spec, pa.Schema):
-        return _from_arrow(spec, _avro_name(name or "Record"), where)
+        return _from_arrow(spec, avro_name(name or "Record"), where)
     if is_record_type(spec):
         return typing.cast(dict[str, Any], _record(spec, where, {}))
     raise PipelineDefinitionError(
@@ -175,7 +175,7 @@ def _from_arrow_type(t: pa.DataType, name: str, field: str, where: str) -> Any:
         if test(t):
             return avro
     if pa.types.is_struct(t):
-        return _from_arrow(t, _avro_name(name), where)
+        return _from_arrow(t, avro_name(name), where)
     if pa.types.is_list(t) or pa.types.is_large_list(t):
         items = _from_arrow_type(t.value_type, name + "_item", field + "[]", where)
         return {"type": "array", "items": _nullable(items, t.value_field.nullable)}
@@ -192,7 +192,7 @@ def _nullable(avro: Any, nullable: bool) -> Any:
     return ["null", avro] if nullable else avro
 
 
-def _avro_name(text: str) -> str:
+def avro_name(text: str) -> str:
     """``text`` as a valid Avro name ([A-Za-z_][A-Za-z0-9_]*)."""
     name = re.sub(r"[^A-Za-z0-9_]", "_", text)
     return name if name and not name[0].isdigit() else "_" + name

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from spillway.channels.errors import PipelineDefinitionError, RecordError
+from spillway.spark_jobs.records.durations import Duration, millis
 
 
 @dataclass(frozen=True)
@@ -50,15 +51,23 @@ class Watermarks:
 
     @classmethod
     def bounded(
-        cls, max_out_of_orderness_ms: int, idle_timeout_ms: int | None = None
+        cls, max_out_of_orderness_ms: Duration, idle_timeout_ms: Duration | None = None
     ) -> Watermarks:
-        """Records may arrive up to ``max_out_of_orderness_ms`` behind the latest seen."""
-        return cls(max_out_of_orderness_ms, idle_timeout_ms)
+        """Records may arrive up to ``max_out_of_orderness_ms`` behind the latest seen.
+        Both durations are integer ms or a ``datetime.timedelta``."""
+        return cls(
+            millis(max_out_of_orderness_ms, "max_out_of_orderness_ms", "Watermarks", minimum=0),
+            None if idle_timeout_ms is None else _idle(idle_timeout_ms),
+        )
 
     @classmethod
-    def monotonic(cls, idle_timeout_ms: int | None = None) -> Watermarks:
+    def monotonic(cls, idle_timeout_ms: Duration | None = None) -> Watermarks:
         """Event times never decrease within a partition (``bounded(0)``)."""
-        return cls(0, idle_timeout_ms)
+        return cls(0, None if idle_timeout_ms is None else _idle(idle_timeout_ms))
+
+
+def _idle(value: Duration) -> int:
+    return millis(value, "idle_timeout_ms", "Watermarks")
 
 
 class WatermarkTracker:

@@ -1,9 +1,10 @@
 """The pipeline of the keyed-operators kill test (executors import it by reference).
 
-``events`` (Kafka, event time = record timestamp) feeds a hopping window directly (it
-sees every record, late ones included) and, through ``ontime`` (drops the records the
-test wrote late on purpose), a session window and a process function with event-time
-timers. Configured through ``SPILLWAY_TEST_*`` environment variables.
+``events`` (Kafka, event time = the ``ts`` field, equal to the record timestamp) feeds a
+hopping window directly (it sees every record, late ones included) and, through
+``ontime`` (drops the records the test wrote late on purpose), a session window and a
+process function with event-time timers. Configured through ``SPILLWAY_TEST_*``
+environment variables.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from spillway.spark_jobs.api.pipeline import Pipeline
+from spillway.spark_jobs.api.windowspec import Hopping, Session
 from spillway.spark_jobs.operators.process import ProcessContext
 from spillway.spark_jobs.records.watermarks import Watermarks
 
@@ -85,29 +87,17 @@ def keyed_operators() -> Pipeline:
         "events",
         os.environ["SPILLWAY_TEST_IN"],
         schema=EVENT,
+        timestamp_column="ts",
         watermarks=Watermarks.bounded(BOUND_MS),
     )
-    events.key_by(lambda r: r["key"]).hopping_window(
-        "hop",
-        size=SIZE_MS,
-        hop=HOP_MS,
-        allowed_lateness_ms=LATENESS_MS,
-        event_time=lambda r: r["ts"],
-        init=lambda: [0, 0],
-        add=add,
-        result=result,
-        schema=WINDOW,
-    ).write_jsonl("hop_out", out)
+    events.key_by(lambda r: r["key"]).window(
+        "hop", Hopping(SIZE_MS, HOP_MS), allowed_lateness=LATENESS_MS
+    ).aggregate(init=lambda: [0, 0], add=add, result=result, schema=WINDOW).write_jsonl(
+        "hop_out", out
+    )
     ontime = events.filter("ontime", lambda r: r["kind"] == "on")
-    ontime.key_by(lambda r: r["key"]).session_window(
-        "sess",
-        gap=GAP_MS,
-        event_time=lambda r: r["ts"],
-        init=lambda: [0, 0],
-        add=add,
-        merge=merge,
-        result=result,
-        schema=WINDOW,
+    ontime.key_by(lambda r: r["key"]).window("sess", Session(GAP_MS)).aggregate(
+        init=lambda: [0, 0], add=add, merge=merge, result=result, schema=WINDOW
     ).write_jsonl("sess_out", out)
     ontime.key_by(lambda r: r["key"]).process(
         "proc", per_second, on_timer=close_second, schema=WINDOW

@@ -344,7 +344,9 @@ def test_batch_file_source_refuses_what_it_cannot_read() -> None:
     with pytest.raises(PipelineDefinitionError, match="csv or parquet"):
         BatchFileSource("*.jsonl", "jsonl", 1, SCHEMA)
     p = Pipeline("t")
-    with pytest.raises(PipelineDefinitionError, match="the name of a column"):
+    with pytest.raises(
+        PipelineDefinitionError, match="the event time is a column: pass timestamp_c"
+    ):
         p.read_files("f", "*.csv", format="csv", schema=SCHEMA, batches=True, timestamp=len)
 
 
@@ -436,8 +438,10 @@ def test_batch_source_timestamp_columns_are_checked_at_definition() -> None:
     schema["fields"] = [f for f in schema["fields"] if f["type"] != ["null", "string"]]
     for column in ("nope", "key", "note"):  # missing; not an integer; nullable
         with pytest.raises(PipelineDefinitionError, match=f"timestamp column '{column}'"):
-            p.read_files("f", "*.csv", format="csv", schema=schema, batches=True, timestamp=column)
-    with pytest.raises(PipelineDefinitionError, match="watermarks= needs timestamp=, the column"):
+            p.read_files(
+                "f", "*.csv", format="csv", schema=schema, batches=True, timestamp_column=column
+            )
+    with pytest.raises(PipelineDefinitionError, match="watermarks= needs timestamp_column=, the"):
         p.read_files(
             "f",
             "*.csv",

@@ -8,6 +8,7 @@ import pytest
 
 from spillway.channels.errors import PipelineDefinitionError
 from spillway.spark_jobs.api.pipeline import Pipeline, Stream
+from spillway.spark_jobs.api.windowspec import Tumbling
 from spillway.spark_jobs.records.watermarks import Watermarks
 
 EVENT = {
@@ -27,14 +28,15 @@ def make_event(i: int) -> dict[str, Any]:
 
 
 def window(stream: Stream, name: str = "win") -> Stream:
-    return stream.key_by(lambda r: r["key"]).tumbling_window(
-        name,
-        size=1000,
-        event_time=lambda r: r["ts"],
-        init=lambda: 0,
-        add=lambda n, _r: n + 1,
-        result=lambda k, s, e, n: {"key": k, "n": n},
-        schema=COUNT,
+    return (
+        stream.key_by(lambda r: r["key"])
+        .window(name, Tumbling(1000), event_time=lambda r: r["ts"])
+        .aggregate(
+            init=lambda: 0,
+            add=lambda n, _r: n + 1,
+            result=lambda k, s, e, n: {"key": k, "n": n},
+            schema=COUNT,
+        )
     )
 
 
@@ -102,9 +104,7 @@ def test_unbounded_generator_needs_a_timestamp_too() -> None:
         lambda p: p.generate(
             "s", make=make_event, schema=EVENT, count=None, timestamp=lambda r: r["ts"]
         ),
-        lambda p: p.generate(
-            "s", make=make_event, schema=EVENT, count=None, event_time=lambda r: r["ts"]
-        ),
+        lambda p: p.generate("s", make=make_event, schema=EVENT, count=None, timestamp_column="ts"),
         lambda p: p.read_files("s", "/x/*.jsonl", format="jsonl", schema=EVENT),
     ],
 )
@@ -128,8 +128,13 @@ def test_event_time_does_not_change_the_fingerprint_of_a_job_without_windows() -
     [
         (
             {"watermarks": Watermarks.bounded(10)},
-            "source 'g': watermarks= needs timestamp=, a function of the record returning "
-            "its event time in ms",
+            "source 'g': watermarks= needs timestamp_column= (a field) or timestamp= (a "
+            "function) giving its event time in ms",
+        ),
+        (
+            {"timestamp_column": "key"},
+            "source 'g': timestamp_column 'key' must name an integer (int/long, ms) field of "
+            "the schema; its fields are ['key', 'ts']",
         ),
         (
             {"watermarks": 5000},
@@ -139,11 +144,11 @@ def test_event_time_does_not_change_the_fingerprint_of_a_job_without_windows() -
         (
             {"timestamp": "ts"},
             "source 'g': timestamp must be a function of the record returning its event "
-            "time in ms, got 'ts'",
+            "time in ms, got 'ts'; for the field 'ts' pass timestamp_column='ts'",
         ),
         (
-            {"timestamp": lambda r: 0, "event_time": lambda r: 0},
-            "source 'g': pass timestamp= or its older name event_time=, not both",
+            {"timestamp": lambda r: 0, "timestamp_column": "ts"},
+            "source 'g': pass timestamp= (a function) or timestamp_column= (a field), not both",
         ),
     ],
 )

@@ -19,6 +19,7 @@ from spillway.offsets.store import CHECKPOINT_TOPIC_CONFIG
 from spillway.recovery.job.loader import load_plan
 from spillway.recovery.job.plan import JobPlan
 from spillway.spark_jobs.api.pipeline import KeyedStream, Pipeline, Stream
+from spillway.spark_jobs.api.windowspec import Tumbling
 
 EVENT = {
     "type": "record",
@@ -219,16 +220,8 @@ def test_emit_must_be_final_or_updates(emit: str) -> None:
 def test_window_size_must_be_positive(size: int) -> None:
     keyed = source(Pipeline("win")).key_by(lambda r: r["key"])
     with pytest.raises(PipelineDefinitionError) as info:
-        keyed.tumbling_window(
-            "win",
-            size=size,
-            event_time=lambda r: r["n"],
-            init=lambda: 0,
-            add=lambda n, _r: n + 1,
-            result=lambda k, s, e, n: {"key": k, "count": n},
-            schema=COUNT,
-        )
-    assert str(info.value) == f"operator 'win': window size must be >= 1, got {size}"
+        keyed.window("win", Tumbling(size), event_time=lambda r: r["n"])
+    assert str(info.value) == f"operator 'win': window size must be >= 1 ms, got {size}"
 
 
 def test_plan_validates_first() -> None:
@@ -449,10 +442,9 @@ def test_max_parallelism_sets_keyed_partitions_and_is_in_the_fingerprint() -> No
 
 def test_window_operator_gets_a_changelog() -> None:
     p = Pipeline("win")
-    source(p).key_by(lambda r: r["key"]).tumbling_window(
-        "win",
-        size=10,
-        event_time=lambda r: r["n"],
+    source(p).key_by(lambda r: r["key"]).window(
+        "win", Tumbling(10), event_time=lambda r: r["n"]
+    ).aggregate(
         init=lambda: 0,
         add=lambda n, _r: n + 1,
         result=lambda k, s, e, n: {"key": k, "count": n},

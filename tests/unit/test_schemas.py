@@ -17,6 +17,7 @@ from spillway.channels.wire.arrowcodec import arrow_schema
 from spillway.channels.wire.envelope import Decoders, frame_blocks, writer_codec
 from spillway.channels.wire.mismatch import describe
 from spillway.spark_jobs.api.pipeline import Pipeline
+from spillway.spark_jobs.api.windowspec import Tumbling
 from spillway.spark_jobs.records.records import (
     adapt,
     from_dict,
@@ -148,9 +149,7 @@ def test_a_flat_generated_schema_still_travels_as_arrow() -> None:
     assert codec.version == b"2"
     rec = {"b": True, "i": 1, "f": 0.5, "s": "x", "raw": b"\x00", "maybe": None}
     value = codec.frame([codec.encode_block([rec])])
-    assert Decoders(avro_schema(Flat, where=W)).decode(b"2", value) == [
-        {**rec, "old_style": None}
-    ]
+    assert Decoders(avro_schema(Flat, where=W)).decode(b"2", value) == [{**rec, "old_style": None}]
 
 
 def test_nested_types_become_records_arrays_and_maps_defined_once() -> None:
@@ -500,8 +499,8 @@ def typed_words() -> Pipeline:
     clicks = p.read_files("clicks", "/nowhere/*.jsonl", format="jsonl", schema=Click)
     ws = clicks.flat_map("words", words).filter("long", long_word)
     ws.key_by(word_of).reduce("max", bigger).print("a")
-    ws.key_by(word_of).tumbling_window(
-        "win", size=10, event_time=at, init=lambda: 0, add=window_add, result=window_result
+    ws.key_by(word_of).window("win", Tumbling(10), event_time=at).aggregate(
+        init=lambda: 0, add=window_add, result=window_result
     ).print("b")
     return p
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from spillway import Pipeline, RecordError, Watermarks, connect
+from spillway import Pipeline, RecordError, Session, Tumbling, Watermarks, connect
 from spillway.channels.errors import PipelineDefinitionError
 from spillway.channels.routing.keygroups import key_group, key_group_range
 from spillway.examples import clicks
@@ -177,15 +177,13 @@ def test_keyed_updates_follow_each_record_in_order_per_key() -> None:
 
 def tumbling(lateness: int) -> Pipeline:
     p = Pipeline("tumbling")
-    events(p).key_by(lambda r: r["key"]).tumbling_window(
-        "win",
-        size=1000,
-        event_time=lambda r: r["ts"],
+    events(p).key_by(lambda r: r["key"]).window(
+        "win", Tumbling(1000), allowed_lateness=lateness, event_time=lambda r: r["ts"]
+    ).aggregate(
         init=list,
         add=add_v,
         result=window_row,
         schema=WINDOW,
-        allowed_lateness_ms=lateness,
         parallelism=2,
     ).write_jsonl("out", "/x")
     return p
@@ -227,10 +225,9 @@ def test_tumbling_window_within_allowed_lateness_emits_the_updated_result() -> N
 
 def test_session_windows_merge_records_within_the_gap() -> None:
     p = Pipeline("sessions")
-    events(p).key_by(lambda r: r["key"]).session_window(
-        "sess",
-        gap=100,
-        event_time=lambda r: r["ts"],
+    events(p).key_by(lambda r: r["key"]).window(
+        "sess", Session(100), event_time=lambda r: r["ts"]
+    ).aggregate(
         init=list,
         add=add_v,
         merge=lambda a, b: sorted(a + b),
@@ -263,10 +260,9 @@ def test_windows_behind_a_wider_source_wait_for_every_source_subtask() -> None:
         parallelism=2,
         timestamp=lambda r: r["ts"],
         watermarks=Watermarks.bounded(0, idle_timeout_ms=5_000),
-    ).key_by(lambda r: r["key"]).tumbling_window(
-        "win",
-        size=1000,
-        event_time=lambda r: r["ts"],
+    ).key_by(lambda r: r["key"]).window(
+        "win", Tumbling(1000), event_time=lambda r: r["ts"]
+    ).aggregate(
         init=list,
         add=add_v,
         result=window_row,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import random
 from dataclasses import dataclass
@@ -28,17 +29,38 @@ def test_bounded_and_monotonic_strategies() -> None:
 @pytest.mark.parametrize(
     ("bound", "idle", "message"),
     [
-        (-1, None, "max_out_of_orderness_ms must be an integer >= 0 (ms), got -1"),
-        (1.5, None, "max_out_of_orderness_ms must be an integer >= 0 (ms), got 1.5"),
-        (True, None, "max_out_of_orderness_ms must be an integer >= 0 (ms), got True"),
-        (10, 0, "idle_timeout_ms must be an integer >= 1 (ms) or None, got 0"),
-        (10, "5s", "idle_timeout_ms must be an integer >= 1 (ms) or None, got '5s'"),
+        (-1, None, "max_out_of_orderness_ms must be >= 0 ms, got -1"),
+        (
+            1.5,
+            None,
+            "max_out_of_orderness_ms must be a datetime.timedelta or integer milliseconds, got 1.5",
+        ),
+        (
+            True,
+            None,
+            "max_out_of_orderness_ms must be a datetime.timedelta or integer milliseconds, "
+            "got True",
+        ),
+        (10, 0, "idle_timeout_ms must be >= 1 ms, got 0"),
+        (
+            10,
+            "5s",
+            "idle_timeout_ms must be a datetime.timedelta or integer milliseconds, got '5s'",
+        ),
     ],
 )
 def test_strategy_rejects_bad_values(bound: Any, idle: Any, message: str) -> None:
     with pytest.raises(PipelineDefinitionError) as info:
         Watermarks.bounded(bound, idle)
     assert str(info.value) == f"Watermarks: {message}"
+    with pytest.raises(PipelineDefinitionError):  # built directly: integers only, as before
+        Watermarks(bound, idle)
+
+
+def test_strategy_durations_may_be_timedeltas() -> None:
+    seconds = datetime.timedelta(seconds=1)
+    assert Watermarks.bounded(5 * seconds, 30 * seconds) == Watermarks(5_000, 30_000)
+    assert Watermarks.monotonic(seconds) == Watermarks(0, 1_000)
 
 
 # -- WatermarkTracker --------------------------------------------------------------------
@@ -314,6 +336,18 @@ def test_kafka_source_takes_the_record_timestamp_by_default(
     again.open(_ctx0(), position)
     assert again.watermark() == 290
     assert not again.idle()
+
+
+def test_kafka_source_puts_the_kafka_timestamp_into_its_time_field(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    src = _kafka_source(monkeypatch, watermarks=Watermarks.bounded(0), time_field="kts")
+    src.open(_ctx0(), {})
+    _Broker.batches = [[_Msg(0, 0, {"n": 1}, 500), _Msg(1, 0, {"n": 2}, None)]]
+    assert src.read(10) == [{"n": 1, "kts": 500}]  # no Kafka time: a bad input, rejected
+    [bad] = src.rejected()
+    assert str(bad.origin) == "in[1]@0"
+    assert bad.error.startswith("the message has no Kafka timestamp")
 
 
 def test_kafka_source_with_a_timestamp_function_and_missing_timestamps(

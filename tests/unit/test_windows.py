@@ -14,6 +14,7 @@ from spillway.channels.errors import PipelineDefinitionError
 from spillway.channels.ids import Offset, TopicPartition
 from spillway.recovery.restore.state import ChangelogState
 from spillway.spark_jobs.api.pipeline import Pipeline
+from spillway.spark_jobs.api.windowspec import Count, Hopping, Session, Tumbling
 from spillway.spark_jobs.operators.timers import TimerIndex
 from spillway.spark_jobs.operators.windows import (
     CountWindowLogic,
@@ -327,23 +328,20 @@ def test_window_arguments_are_checked() -> None:
         .generate("g", count=1, make=lambda i: {"k": i}, schema=REC)
         .key_by(lambda r: r)
     )
-    common: dict[str, Any] = {
-        "event_time": lambda r: 0,
-        "init": list,
-        "add": add,
-        "result": result,
-        "schema": None,
-    }
-    with pytest.raises(PipelineDefinitionError, match="hop 20 is larger than size 10"):
-        keyed.hopping_window("h", size=10, hop=20, **common)
-    with pytest.raises(
-        PipelineDefinitionError, match="allowed_lateness_ms must be an integer >= 0"
-    ):
-        keyed.sliding_window("s", size=10, slide=5, allowed_lateness_ms=-1, **common)
-    with pytest.raises(PipelineDefinitionError, match="session gap must be >= 1, got 0"):
-        keyed.session_window("x", gap=0, merge=merge, **common)
+
+    def at(r: Any) -> int:
+        return 0
+
+    with pytest.raises(PipelineDefinitionError, match="'h': hop 20 ms is larger than size 10"):
+        keyed.window("h", Hopping(10, 20), event_time=at)
+    with pytest.raises(PipelineDefinitionError, match="'s': allowed_lateness must be >= 0 ms"):
+        keyed.window("s", Hopping(10, 5), allowed_lateness=-1, event_time=at)
+    with pytest.raises(PipelineDefinitionError, match="'x': session gap must be >= 1 ms, got 0"):
+        keyed.window("x", Session(0), event_time=at)
+    with pytest.raises(PipelineDefinitionError, match=r"'x': a Session window .* needs merge="):
+        keyed.window("x", Session(5), event_time=at).aggregate(init=list, add=add, result=result)
     with pytest.raises(PipelineDefinitionError, match="emit must be 'final' or 'updates'"):
-        keyed.count_window("c", size=3, init=list, add=add, result=result, emit="all")
+        keyed.window("c", Count(3)).aggregate(init=list, add=add, result=result, emit="all")
 
 
 def test_every_event_time_window_behind_a_source_without_watermarks_is_rejected() -> None:
@@ -351,22 +349,25 @@ def test_every_event_time_window_behind_a_source_without_watermarks_is_rejected(
     events = p.read_kafka("clicks", "in", schema=REC)
     keyed = events.key_by(lambda r: r["k"])
     common: dict[str, Any] = {
-        "event_time": lambda r: 0,
         "init": list,
         "add": add,
         "result": result,
         "schema": {"type": "record", "name": "W", "fields": [{"name": "key", "type": "long"}]},
     }
-    keyed.hopping_window("hop", size=10, hop=5, **common).write_jsonl("o1", "/x")
-    keyed.sliding_window("slide", size=10, slide=5, **common).write_jsonl("o2", "/x")
-    keyed.session_window("sess", gap=5, merge=merge, **common).write_jsonl("o3", "/x")
-    keyed.count_window(
-        "count", size=3, init=list, add=add, result=result, schema=common["schema"]
-    ).write_jsonl("o4", "/x")
+
+    def at(r: Any) -> int:
+        return 0
+
+    keyed.window("tumble", Tumbling(10), event_time=at).aggregate(**common).write_jsonl("o1", "/x")
+    keyed.window("hop", Hopping(10, 5), event_time=at).aggregate(**common).write_jsonl("o2", "/x")
+    keyed.window("sess", Session(5), event_time=at).aggregate(merge=merge, **common).write_jsonl(
+        "o3", "/x"
+    )
+    keyed.window("count", Count(3)).aggregate(**common).write_jsonl("o4", "/x")
     with pytest.raises(PipelineDefinitionError) as info:
         p.plan("j")
     msg = str(info.value)
-    for name in ("hop", "slide", "sess"):
+    for name in ("tumble", "hop", "sess"):
         assert f"window {name!r} would never fire: source 'clicks'" in msg
     assert "'count' would never fire" not in msg  # count windows need no event time
 
