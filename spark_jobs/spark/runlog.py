@@ -45,7 +45,8 @@ def run_log(job: str, *, verbose: bool, directory: Path | None = None) -> Iterat
     Python warnings into logging. Unless ``verbose``: the root logger's handlers that write
     to the terminal (stderr or stdout) keep only warnings and errors, Python warnings go to
     the file only, and :data:`LOG_ENV` names the file for the processes started meanwhile.
-    All of it is undone when the block ends (the file stays).
+    All of it is undone when the block ends; the file stays unless nothing was written to
+    it (a run refused before it started leaves no empty file behind).
     """
     path = log_path(job, (directory or Path(".spillway/logs")).absolute(), time.time())
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -85,6 +86,9 @@ def run_log(job: str, *, verbose: bool, directory: Path | None = None) -> Iterat
         else:
             os.environ[LOG_ENV] = env
         handler.close()
+        if path.exists() and path.stat().st_size == 0:
+            path.unlink()
+            log4j2_properties(path).unlink(missing_ok=True)
 
 
 def log4j2_properties(log_file: Path) -> Path:

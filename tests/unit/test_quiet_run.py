@@ -68,7 +68,7 @@ def test_the_run_log_takes_info_lines_off_the_terminal_and_gives_them_back(
             assert terminal.level == logging.NOTSET  # --verbose: the terminal keeps it all
             assert LOG_ENV not in os.environ
             assert jvm_options("local[4,2]") is None
-        assert vpath.exists()
+        assert not vpath.exists()  # nothing was logged: no empty file left behind
     finally:
         root.removeHandler(terminal)
 
