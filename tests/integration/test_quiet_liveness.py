@@ -14,16 +14,28 @@ guards only stop a hang).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from spillway.channels.config import KafkaSettings
+from spillway.channels.ids import JobId
+from spillway.channels.kafka.admin import Admin, TopicSpec
+from spillway.channels.kafka.clients import idempotent_producer
 from spillway.examples import clicks
+from spillway.recovery.control.globalckpt import checkpoints_topic_spec
+from spillway.recovery.job.plandoc import InputDoc, OperatorDoc, PlanDoc
+from spillway.recovery.observe.events import events_topic_spec, record_job_event
+from spillway.recovery.observe.heartbeat import heartbeats_topic, heartbeats_topic_spec
+from spillway.recovery.observe.metrics import as_of
+from spillway.spark_jobs.spark.metrics_http import MetricsFeed
 from tests.integration.conftest import RECORDS
 from tests.integration.test_metrics import free_port, read_output, scrape
 
@@ -114,3 +126,67 @@ def test_a_run_with_a_killed_subtask_keeps_the_terminal_quiet(
     assert rows, proc.stdout
     assert int(rows.group(1).replace(",", "")) >= len(clicks.reference(RECORDS))
     assert read_output(clicks_env) == clicks.reference(RECORDS)
+
+
+PROBED = 1000  # input partitions the feed probes the ends of (the issue's job had 65)
+
+
+def test_the_driver_feed_judges_fresh_heartbeats_however_long_the_ends_take(
+    kafka_bootstrap: str, unique: str
+) -> None:
+    """The driver's metrics feed on a real broker, for a subtask owning many partitions
+    and sending a heartbeat every 0.5 s, beside a busy loop per core. Probing the ends of
+    that many partitions one by one took longer than the liveness limit (issue 30); now
+    they are probed in one batched query on a thread of their own, and the subtask is
+    never reported lost."""
+    settings = KafkaSettings(kafka_bootstrap)
+    job = JobId(unique)
+    run = "run-1"
+    inputs = f"spillway.{unique}.ch.src.sink"
+    Admin(settings).ensure_topics(
+        [
+            events_topic_spec(job),
+            heartbeats_topic_spec(job),
+            checkpoints_topic_spec(job),
+            TopicSpec(inputs, PROBED),
+        ]
+    )
+    op = OperatorDoc(
+        "sink", 1, "sink", False, f"spillway.{unique}.ckpt.sink", (InputDoc(inputs, PROBED),)
+    )
+    plan = PlanDoc((op,))
+    assert len(op.owned_inputs(0)) == PROBED
+    me = {"operator": "sink", "index": 0, "attempt": 0, "run": run, "host": "h"}
+    for kind in ("fencing", "started"):
+        record_job_event(
+            settings, job, kind, operator="sink", index=0, attempt=0, run=run, host="h"
+        )
+    producer = idempotent_producer(settings)
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.is_set():
+            doc = {**me, "pid": os.getpid(), "time": time.time(), "records_in": 1}
+            producer.produce(heartbeats_topic(job), json.dumps(doc).encode(), b"sink[0]")
+            producer.poll(0)
+            stop.wait(0.5)
+
+    beater = threading.Thread(target=beat, daemon=True)
+    feed = MetricsFeed(settings, job, plan, run)
+    states: list[str] = []
+    with cpu_hogs():
+        beater.start()
+        feed.start()
+        try:
+            end = time.monotonic() + 20  # how long to watch, not a limit asserted
+            while time.monotonic() < end:
+                (s,) = as_of(feed.snapshot(), time.time()).subtasks
+                states.append(s.state)
+                time.sleep(0.2)
+        finally:
+            feed.stop()
+            stop.set()
+            beater.join(5)
+            producer.flush(10)
+    assert "lost" not in states, states
+    assert "running" in states, states
