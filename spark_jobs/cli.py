@@ -1,4 +1,10 @@
-"""``spillway run MODULE:PIPELINE --job-id ID``: run a job on Spark through pyspark."""
+"""``spillway run MODULE:PIPELINE --job-id ID``: run a job on Spark through pyspark.
+
+The terminal shows the progress line, warnings and errors, and at the end a summary
+(:mod:`spillway.spark_jobs.spark.summary`; ``--json``: one JSON line per subtask's final
+result instead); the rest goes to the run's log file (:mod:`spillway.spark_jobs.spark.runlog`),
+named at start.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +12,7 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from spillway.channels.config import CODECS, MAX_RECORD_BYTES
@@ -44,6 +51,17 @@ def add_parser(subparsers: Any) -> None:
         default="auto",
         help="progress line on stderr (auto: on; redrawn in place on a terminal, "
         "a plain line every 10 s otherwise)",
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print each subtask's final result as a JSON line instead of the summary",
+    )
+    p.add_argument(
+        "--log-dir",
+        default=".spillway/logs",
+        help="where the run's log file goes (Spark's and the subtasks' logs, INFO lines); "
+        "with --verbose they also stay on the terminal",
     )
     p.add_argument("--replication-factor", type=int, default=1)
     p.add_argument("--min-insync-replicas", type=int, default=1)
@@ -135,6 +153,9 @@ def _add_checkpoint_options(p: Any) -> None:
 def _run(args: argparse.Namespace) -> int:
     from spillway.spark_jobs.spark.driver import run_on_spark, subtask_count
     from spillway.spark_jobs.spark.jobconfig import JobConfig
+    from spillway.spark_jobs.spark.runlog import run_log
+    from spillway.spark_jobs.spark.summary import RunSummary
+    from spillway.spark_jobs.spark.summary import render as render_summary
 
     # As `python -m` and uvicorn's --app-dir do: a pipeline module in the current directory
     # (a checkout's chaos/ or tests/, a user's project) imports with the installed command,
@@ -180,9 +201,17 @@ def _run(args: argparse.Namespace) -> int:
         parallelism=parse_parallelism(args.parallelism),
         allow_dropped_state=args.allow_dropped_state,
     )
-    results = run_on_spark(config, rewind_to=_rewind_to(args))
-    for r in results:
-        print(json.dumps(r.__dict__))
+    summaries: list[RunSummary] = []
+    with run_log(args.job_id, verbose=args.verbose, directory=Path(args.log_dir)) as log_file:
+        print(f"spillway run {args.job_id}: log in {log_file}", file=sys.stderr, flush=True)
+        results = run_on_spark(config, rewind_to=_rewind_to(args), on_summary=summaries.append)
+    if args.json:
+        for r in results:
+            print(json.dumps(r.__dict__))
+    else:
+        for summary in summaries:
+            summary.log_file = str(log_file)
+            print(render_summary(summary))
     failed = [r for r in results if r.status not in ("finished", "skipped", "stopped", "fenced")]
     return 1 if failed else 0
 

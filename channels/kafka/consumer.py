@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message
+from confluent_kafka import OFFSET_END, Consumer, KafkaError, KafkaException, Message
 from confluent_kafka import TopicPartition as CkTopicPartition
 
 from spillway.channels.config import KafkaSettings
@@ -98,6 +98,32 @@ class AssignedConsumer:
             CkTopicPartition(tp.topic, tp.partition), timeout=timeout_s, cached=False
         )
         return int(low), int(high)
+
+    def end_offsets(
+        self, tps: Sequence[TopicPartition], timeout_s: float = 10.0
+    ) -> dict[TopicPartition, int]:
+        """The end offsets of ``tps``, in one ListOffsets request per partition leader
+        (not one round trip per partition, as :meth:`watermarks`). Under read_committed,
+        each is the partition's last stable offset, as :meth:`watermarks`' high. A
+        partition whose end cannot be read (its leader not known yet) is left out."""
+        if not tps:
+            return {}
+        try:
+            res = self._end_offsets(tps, timeout_s)
+        except KafkaException as e:
+            raise SpillwayError(f"cannot read the end offsets of {len(tps)} partitions: {e}") from e
+        return {
+            TopicPartition(r.topic, r.partition): int(r.offset)
+            for r in res
+            if r.error is None and r.offset >= 0
+        }
+
+    @retrying()
+    def _end_offsets(self, tps: Sequence[TopicPartition], timeout_s: float) -> list[Any]:
+        # Timestamp OFFSET_END (-1) asks for the latest offset, with the consumer's
+        # isolation level.
+        query = [CkTopicPartition(tp.topic, tp.partition, OFFSET_END) for tp in tps]
+        return list(self._consumer.offsets_for_times(query, timeout=timeout_s))
 
     def position(self, tp: TopicPartition) -> Offset | None:
         """The fetch position of ``tp``: past delivered messages *and* transaction markers."""

@@ -65,9 +65,25 @@ def is_fenced(err: KafkaError) -> bool:
     return err.code() in FENCING_CODES
 
 
+# Metadata not propagated yet (a topic just created, a leader just elected): expected and
+# handled by the retry, so logged at DEBUG; if the retries run out, the error is raised.
+PROPAGATION_CODES = frozenset(
+    {
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError._UNKNOWN_PARTITION,
+        KafkaError._UNKNOWN_TOPIC,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+    }
+)
+
+
 def _log_retry(state: RetryCallState) -> None:
     exc = state.outcome.exception() if state.outcome else None
-    log.warning(
+    err = kafka_error(exc) if exc is not None else None
+    quiet = err is not None and err.code() in PROPAGATION_CODES
+    log.log(
+        logging.DEBUG if quiet else logging.WARNING,
         "retriable Kafka error in %s (attempt %d): %s",
         getattr(state.fn, "__name__", "call"),
         state.attempt_number,

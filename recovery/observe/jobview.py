@@ -202,6 +202,11 @@ class JobView:
         """The current end offset of input partitions (``topic[partition]`` → offset)."""
         self.metrics.ends(ends)
 
+    def read_until(self, t: float) -> None:
+        """Everything written before wall time ``t`` has been taken; liveness is judged at
+        that time (:meth:`spillway.recovery.observe.metrics.JobMetrics.read_until`)."""
+        self.metrics.read_until(t)
+
     def sample(self, now: float) -> None:
         """Record every subtask's replay debt and lag (summed over its partitions) at ``now``."""
         snap = self.metrics.snapshot(now)

@@ -7,8 +7,14 @@ The driver serves them to Prometheus (:mod:`spillway.spark_jobs.spark.metrics_ht
 progress
 line renders them (:mod:`spillway.spark_jobs.spark.progress`).
 
-A subtask whose current incarnation went silent (no event or heartbeat for
-:data:`~spillway.recovery.observe.heartbeat.LOST_AFTER_S`) is ``lost``, as in ``spillway status``.
+Liveness is judged from fresh data only. The reader says how far it has read with
+:meth:`JobMetrics.read_until` (it had caught up with the topics at wall time ``t``); a
+subtask whose current incarnation gave no sign of life (event or heartbeat) for
+:data:`~spillway.recovery.observe.heartbeat.LOST_AFTER_S` *before that time* is ``lost``,
+as in ``spillway status``. How long the reader then took (an offsets query, a slow
+machine) never ages a heartbeat. If the reader itself has not caught up for longer than
+the limit (or never has), there is no verdict: a restoring or running subtask is
+``unknown``, never ``lost``; :func:`as_of` applies the same rule to a snapshot shown later.
 Counters survive restarts: an incarnation's counts start at zero again, so a subtask's
 ``records_in`` is the sum over its incarnations of the newest count each reported (a
 replayed record counts again: it was processed again). Restarts and states come from the
@@ -18,13 +24,23 @@ event log of this run (:func:`spillway.recovery.observe.status.fold_events`).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from spillway.channels.ids import TopicPartition
 from spillway.recovery.job.plandoc import PlanDoc
 from spillway.recovery.observe.heartbeat import LOST_AFTER_S
-from spillway.recovery.observe.status import Incarnation, SubtaskLog, fold_events, liveness
+from spillway.recovery.observe.status import (
+    LIVE_STATES,
+    Incarnation,
+    SubtaskLog,
+    fold_events,
+    liveness,
+)
+
+# The state of a restoring or running subtask when the data to judge its liveness by is
+# older than the liveness limit (the reader is behind or stopped): no verdict.
+UNKNOWN = "unknown"
 
 
 @dataclass
@@ -62,6 +78,9 @@ class Snapshot:
     subtasks: list[SubtaskMetrics]
     global_durations_s: list[float]
     time: float = 0.0  # wall time it was taken
+    # Wall time up to which the reader had read events and heartbeats (None: never caught
+    # up); states were judged at this time.
+    read_at: float | None = None
 
     def total(self, attr: str) -> int:
         """Sum of an integer attribute (e.g. ``records_in``) over subtasks."""
@@ -90,6 +109,7 @@ class JobMetrics:
         self._finished: dict[str, Mapping[str, Any]] = {}
         self._ends: dict[str, int] = {}
         self._global: dict[int, float] = {}
+        self._read_at: float | None = None
 
     def _ours(self, doc: Mapping[str, Any]) -> bool:
         return self.run_id is None or doc.get("run") == self.run_id
@@ -118,6 +138,13 @@ class JobMetrics:
             self._beat[key] = h
         self._counts(key, h)
 
+    def read_until(self, t: float) -> None:
+        """Every event and heartbeat written before wall time ``t`` has been taken: the
+        reader had caught up with the ends of the event and heartbeat topics at ``t``.
+        Liveness is judged at the newest such ``t`` (it never moves back)."""
+        if self._read_at is None or t > self._read_at:
+            self._read_at = t
+
     def ends(self, ends: Mapping[str, int]) -> None:
         """The current end offset of input partitions (``topic[partition]`` → offset)."""
         self._ends.update(ends)
@@ -140,13 +167,20 @@ class JobMetrics:
                     inc.replayed[tp] = max(v[2], inc.replayed.get(tp, 0))
 
     def snapshot(self, now: float) -> Snapshot:
-        """The metric values at wall time ``now``."""
+        """The metric values at wall time ``now``.
+
+        States are judged at the last :meth:`read_until` time, not at ``now``: a subtask is
+        ``lost`` only if it was silent for the liveness limit before the reader's newest
+        catch-up. If that catch-up is older than the limit at ``now`` (or there was none),
+        restoring and running subtasks are ``unknown``.
+        """
         self._logs = fold_events(self._events)
         out = []
         for op in self.plan.operators:
             for i in range(op.parallelism):
                 out.append(self._subtask(op.name, i, op.owned_inputs(i), now))
-        return Snapshot(out, [self._global[n] for n in sorted(self._global)], now)
+        snap = Snapshot(out, [self._global[n] for n in sorted(self._global)], now, self._read_at)
+        return as_of(snap, now)
 
     def _subtask(
         self, name: str, index: int, inputs: list[TopicPartition], now: float
@@ -167,12 +201,13 @@ class JobMetrics:
             _from_beat(m, beat, now)
         else:
             beat = None  # an older incarnation's
-        # "lost": restoring or running, but silent (spillway.recovery.observe.status)
-        if log is not None:
+        # "lost": restoring or running, but silent (spillway.recovery.observe.status) at
+        # the time the reader had read up to; no time read: as_of makes it "unknown"
+        if log is not None and self._read_at is not None:
             seen = [log.last_event] if log.last_event is not None else []
             if beat is not None and isinstance(beat.get("time"), int | float):
                 seen.append(float(beat["time"]))
-            m.state = liveness(m.state, max(seen, default=None), now, LOST_AFTER_S)
+            m.state = liveness(m.state, max(seen, default=None), self._read_at, LOST_AFTER_S)
         finished = key in self._finished or m.state == "finished"
         for owned in inputs:
             tp = f"{owned.topic}[{owned.partition}]"
@@ -188,6 +223,21 @@ class JobMetrics:
         if finished and m.progress is not None:
             m.progress = (m.progress[1], m.progress[1])
         return m
+
+
+def as_of(snap: Snapshot, now: float, limit: float = LOST_AFTER_S) -> Snapshot:
+    """``snap`` as shown at wall time ``now``: itself while its data is fresh (read at most
+    ``limit`` seconds before ``now``); else a copy in which every restoring, running or
+    lost subtask is :data:`UNKNOWN` — stale data gives no liveness verdict."""
+    if snap.read_at is not None and now - snap.read_at <= limit:
+        return snap
+    if not any(s.state in LIVE_STATES or s.state == "lost" for s in snap.subtasks):
+        return snap
+    subtasks = [
+        replace(s, state=UNKNOWN) if s.state in LIVE_STATES or s.state == "lost" else s
+        for s in snap.subtasks
+    ]
+    return replace(snap, subtasks=subtasks)
 
 
 def _inc(doc: Mapping[str, Any]) -> Incarnation:

@@ -14,7 +14,9 @@ and lives apart from the reads in :func:`job_status`.
 States: ``not started``, ``restoring`` (fenced, restoring), ``running``, ``finished``
 (also a skipped re-run of a finished subtask), ``stopped``, ``failed`` and ``lost``: the
 current incarnation was restoring or running but has given no sign of life (event or
-heartbeat) for ``lost_after`` seconds — its process is gone (or frozen).
+heartbeat) for ``lost_after`` seconds — its process is gone (or frozen). Those seconds
+are counted up to the time the heartbeats were read, not to when the row is made, so the
+other reads (checkpoints, end offsets) never age a heartbeat.
 """
 
 from __future__ import annotations
@@ -154,11 +156,14 @@ def subtask_row(
     now: float,
     lost_after: float = LOST_AFTER_S,
     owned: Iterable[TopicPartition] | None = None,
+    read_at: float | None = None,
 ) -> SubtaskStatus:
     """One row from what was read. ``beats`` None: no heartbeats exist, liveness unknown.
 
     ``owned``: the input partitions the subtask reads (``PlanDoc`` ownership); None:
-    partition ``index`` of each of ``inputs``.
+    partition ``index`` of each of ``inputs``. ``read_at``: the wall time up to which the
+    heartbeats had been read (None: ``now``); liveness is judged at that time, ages are
+    shown at ``now``.
     """
     log = log or SubtaskLog()
     key = f"{name}[{index}]"
@@ -171,7 +176,7 @@ def subtask_row(
     if ckpt is not None and ckpt.finished:
         state = "finished"
     elif beats is not None:
-        state = liveness(state, seen, now, lost_after)
+        state = liveness(state, seen, now if read_at is None else read_at, lost_after)
     debt: dict[str, int] = {}
     if state != "finished":
         tps = list(owned) if owned is not None else [TopicPartition(t, index) for t in inputs]
@@ -240,7 +245,10 @@ def job_status(
     """The status of every subtask of ``job`` (shaped as ``plan``), given its event log."""
     logs = fold_events(events)
     beats: dict[tuple[str, Incarnation], float] | None = None
+    read_at: float | None = None
     if heartbeats_topic(job) in Admin(settings).partition_counts():
+        # read_heartbeats reads up to the end it finds first: everything written before now
+        read_at = time.time()
         beats = newest_heartbeats(read_heartbeats(settings, job, plan.subtask_count()))
     probe = AssignedConsumer(settings, f"spillway.{job}.status")
     rows: list[SubtaskStatus] = []
@@ -248,17 +256,17 @@ def job_status(
         for op in plan.operators:
             store = CheckpointStore(settings, job, OperatorName(op.name), op.parallelism)
             try:
-                for i in range(op.parallelism):
-                    ckpt = store.latest(i)
-                    finished = ckpt is not None and ckpt.finished
-                    ends = (
-                        {}
-                        if finished
-                        else {
-                            tp: probe.watermarks(tp)[1]
-                            for tp in op.owned_inputs(i)
-                        }
-                    )
+                ckpts = [store.latest(i) for i in range(op.parallelism)]
+                # One batched query for the partitions of every unfinished subtask.
+                ends = probe.end_offsets(
+                    [
+                        tp
+                        for i, ckpt in enumerate(ckpts)
+                        if not (ckpt is not None and ckpt.finished)
+                        for tp in op.owned_inputs(i)
+                    ]
+                )
+                for i, ckpt in enumerate(ckpts):
                     rows.append(
                         subtask_row(
                             job,
@@ -272,6 +280,7 @@ def job_status(
                             time.time(),
                             lost_after,
                             owned=op.owned_inputs(i),
+                            read_at=read_at,
                         )
                     )
             finally:

@@ -55,6 +55,8 @@ class SubtaskResult:
     restored_from: int | None = None
     checkpoints: int = 0
     records_in: int = 0
+    # Records written to its output channels, or, for a sink, rows the sink wrote (replays
+    # included: what this incarnation wrote)
     records_out: int = 0
     replay: dict[str, list[int]] = field(default_factory=dict)  # tp -> [from, to, records]
     replay_basis: str | None = None  # spillway.recovery.restore.progress: "read" or "upper-bound"

@@ -170,6 +170,7 @@ class Processor:
             if self.crash.armed and records:
                 self.crash.before_output()
             self.sink.write(records)
+            self.result.records_out += len(records)  # a sink's output: the rows it wrote
 
     def _run_fold(self) -> None:
         """The batches of this poll held by :class:`PollFold`, in one call."""

@@ -21,7 +21,10 @@ import gc
 import os
 import sys
 import time
+import warnings
 import zipimport
+
+from spillway.spark_jobs.spark.runlog import LOG_ENV, daemon_note
 
 # Preloaded: the task body and what it reaches (runner, channels, Kafka clients, codecs)
 # and the pipeline API that pipeline modules import (also as ``spillway``). Not the
@@ -82,9 +85,25 @@ def threads() -> int | None:
         return None
 
 
+def _warned(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: object = None,
+    line: str | None = None,
+) -> None:
+    daemon_note(warnings.formatwarning(message, category, filename, lineno, line).rstrip())
+
+
 def main() -> None:
-    """Preload, then run PySpark's daemon (it reads the worker module from ``sys.argv``)."""
+    """Preload, then run PySpark's daemon (it reads the worker module from ``sys.argv``).
+
+    With a run log (:data:`~spillway.spark_jobs.spark.runlog.LOG_ENV`), the daemon's notes
+    and the warnings of its imports go there instead of stderr."""
     os.register_at_fork(after_in_child=_forked)
+    if os.environ.get(LOG_ENV):
+        warnings.showwarning = _warned
     failed = preload()
     forget_zip_finders()
     # What the preload made lives as long as the daemon: out of the collector's view, a
@@ -95,10 +114,10 @@ def main() -> None:
     gc.freeze()
     n = threads()
     if failed or (n is not None and n > 1):
-        # stderr goes to the executor's log; the daemon still works, only slower to fork.
-        print(
-            f"spillway daemon: preload incomplete (failed: {failed or 'none'}, threads: {n})",
-            file=sys.stderr,
+        # The run's log file or stderr (the executor's log); the daemon still works, only
+        # slower to fork.
+        daemon_note(
+            f"spillway daemon: preload incomplete (failed: {failed or 'none'}, threads: {n})"
         )
     if n is not None and n > 1:
         # Unsafe to fork with threads: serve as the plain PySpark daemon would, in a

@@ -54,8 +54,10 @@ from spillway.spark_jobs.spark.liverescale import LiveRescaler
 from spillway.spark_jobs.spark.observe import observed
 from spillway.spark_jobs.spark.opjobs import OperatorJobs, operator_groups
 from spillway.spark_jobs.spark.opruns import OperatorRuns
+from spillway.spark_jobs.spark.runlog import jvm_options, subtask_logging
 from spillway.spark_jobs.spark.shipcode import ModuleCode, deployed, install
 from spillway.spark_jobs.spark.submit import check_evolution, prepare_topics, record_submission
+from spillway.spark_jobs.spark.summary import RunSummary
 
 log = logging.getLogger("spillway.spark_jobs.spark.driver")
 
@@ -76,6 +78,7 @@ def run_on_spark(
     from_checkpoint: int | None = None,
     rewind_to: int | None = None,
     on_running: Callable[[OperatorRuns], None] | None = None,
+    on_summary: Callable[[RunSummary], None] | None = None,
 ) -> list[SubtaskResult]:
     """Validate, create topics, run every subtask as a Spark task, each operator (or chain)
     as a Spark job of its own; return the subtasks' final results.
@@ -87,7 +90,10 @@ def run_on_spark(
     (:class:`spillway.spark_jobs.spark.opruns.OperatorRuns`); it must not block. An operator whose
     parallelism (``config.parallelism`` or the pipeline's) differs from the last run's is
     rescaled from the stopped job's checkpoints (:mod:`spillway.recovery.control.savepoint`).
+    ``on_summary``: called once the subtasks have ended (not if the job is aborted), with
+    what the run did (:mod:`spillway.spark_jobs.spark.summary`).
     """
+    began = time.monotonic()
     forwarded = forwarded_env(config.forward_env)
     settings = config.settings()
     options = config.options(from_checkpoint)
@@ -129,12 +135,13 @@ def run_on_spark(
                     config.metrics_port,
                     config.metrics_host,
                     config.progress,
-                ),
+                ) as feed,
             ):
                 runs.start_all()
                 if on_running is not None:
                     on_running(runs)
                 rows = runs.wait()
+            last = feed.snapshot() if feed is not None else None  # the feed's last words
             if watch.failure is not None:  # every job was cancelled: some rows are missing
                 raise JobAbortedError(watch.message())
         except Exception:
@@ -156,7 +163,30 @@ def run_on_spark(
     if failed:  # the last task to end failed, before the watch saw its event
         raise JobAbortedError(str(failed[0].error))
     _ = options  # validated above, before Spark started
+    if on_summary is not None:
+        on_summary(
+            RunSummary(
+                plan.job,
+                time.monotonic() - began,
+                results,
+                _ends_of(plan, "source", 0),
+                _ends_of(plan, "sink", -1),
+                last,
+                config.dead_letter,
+            )
+        )
     return results
+
+
+def _ends_of(plan: JobPlan, kind: str, at: int) -> list[str]:
+    """Operators of ``kind`` (source or sink), or chains that start (``at`` 0) or end
+    (``at`` -1) with one."""
+    out = []
+    for op in plan.operators:
+        chain = op.description.get("chain") if op.kind == "chain" else None
+        if op.kind == kind or (chain and chain[at].get("kind") == kind):
+            out.append(str(op.name))
+    return out
 
 
 def _prepare_run(
@@ -206,6 +236,9 @@ def _spark_session(config: JobConfig) -> Any:
     )
     if config.master:
         builder = builder.master(config.master)
+    java = jvm_options(config.master)
+    if java is not None:  # Spark's log4j output into the run's log file
+        builder = builder.config("spark.driver.extraJavaOptions", java)
     if config.progress:  # Spark's own stage bar would overwrite our progress line
         builder = builder.config("spark.ui.showConsoleProgress", "false")
     return builder.getOrCreate()
@@ -322,11 +355,7 @@ def _task(
         del os.environ[key]  # the submitter's environment wins, including what it unset
     os.environ.update(env)
     forwarded_env(config.forward_env)  # their secret values are scrubbed here too
-    logging.basicConfig(
-        level=logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    subtask_logging()  # the run's log file, if it has one (spillway.spark_jobs.spark.runlog)
     for noisy in ("py4j", "pyspark"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     ctx = TaskContext.get()

@@ -1,10 +1,11 @@
 """The driver's side of metrics: read what subtasks report, serve it to Prometheus.
 
 :class:`MetricsFeed` is a background thread of the driver that tails the job's event
-log, heartbeats and completed global checkpoints, and probes the end offsets of the input
-partitions about once a second; it feeds :class:`spillway.recovery.observe.metrics.JobMetrics`
-(pure). No
-subtask does anything extra for it beyond its heartbeats
+log, heartbeats and completed global checkpoints and feeds
+:class:`spillway.recovery.observe.metrics.JobMetrics` (pure). The end offsets of the input
+partitions are probed about once a second, in one batched query on a consumer and thread
+of their own (:class:`EndsProbe`), so a slow query never ages the heartbeats that
+liveness is judged by. No subtask does anything extra for it beyond its heartbeats
 (:mod:`spillway.recovery.runtime.livestats`).
 
 :func:`serve` exposes a snapshot in Prometheus' text format with ``prometheus_client``
@@ -17,8 +18,8 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -32,7 +33,7 @@ from spillway.recovery.control.globalckpt import checkpoints_topic
 from spillway.recovery.job.plandoc import PlanDoc
 from spillway.recovery.observe.events import events_topic
 from spillway.recovery.observe.heartbeat import heartbeats_topic
-from spillway.recovery.observe.metrics import JobMetrics, Snapshot
+from spillway.recovery.observe.metrics import JobMetrics, Snapshot, as_of
 
 log = logging.getLogger("spillway.spark_jobs.metrics")
 
@@ -40,8 +41,72 @@ log = logging.getLogger("spillway.spark_jobs.metrics")
 GLOBAL_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 
 
+class Reader(Protocol):
+    """What :class:`MetricsFeed` reads the event, heartbeat and checkpoint topics with (an
+    :class:`~spillway.channels.kafka.consumer.AssignedConsumer`)."""
+
+    def assign(self, starts: Mapping[TopicPartition, Offset]) -> None: ...
+    def consume(self, max_messages: int, timeout_s: float) -> list[Any]: ...
+    def watermarks(self, tp: TopicPartition, timeout_s: float = ...) -> tuple[int, int]: ...
+    def close(self) -> None: ...
+
+
+class EndsProbe:
+    """The input partitions' end offsets, queried on a thread of its own.
+
+    ``query`` (one batched request: :meth:`AssignedConsumer.end_offsets`) runs about every
+    ``every_s`` seconds; :meth:`latest` returns the newest answer without waiting, so a
+    slow query delays only the lag and replay-debt figures, never the reading of
+    heartbeats (liveness). A failed query is logged at DEBUG and retried next round.
+    """
+
+    def __init__(
+        self, query: Callable[[], Mapping[str, int]], every_s: float = 1.0, name: str = "ends"
+    ) -> None:
+        self._query = query
+        self._every_s = every_s
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._latest: dict[str, int] = {}
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> None:
+        """Start probing (the first query runs at once)."""
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 15.0) -> None:
+        """Stop probing; waits up to ``timeout_s`` for a query under way."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout_s)
+
+    def latest(self) -> dict[str, int]:
+        """The newest ends (``topic[partition]`` → offset); empty before the first answer."""
+        with self._lock:
+            return dict(self._latest)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                ends = dict(self._query())
+            except Exception:  # figures only: the next round retries
+                log.debug("probing the input partitions' ends failed", exc_info=True)
+            else:
+                with self._lock:
+                    self._latest.update(ends)
+            self._stop.wait(self._every_s)
+
+
 class MetricsFeed:
-    """Keeps a :class:`JobMetrics` of run ``run_id`` current; :meth:`snapshot` is thread-safe."""
+    """Keeps a :class:`JobMetrics` of run ``run_id`` current; :meth:`snapshot` is thread-safe.
+
+    Each round reads what is new on the event, heartbeat and checkpoint topics until it
+    has caught up, tells the metrics the time it caught up (:meth:`JobMetrics.read_until`,
+    so liveness is judged from fresh data) and takes a snapshot with the newest end offsets
+    of :class:`EndsProbe`, which queries them on its own consumer and thread.
+    ``reader``, ``ends`` and ``clock`` replace the Kafka consumers and the wall clock
+    (tests).
+    """
 
     def __init__(
         self,
@@ -50,23 +115,30 @@ class MetricsFeed:
         plan: PlanDoc,
         run_id: str,
         every_s: float = 1.0,
+        *,
+        reader: Reader | None = None,
+        ends: Callable[[], Mapping[str, int]] | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.job = job
-        self._settings = settings
-        self._plan = plan
         self._metrics = JobMetrics(plan, run_id)
         self._every_s = every_s
+        self._clock = clock
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._consumer = AssignedConsumer(settings, f"spillway.{job}.metrics")
-        self._inputs = [
-            (tp, f"{tp.topic}[{tp.partition}]")
+        self._consumer: Reader = reader or AssignedConsumer(settings, f"spillway.{job}.metrics")
+        self._names = {
+            tp: f"{tp.topic}[{tp.partition}]"
             for op in plan.operators
             for i in range(op.parallelism)
             for tp in op.owned_inputs(i)
-        ]
+        }
+        self._ends_consumer: AssignedConsumer | None = None
+        if ends is None:
+            self._ends_consumer = AssignedConsumer(settings, f"spillway.{job}.metrics-ends")
+        self._ends = EndsProbe(ends or self._query_ends, every_s, f"metrics ends {job}")
         self._thread = threading.Thread(target=self._run, name=f"metrics {job}", daemon=True)
-        self._snapshot = self._metrics.snapshot(time.time())
+        self._snapshot = self._metrics.snapshot(clock())
 
     def start(self) -> None:
         """Start tailing: events from the start, heartbeats and checkpoints from now on."""
@@ -75,33 +147,47 @@ class MetricsFeed:
             tp = TopicPartition(topic, 0)
             starts[tp] = Offset(self._consumer.watermarks(tp)[1])
         self._consumer.assign(starts)
+        self._ends.start()
         self._thread.start()
 
     def stop(self) -> None:
-        """Take a last snapshot and stop (the consumer is closed)."""
+        """Take a last snapshot and stop (the consumers are closed)."""
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(self._every_s + 15)
+        self._ends.stop()
         self._consumer.close()
+        if self._ends_consumer is not None:
+            self._ends_consumer.close()
 
     def snapshot(self) -> Snapshot:
         """The newest snapshot."""
         with self._lock:
             return self._snapshot
 
+    def _query_ends(self) -> dict[str, int]:
+        assert self._ends_consumer is not None
+        got = self._ends_consumer.end_offsets(list(self._names))
+        return {self._names[tp]: n for tp, n in got.items()}
+
     def _run(self) -> None:
         while True:
             try:
-                self._update()
+                self.update()
             except Exception:  # metrics must never take the job down
                 log.warning("reading metrics of %s failed", self.job, exc_info=True)
             if self._stop.wait(self._every_s):
-                self._update()  # the last words (finished events) into the last snapshot
+                self.update()  # the last words (finished events) into the last snapshot
                 return
 
-    def _update(self) -> None:
+    def update(self) -> None:
+        """One round: read until caught up, then take a snapshot (never waits for the
+        end offsets' query)."""
         events, beats = events_topic(self.job), heartbeats_topic(self.job)
         while True:
+            # Taken before the call: a call that returns less than a full batch has
+            # delivered everything written before it started.
+            asked = self._clock()
             msgs = self._consumer.consume(1000, 0.05)
             for m in msgs:
                 try:
@@ -117,9 +203,10 @@ class MetricsFeed:
                 else:
                     self._metrics.global_checkpoint(doc)
             if len(msgs) < 1000:
+                self._metrics.read_until(asked)
                 break
-        self._metrics.ends({name: self._consumer.watermarks(tp)[1] for tp, name in self._inputs})
-        snap = self._metrics.snapshot(time.time())
+        self._metrics.ends(self._ends.latest())
+        snap = self._metrics.snapshot(self._clock())
         with self._lock:
             self._snapshot = snap
 
@@ -132,8 +219,9 @@ class SnapshotCollector(Collector):
         self._snapshot = snapshot
 
     def collect(self) -> Iterator[Any]:
-        """The metric families of the newest snapshot."""
-        return iter(families(self._job, self._snapshot()))
+        """The metric families of the newest snapshot, as of now (stale data: no liveness
+        verdict, :func:`~spillway.recovery.observe.metrics.as_of`)."""
+        return iter(families(self._job, as_of(self._snapshot(), time.time())))
 
 
 def families(job: str, snap: Snapshot) -> list[Any]:

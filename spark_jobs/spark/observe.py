@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from spillway.channels.config import KafkaSettings
 from spillway.channels.ids import JobId
 from spillway.recovery.job.plandoc import PlanDoc
+
+if TYPE_CHECKING:
+    from spillway.spark_jobs.spark.metrics_http import MetricsFeed
 
 
 @contextlib.contextmanager
@@ -24,10 +28,14 @@ def observed(
     metrics_port: int | None,
     metrics_host: str,
     progress: bool,
-) -> Iterator[None]:
-    """Serve metrics on ``metrics_host:metrics_port`` and/or draw the progress line meanwhile."""
+) -> Iterator[MetricsFeed | None]:
+    """Serve metrics on ``metrics_host:metrics_port`` and/or draw the progress line meanwhile.
+
+    Yields the metrics feed (None if neither is asked for); once the block is left, its
+    :meth:`~spillway.spark_jobs.spark.metrics_http.MetricsFeed.snapshot` is the run's last.
+    """
     if metrics_port is None and not progress:
-        yield
+        yield None
         return
     from spillway.spark_jobs.spark.metrics_http import MetricsFeed, serve
     from spillway.spark_jobs.spark.progress import ProgressLine
@@ -47,7 +55,7 @@ def observed(
     if line is not None:
         line.start()
     try:
-        yield
+        yield feed
     finally:
         feed.stop()
         if line is not None:

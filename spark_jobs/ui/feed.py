@@ -105,18 +105,25 @@ class UiFeed:
                 log.warning("reading job %s for the page failed", self.job, exc_info=True)
 
     def update(self) -> None:
-        """Read what is new, probe the inputs' ends, take a sample and a snapshot."""
-        self._drain()
-        ends = {name: self._consumer.watermarks(tp)[1] for tp, name in self._inputs}
-        self.view.ends(ends)
+        """Probe the inputs' ends (one batched query), read what is new, take a sample and a
+        snapshot. The ends first: however long their query takes, the snapshot follows the
+        read at once, so liveness is judged from fresh heartbeats
+        (:meth:`~spillway.recovery.observe.metrics.JobMetrics.read_until`)."""
+        names = dict(self._inputs)
+        got = self._consumer.end_offsets(list(names))
+        self.view.ends({names[tp]: n for tp, n in got.items()})
+        self.view.read_until(self._drain())
         now = self._clock()
         self.view.sample(now)
         snap = self.view.snapshot(now)
         with self._lock:
             self._snapshot = snap
 
-    def _drain(self) -> None:
+    def _drain(self) -> float:
+        """Read until caught up; the wall time before the last (not full) read, up to which
+        everything written has been read."""
         while True:
+            asked = self._clock()
             try:
                 msgs = self._consumer.consume(1000, 0.05)
             except RetentionGapError:
@@ -129,7 +136,7 @@ class UiFeed:
                 self._next[tp] = (m.offset() or 0) + 1
                 self._take(tp, m.value() or b"")
             if len(msgs) < 1000:
-                return
+                return asked
 
     def _reassign(self) -> None:
         starts = {tp: max(o, self._consumer.watermarks(tp)[0]) for tp, o in self._next.items()}

@@ -31,6 +31,8 @@ from spillway.recovery.observe.events import read_events
 from spillway.recovery.observe.phases import merge, out_of_order, steps
 from spillway.recovery.restore.progress import last_mark, progress_topic
 from spillway.recovery.runtime.runner import SubtaskResult
+from spillway.spark_jobs.spark.summary import RunSummary
+from spillway.spark_jobs.spark.summary import render as render_summary
 
 
 def add_parser(subparsers: Any) -> None:
@@ -58,6 +60,17 @@ def _say(msg: str) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from spillway.spark_jobs.spark.runlog import run_log
+
+    job = f"demo-{uuid.uuid4().hex[:8]}"
+    # The terminal: the demo's own lines, the progress line, warnings and errors; the rest
+    # (Spark's and the subtasks' logs) in the log file (spillway.spark_jobs.spark.runlog).
+    with run_log(job, verbose=args.verbose) as log_file:
+        _say(f"log of this run: {log_file}")
+        return _run_logged(args, job, str(log_file))
+
+
+def _run_logged(args: argparse.Namespace, job: str, log_file: str) -> int:
     broker: LocalBroker | None = None
     bootstrap = args.bootstrap
     if bootstrap is None:
@@ -75,6 +88,8 @@ def _run(args: argparse.Namespace) -> int:
             kill_after=args.kill_after_checkpoints,
             out_dir=args.out or tempfile.mkdtemp(prefix="spillway-demo-"),
             duration_s=args.duration,
+            job=job,
+            log_file=log_file,
         )
     finally:
         if broker is not None:
@@ -93,8 +108,11 @@ def run_demo(
     out_dir: str,
     duration_s: float = 20.0,
     job: str | None = None,
+    log_file: str | None = None,
 ) -> dict[str, Any]:
-    """Run the job with one kill, check everything, print a report and return it."""
+    """Run the job with one kill, check everything, print the run's summary
+    (:mod:`spillway.spark_jobs.spark.summary`; ``log_file`` named in it) and a report, and
+    return the report."""
     from spillway.spark_jobs.spark.driver import run_on_spark, subtask_count
     from spillway.spark_jobs.spark.jobconfig import JobConfig
 
@@ -121,10 +139,11 @@ def run_demo(
 
     results: list[SubtaskResult] = []
     failure: list[BaseException] = []
+    summaries: list[RunSummary] = []
 
     def drive() -> None:
         try:
-            results.extend(run_on_spark(config))
+            results.extend(run_on_spark(config, on_summary=summaries.append))
         except BaseException as e:
             failure.append(e)
 
@@ -140,6 +159,9 @@ def run_demo(
     if failure:
         _say(f"FAILED: the job raised {failure[0]!r}")
         return {"ok": False, "error": repr(failure[0])}
+    for summary in summaries:
+        summary.log_file = log_file
+        print(render_summary(summary))
     return _report(
         settings,
         JobId(job),

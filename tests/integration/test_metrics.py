@@ -144,6 +144,7 @@ def test_metrics_show_global_checkpoint_durations_as_the_coordinator_logs_them(
     cmd = [sys.executable, "-m", "spillway.cli", "run", REF, "--job-id", unique]
     cmd += ["--bootstrap", kafka_bootstrap, "--master", "local[8,2]", "--metrics-port", str(port)]
     cmd += ["--checkpoint-mode", "unaligned", "--global-interval", "1"]
+    cmd += ["--log-dir", str(tmp_path / "logs")]  # the coordinator's INFO lines go there
     env = {**os.environ, "CLICKS_RATE": str(RECORDS / 2 / 12)}
     with open(log, "wb") as out:
         driver = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
@@ -163,9 +164,10 @@ def test_metrics_show_global_checkpoint_durations_as_the_coordinator_logs_them(
     total = last[(f"{h}_sum", (("job_id", unique),))]
     # The coordinator logs each completed checkpoint's duration (3 decimals) in id order;
     # the metrics fold the same records, so the first `count` of them add up to the sum.
+    (run_log,) = (tmp_path / "logs").glob(f"{unique}-*.log")
     logged = [
         float(line.rsplit(" in ", 1)[1].rstrip("s"))
-        for line in log.read_text().splitlines()
+        for line in run_log.read_text().splitlines()
         if "global checkpoint " in line and f" of {unique} complete in " in line
     ]
     assert 1 <= count <= len(logged)

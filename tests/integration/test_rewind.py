@@ -60,7 +60,8 @@ def test_rewind_to_an_older_global_checkpoint_is_exactly_once(
     n = completed[0]["id"]
 
     common = ["--job-id", unique, "--bootstrap", kafka_bootstrap, "--master", "local[8,4]"]
-    rc = main(["run", REF, *common, "--checkpoint-mode", "unaligned", "--from-checkpoint", str(n)])
+    unaligned = ["--checkpoint-mode", "unaligned"]
+    rc = main(["run", REF, *common, *unaligned, "--json", "--from-checkpoint", str(n)])
     out = capsys.readouterr()
     assert rc == 0, out.err[-3000:]
 

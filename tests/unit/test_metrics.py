@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import socket
+import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,6 +70,7 @@ def test_restart_replay_and_counts_across_incarnations() -> None:
     m.heartbeat(beat("count", 0, 0, 10, 99, records_in=400))  # late, older: ignored
     m.ends({f"{CH}[0]": 650})
     m.event({"event": "fencing", "operator": "count", "index": 0, "run": "other", "pid": 1})
+    m.read_until(104.0)
     snap = m.snapshot(now=104.0)
     c = {s.name: s for s in snap.subtasks}["count[0]"]
     assert (c.state, c.restarts) == ("running", 1)
@@ -81,8 +83,11 @@ def test_restart_replay_and_counts_across_incarnations() -> None:
     assert not c.source
     src = {s.name: s for s in snap.subtasks}["src[1]"]
     assert (src.state, src.restarts, src.records_in, src.source) == ("not started", 0, 0, True)
-    # count[0]'s newest sign of life is its heartbeat at 103.0: lost 5 s later (LOST_AFTER_S)
+    # count[0]'s newest sign of life is its heartbeat at 103.0: lost if the reader had
+    # caught up 5 s later (LOST_AFTER_S) and read nothing newer
+    m.read_until(108.0)
     assert m.snapshot(now=108.0).subtasks[2].state == "running"
+    m.read_until(108.1)
     assert m.snapshot(now=108.1).subtasks[2].state == "lost"
 
 
@@ -93,6 +98,7 @@ def test_finished_subtask_owes_nothing_and_is_done() -> None:
         m.event(ev("started", "src", i, 0, 20 + i, replay={}))
         m.heartbeat(beat("src", i, 0, 20 + i, 101, records_in=10, progress=[10, 50]))
     m.event(ev("finished", "src", 0, 0, 20, records_in=50, records_out=50, replay={}))
+    m.read_until(105.0)
     snap = m.snapshot(now=105.0)
     s0, s1 = snap.subtasks[0], snap.subtasks[1]
     assert (s0.state, s0.records_in, s0.progress) == ("finished", 50, (50, 50))
@@ -124,7 +130,7 @@ def scrape(snap: Snapshot) -> dict[tuple[str, tuple[tuple[str, str], ...]], floa
 def test_prometheus_text() -> None:
     s = SubtaskMetrics("count", 0, state="running", restarts=2, records_in=7, checkpoint=3,
                        checkpoint_s=0.5, replay_debt={"t[0]": 4}, replayed={"t[0]": 9})  # fmt: skip
-    got = scrape(Snapshot([s], [0.2, 3.0]))
+    got = scrape(Snapshot([s], [0.2, 3.0], read_at=time.time()))
     lab = (("index", "0"), ("job_id", "j"), ("operator", "count"))
     part = tuple(sorted((*lab, ("partition", "t[0]"))))
     assert got[("spillway_subtask_restarts_total", lab)] == 2
@@ -147,7 +153,7 @@ def snap_of(records: int, restarts: int = 0, progress: tuple[int, int] | None = 
     src = SubtaskMetrics("src", 0, state="running", records_in=records, checkpoints=4,
                          restarts=restarts, source=True, progress=progress)  # fmt: skip
     sink = SubtaskMetrics("sink", 0, state="finished", records_in=records * 2, checkpoints=2)
-    return Snapshot([src, sink], [])
+    return Snapshot([src, sink], [], read_at=time.time())
 
 
 def test_render_line() -> None:

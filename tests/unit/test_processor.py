@@ -138,3 +138,34 @@ def test_a_restored_mid_message_checkpoint_skips_what_was_done_and_a_trigger_cut
     # After the first chunk (records 2-3 of the message): 1 + 2 done.
     assert taken == [(5, (TP, 7, 3))]
     assert p.result.records_in == 5
+
+
+@dataclass
+class ListSink:
+    rows: list[Any] = field(default_factory=list)
+
+    def write(self, records: Sequence[Any]) -> None:
+        self.rows.extend(records)
+
+
+def test_a_sink_reports_the_rows_it_wrote_as_records_out() -> None:
+    """Issue 30: sinks reported records_out 0 although they wrote rows."""
+    sink = ListSink()
+    p = Processor(
+        SUB,
+        SUB.operator,
+        RunOptions(),
+        (None, None, cast(Any, sink)),
+        None,
+        SetAsides(SUB, None),
+        CrashPoints(Faults(SUB, 1, "")),
+        SubtaskResult(str(SUB), 1, "running"),
+        cast(Any, None),
+        lambda: None,
+    )
+    p.reader = cast(Any, ScriptedReader([[data(0, [1, 2])], [data(1, [3])]]))
+    p.cadence = UnalignedCadence(FakeTriggers(), lambda n, part: None, 2)
+    while not p.step():
+        pass
+    assert sink.rows == [1, 2, 3]
+    assert (p.result.records_in, p.result.records_out) == (3, 3)
