@@ -14,6 +14,8 @@ from spillway.spark_jobs.spark.driver import run_on_spark
 from spillway.spark_jobs.spark.jobconfig import JobConfig
 from tests.integration.aggjobs import WINDOW, make_event
 
+pytestmark = [pytest.mark.broker, pytest.mark.spark]
+
 REF = "tests.integration.aggjobs:windowed_aggs"
 RECORDS = 12_000
 SIZE_MS = int(WINDOW.total_seconds() * 1000)

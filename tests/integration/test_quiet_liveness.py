@@ -25,6 +25,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
+
 from spillway.channels.config import KafkaSettings
 from spillway.channels.ids import JobId
 from spillway.channels.kafka.admin import Admin, TopicSpec
@@ -38,6 +40,8 @@ from spillway.recovery.observe.metrics import as_of
 from spillway.spark_jobs.spark.metrics_http import MetricsFeed
 from tests.integration.conftest import RECORDS
 from tests.integration.test_metrics import free_port, read_output, scrape
+
+pytestmark = pytest.mark.broker  # every test here runs against the real broker
 
 REF = "spillway.examples.clicks:pipeline"
 
@@ -65,6 +69,7 @@ def states_of(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float]) -> 
     return out
 
 
+@pytest.mark.spark
 def test_no_subtask_is_reported_lost_on_a_loaded_machine(
     kafka_bootstrap: str, unique: str, clicks_env: Path, tmp_path: Path
 ) -> None:
@@ -99,6 +104,7 @@ def test_no_subtask_is_reported_lost_on_a_loaded_machine(
     assert read_output(clicks_env) == clicks.reference(RECORDS)
 
 
+@pytest.mark.spark
 def test_a_run_with_a_killed_subtask_keeps_the_terminal_quiet(
     kafka_bootstrap: str, unique: str, clicks_env: Path, tmp_path: Path
 ) -> None:
