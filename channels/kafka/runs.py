@@ -1,5 +1,5 @@
 """Consumed messages as one run per partition: offsets and values in lists, no loop body
-per message (issue 21's batch source).
+per message (the columnar Kafka source).
 
 A ``consume()`` result holds one confluent-kafka ``Message`` per value; reading three
 fields of each in a Python loop with a dict look-up and two appends cost ~0.5 µs per

@@ -1,4 +1,4 @@
-"""Key functions over whole Arrow batches (issue 21): ``key_by(fn).aggregate_batches``.
+"""Key functions over whole Arrow batches: ``key_by(fn).aggregate_batches``.
 
 A Polars or pandas user keys a frame by an expression over its columns, e.g.
 ``lambda b: pc.utf8_lower(b["user"])``: one call per batch returning one key per row.

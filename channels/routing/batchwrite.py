@@ -1,6 +1,6 @@
 """Routing a whole Arrow batch to a channel's partitions, without a Python object per row.
 
-:func:`route_batch` is the writer-side half of the columnar path (issue 21): which part
+:func:`route_batch` is the writer-side half of the columnar path: which part
 of a batch goes to which downstream partition, for the partitioners that can say it for
 a batch at once. A record key function can only be asked record by record; for such an
 edge it returns ``None`` and the writer falls back to the records.

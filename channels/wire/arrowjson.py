@@ -1,4 +1,4 @@
-"""JSON text of an Arrow batch's rows, built column by column (issue 21's Kafka sink).
+"""JSON text of an Arrow batch's rows, built column by column (the columnar Kafka sink).
 
 :func:`json_values` gives, for each row of a flat batch, the bytes that
 ``spillway.channels.wire.jsontext.dumps(row_as_dict)`` gives, without making a dict per row: each

@@ -1,4 +1,4 @@
-"""Channel messages as Arrow batches, for the operators that take batches (issue 21).
+"""Channel messages as Arrow batches, for the operators that take batches.
 
 A batch operator's input is the Arrow channel message as it arrived: :class:`BatchDecoders`
 opens the message's IPC stream and hands its record batch on, with no Python object per

@@ -1,4 +1,4 @@
-"""Which schema a channel message was written with (issue 16, item 3). Pure: no I/O.
+"""Which schema a channel message was written with. Pure: no I/O.
 
 Every data message, and every part of a record that spans messages, carries header
 ``spw.s``: its writer schema's id, the CRC-64-AVRO (Rabin) fingerprint of the schema's

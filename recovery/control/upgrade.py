@@ -1,4 +1,4 @@
-"""Is an operator's new code a drop-in replacement for the running one? (issue 16, item 4)
+"""Is an operator's new code a drop-in replacement for the running one?
 
 ``spillway upgrade --job ID --operator OP`` restarts only ``OP`` with the code now
 deployed, from its own checkpoints, while the rest of the job keeps running. That is sound

@@ -1,4 +1,4 @@
-"""Restarting a stopped job with changed code and topology (issue 16, item 3). Pure: no I/O.
+"""Restarting a stopped job with changed code and topology. Pure: no I/O.
 
 Every checkpoint carries the fingerprint of the topology that took it; a run whose
 pipeline has another topology than the job's last run used to be refused outright. The

@@ -1,4 +1,4 @@
-"""The columnar path through a subtask (issue 21): batch operators over Arrow batches.
+"""The columnar path through a subtask: batch operators over Arrow batches.
 
 A batch operator's logic (``spillway.spark_jobs.operators.batchops``,
 ``spillway.spark_jobs.operators.batchagg``) has

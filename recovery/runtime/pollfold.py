@@ -1,4 +1,4 @@
-"""Folding the batches of one poll together (issue 21): one operator call per poll.
+"""Folding the batches of one poll together: one operator call per poll.
 
 A keyed batch aggregate pays per call what does not depend on the batch's size — a
 ``group_by``, a state read and write per distinct key — and a keyed channel delivers

@@ -1,4 +1,4 @@
-"""How the stream API's batch operators are defined (issue 21): checked schemas, the
+"""How the stream API's batch operators are defined: checked schemas, the
 logic factories and the plan descriptions of ``map_batches``, ``filter_batches`` and
 ``aggregate_batches`` (:mod:`spillway.spark_jobs.api.streams` adds them to the graph)."""
 

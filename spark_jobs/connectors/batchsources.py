@@ -1,4 +1,4 @@
-"""Sources that read Arrow batches (issue 21): ``read_files(..., batches=True)`` for CSV
+"""Sources that read Arrow batches: ``read_files(..., batches=True)`` for CSV
 and Parquet, ``read_kafka(..., batches=True)`` for JSON values.
 
 Files:

@@ -9,7 +9,7 @@ stay ordinary tasks, retried alone (not barrier mode). The bookkeeping is
 ``stop_operator(op)`` asks ``op``'s subtasks to take a last checkpoint and stop (the path
 SIGTERM takes for the whole job, scoped to one operator's current generation);
 ``start_operator(op)`` submits a new job for them, which restores each subtask from its
-checkpoint. The rescale and upgrade commands (issue 16) are built on these two.
+checkpoint. The rescale and upgrade commands are built on these two.
 """
 
 from __future__ import annotations
