@@ -72,7 +72,7 @@ from spillway.recovery.restore.state import ChangelogState
 from spillway.recovery.runtime.batchpath import is_batch_logic
 from spillway.recovery.runtime.deadletter import DeadLetters
 from spillway.recovery.runtime.eventtime import SetAsides
-from spillway.recovery.runtime.failures import emit_failure, process_failure, source_failure
+from spillway.recovery.runtime.failures import emit_failure, run_diverting, source_failure
 from spillway.spark_jobs.api.graph import Graph
 from spillway.spark_jobs.connectors.sources import FileSource, GeneratorSource, KafkaTopicSource
 from spillway.spark_jobs.records.watermarks import Watermarks, WatermarkTracker, event_time
@@ -318,23 +318,9 @@ class _Task:
         dead-lettering the ones that fail (or raising the runtime's error without a
         dead-letter channel), as :class:`spillway.recovery.runtime.processor.Processor`."""
         assert self.logic is not None
-        run: Call = call or self.logic.process
-
-        def alone(rs: Sequence[Record]) -> list[Record]:
-            return list(run(rs))
-
-        try:
-            return alone(records)
-        except Exception as e:
-            if self.dead is None:
-                raise process_failure(self.id, self.op.name, records, origins, e, alone) from e
-        out: list[Record] = []
-        for k, r in enumerate(records):
-            try:
-                out.extend(run([r]))
-            except Exception as e:
-                self.dead.send(stage="process", error=e, origin=origins.at(k), record=r)
-        return out
+        return run_diverting(
+            call or self.logic.process, records, origins, self.id, self.op.name, self.dead
+        )
 
     def emit(self, records: Iterable[Record], origins: Origins = UNKNOWN) -> None:
         """Write to every output (and a chained sink), taking what the logic set aside."""

@@ -12,14 +12,14 @@ here find the first record that fails alone, so the error can name its origin.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from spillway.channels.errors import RecordError, SpillwayError
 from spillway.channels.ids import SubtaskId
 from spillway.recovery.job.origins import Origin, Origins, Same
 from spillway.recovery.job.plan import Record, Rejected
-from spillway.recovery.runtime.deadletter import dead_letter_topic
+from spillway.recovery.runtime.deadletter import DeadLetters, dead_letter_topic
 
 
 def one_line(text: str) -> str:
@@ -141,3 +141,37 @@ def failure_fields(subtask: SubtaskId, error: BaseException) -> dict[str, Any]:
         "origin": error.origin if isinstance(error, RecordError) else None,
         "message": abort_message(subtask, error),
     }
+
+
+def run_diverting(
+    run: Callable[[Sequence[Record]], Iterable[Record]],
+    records: Sequence[Record],
+    origins: Origins,
+    subtask: SubtaskId,
+    operator: str,
+    dead_letters: DeadLetters | None,
+) -> list[Record]:
+    """``run`` (an operator's call) on one input message's ``records`` and its output.
+
+    If the call raises: without ``dead_letters``, the :class:`RecordError` of
+    :func:`process_failure` naming the first bad record; with them, the records are run one
+    by one and only those that fail are sent to the dead letters (stage ``process``, with
+    their origin). A failed call leaves keyed state as it was: the operators write state
+    only after a whole call succeeds, so re-running the good records is safe.
+    """
+
+    def alone(rs: Sequence[Record]) -> list[Record]:  # re-runs records to find the bad one
+        return list(run(rs))
+
+    try:
+        return alone(records)
+    except Exception as e:
+        if dead_letters is None:
+            raise process_failure(subtask, operator, records, origins, e, alone) from e
+    out: list[Record] = []
+    for k, r in enumerate(records):
+        try:
+            out.extend(run([r]))
+        except Exception as e:
+            dead_letters.send(stage="process", error=e, origin=origins.at(k), record=r)
+    return out

@@ -28,7 +28,7 @@ from spillway.recovery.runtime.cadence import Cadence, UnalignedCadence
 from spillway.recovery.runtime.crashpoints import CrashPoints
 from spillway.recovery.runtime.deadletter import DeadLetters
 from spillway.recovery.runtime.eventtime import IdleAnnouncer, SetAsides
-from spillway.recovery.runtime.failures import emit_failure, process_failure, source_failure
+from spillway.recovery.runtime.failures import emit_failure, run_diverting, source_failure
 from spillway.recovery.runtime.options import RunOptions, SubtaskResult
 from spillway.recovery.runtime.pollfold import PollFold
 
@@ -187,26 +187,9 @@ class Processor:
         from); isolate failures if dead-lettering."""
         assert self.logic is not None
         run: Call = call or self.logic.process
-
-        def alone(rs: Sequence[Record]) -> list[Record]:  # re-runs records to find the bad one
-            return list(run(rs))
-
-        try:
-            return alone(records)
-        except Exception as e:
-            if self.dead_letters is None:
-                raise process_failure(
-                    self.subtask, self.operator, records, origins, e, alone
-                ) from e
-        # Record by record, so only the bad ones are diverted. A failed call leaves keyed
-        # state as it was: the operators write state only after a whole call succeeds.
-        out: list[Record] = []
-        for k, r in enumerate(records):
-            try:
-                out.extend(run([r]))
-            except Exception as e:
-                self.dead_letters.send(stage="process", error=e, origin=origins.at(k), record=r)
-        return out
+        return run_diverting(
+            run, records, origins, self.subtask, self.operator, self.dead_letters
+        )
 
     def emit(self, records: Iterable[Record], origins: Origins = UNKNOWN) -> None:
         """Write records to every output (``origins``: where each came from, if known)."""

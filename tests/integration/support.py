@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import glob
 import json
+import socket
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from spillway.channels.config import ChannelSettings, KafkaSettings
 from spillway.channels.ids import JobId, OperatorName, SubtaskId
@@ -109,3 +112,38 @@ def writer_for(
     out = OutputChannel(topic, CHANNEL_SCHEMA, KeyHash(lambda r: r["key"], DOWN), DOWN)
     channel_settings = ChannelSettings(max_batch_bytes=4096, max_record_bytes=8192, codec=codec)
     return producer, ChannelWriter(producer, out, index, channel_settings)
+
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+"""Prometheus samples: (metric name, sorted labels) -> value."""
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 just now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def scrape(port: int) -> Samples | None:
+    """Every sample of ``/metrics`` on ``port`` (None while the endpoint does not answer)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            text = r.read().decode()
+    except OSError:
+        return None
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+    }
+
+
+def states_of(samples: Samples) -> dict[str, str]:
+    """``operator[index]`` → the state of ``spillway_subtask_state``."""
+    out = {}
+    for (name, labels), v in samples.items():
+        if name == "spillway_subtask_state" and v == 1:
+            d = dict(labels)
+            out[f"{d['operator']}[{d['index']}]"] = d["state"]
+    return out

@@ -13,49 +13,24 @@ equals the reference.
 
 from __future__ import annotations
 
-import glob
-import json
 import os
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from spillway.channels.routing.keygroups import DEFAULT_MAX_PARALLELISM
 from spillway.examples import clicks
 from tests.integration.conftest import RECORDS
+from tests.integration.support import Samples, free_port, read_output, scrape
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark]
 
 REF = "spillway.examples.clicks:pipeline"
 SUBTASKS = [f"{op}[{i}]" for op in ("clicks", "enrich", "count", "out") for i in range(2)]
 
-Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def scrape(port: int) -> Samples | None:
-    """Every sample of ``/metrics`` (None while the endpoint does not answer)."""
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-            text = r.read().decode()
-    except OSError:
-        return None
-    return {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for f in text_string_to_metric_families(text)
-        for s in f.samples
-    }
 
 
 def per_subtask(samples: Samples, name: str) -> dict[str, float]:
@@ -67,16 +42,6 @@ def per_subtask(samples: Samples, name: str) -> dict[str, float]:
             key = f"{d['operator']}[{d['index']}]"
             out[key] = out.get(key, 0.0) + v
     return out
-
-
-def read_output(out: Path) -> dict[str, tuple[str, int]]:
-    rows: dict[str, tuple[str, int]] = {}
-    for f in sorted(glob.glob(str(out / "out" / "*.jsonl"))):
-        for line in Path(f).read_text().splitlines():
-            r = json.loads(line)
-            assert r["page"] not in rows, f"duplicate output row for {r['page']}"
-            rows[r["page"]] = (r["section"], r["views"])
-    return rows
 
 
 def test_metrics_show_the_restart_and_the_replay_of_a_killed_subtask(

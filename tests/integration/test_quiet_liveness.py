@@ -39,7 +39,7 @@ from spillway.recovery.observe.heartbeat import heartbeats_topic, heartbeats_top
 from spillway.recovery.observe.metrics import as_of
 from spillway.spark_jobs.spark.metrics_http import MetricsFeed
 from tests.integration.conftest import RECORDS
-from tests.integration.test_metrics import free_port, read_output, scrape
+from tests.integration.support import free_port, read_output, scrape, states_of
 
 pytestmark = pytest.mark.broker  # every test here runs against the real broker
 
@@ -57,16 +57,6 @@ def cpu_hogs() -> Iterator[None]:
         for h in hogs:
             h.kill()
             h.wait()
-
-
-def states_of(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float]) -> dict[str, str]:
-    """``operator[index]`` → the state of ``spillway_subtask_state``."""
-    out = {}
-    for (name, labels), v in samples.items():
-        if name == "spillway_subtask_state" and v == 1:
-            d = dict(labels)
-            out[f"{d['operator']}[{d['index']}]"] = d["state"]
-    return out
 
 
 @pytest.mark.spark
