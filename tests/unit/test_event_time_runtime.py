@@ -211,3 +211,35 @@ def test_checkpoint_carries_the_counts_and_reads_older_records_without_them() ->
     doc = json.loads(ckpt.to_bytes())
     del doc["set_aside"]
     assert Checkpoint.from_bytes(json.dumps(doc).encode()).set_aside == {}
+
+
+@dataclass
+class PartMsg(Msg):
+    """A message of partition ``part`` of the channel topic (``Msg`` is of partition 0)."""
+
+    part: int = 0
+
+    def partition(self) -> int:
+        return self.part
+
+
+def test_the_watermark_is_the_minimum_over_every_partition_and_writer_pair() -> None:
+    """The pipeline API page's example: writer 0 said 50 on partition 0 but is read only up
+    to 30 on partition 1, so partition 1 holds the operator's watermark at 30."""
+    consumer = Consumer()
+    reader = ChannelReader(
+        cast(Any, consumer),
+        [InputChannel(TP.topic, 0, SCHEMA, 2), InputChannel(TP.topic, 1, SCHEMA, 2)],
+    )
+    reader.start()
+    consumer.pending = [
+        PartMsg(0, 0, Kind.WATERMARK, 50, part=0),
+        PartMsg(1, 1, Kind.WATERMARK, 40, part=0),
+        PartMsg(0, 0, Kind.WATERMARK, 30, part=1),
+        PartMsg(1, 1, Kind.WATERMARK, 45, part=1),
+    ]
+    reader.poll()
+    assert reader.watermark() == 30
+    consumer.pending = [PartMsg(2, 0, Kind.WATERMARK, 50, part=1)]  # partition 1 read further
+    reader.poll()
+    assert reader.watermark() == 40
