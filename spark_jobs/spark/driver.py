@@ -54,7 +54,7 @@ from spillway.spark_jobs.spark.liverescale import LiveRescaler
 from spillway.spark_jobs.spark.observe import observed
 from spillway.spark_jobs.spark.opjobs import OperatorJobs, operator_groups
 from spillway.spark_jobs.spark.opruns import OperatorRuns
-from spillway.spark_jobs.spark.runlog import jvm_options, subtask_logging
+from spillway.spark_jobs.spark.runlog import jvm_options, jvm_stderr, subtask_logging
 from spillway.spark_jobs.spark.shipcode import ModuleCode, deployed, install
 from spillway.spark_jobs.spark.submit import check_evolution, prepare_topics, record_submission
 from spillway.spark_jobs.spark.summary import RunSummary
@@ -218,30 +218,41 @@ def _spark_session(config: JobConfig) -> Any:
     """The Spark session of this job (driver on loopback unless SPARK_LOCAL_IP says not)."""
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
     from pyspark.sql import SparkSession
 
-    builder = (
-        SparkSession.builder.appName(f"spillway-{config.job_id}")
-        .config("spark.speculation", "false")
-        .config("spark.task.maxFailures", str(config.task_attempts))
-        # Loopback unless the deployment says otherwise (containers set SPARK_LOCAL_IP to
-        # their own host name so executors elsewhere can reach the driver).
-        .config("spark.driver.host", os.environ["SPARK_LOCAL_IP"])
-        .config("spark.driver.bindAddress", os.environ["SPARK_LOCAL_IP"])
-        .config("spark.ui.enabled", "false")
-        .config("spark.python.worker.reuse", "false")
-        # Forks workers with Spillway's modules already imported (a restart's imports).
-        .config("spark.python.daemon.module", "spillway.spark_jobs.spark.daemon")
-        .config("spark.executorEnv.PYTHONPATH", os.pathsep.join(p for p in sys.path if p))
+    conf = SparkConf().setAppName(f"spillway-{config.job_id}").setAll(
+        [
+            ("spark.speculation", "false"),
+            ("spark.task.maxFailures", str(config.task_attempts)),
+            # Loopback unless the deployment says otherwise (containers set SPARK_LOCAL_IP
+            # to their own host name so executors elsewhere can reach the driver).
+            ("spark.driver.host", os.environ["SPARK_LOCAL_IP"]),
+            ("spark.driver.bindAddress", os.environ["SPARK_LOCAL_IP"]),
+            ("spark.ui.enabled", "false"),
+            ("spark.python.worker.reuse", "false"),
+            # Forks workers with Spillway's modules already imported (a restart's imports).
+            ("spark.python.daemon.module", "spillway.spark_jobs.spark.daemon"),
+            ("spark.executorEnv.PYTHONPATH", os.pathsep.join(p for p in sys.path if p)),
+        ]
     )
     if config.master:
-        builder = builder.master(config.master)
+        conf = conf.setMaster(config.master)
     java = jvm_options(config.master)
     if java is not None:  # Spark's log4j output into the run's log file
-        builder = builder.config("spark.driver.extraJavaOptions", java)
+        conf = conf.set("spark.driver.extraJavaOptions", java)
     if config.progress:  # Spark's own stage bar would overwrite our progress line
-        builder = builder.config("spark.ui.showConsoleProgress", "false")
-    return builder.getOrCreate()
+        conf = conf.set("spark.ui.showConsoleProgress", "false")
+    stderr = jvm_stderr(config.master)
+    if stderr is not None and SparkContext._active_spark_context is None and (
+        SparkContext._gateway is None
+    ):
+        # pyspark's documented hook for capturing the gateway JVM's output.
+        with open(stderr, "ab") as log_file:
+            gateway = launch_gateway(conf, popen_kwargs={"stderr": log_file})  # type: ignore[no-untyped-call]
+        SparkContext(conf=conf, gateway=gateway)
+    return SparkSession.builder.config(conf=conf).getOrCreate()
 
 
 def _coordinator(

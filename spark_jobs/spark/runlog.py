@@ -8,11 +8,12 @@ as it was (everything there, at DEBUG for Spillway), the file getting a copy of 
 driver's Python logs.
 
 How each part gets there: the driver's Python logging gains a file handler and its
-terminal handlers keep only warnings (:func:`run_log`); the driver JVM, started
-after this, reads a log4j2 configuration that appends to the file
-(:func:`jvm_options`); subtasks and the Python daemon of Spark local mode find the file in
-:data:`LOG_ENV`, inherited from the driver (:func:`subtask_logging`). On a cluster the
-executors are elsewhere and keep their logs in Spark's worker directories, as before.
+terminal handlers keep only warnings (:func:`run_log`); the driver JVM, started after
+this, reads a log4j2 configuration that appends to the file (:func:`jvm_options`), and
+its own stderr is appended there too (:func:`jvm_stderr`); subtasks and the Python
+daemon of Spark local mode find the file in :data:`LOG_ENV`, inherited from the driver
+(:func:`subtask_logging`). On a cluster the executors are elsewhere and keep their logs
+in Spark's worker directories, as before.
 """
 
 from __future__ import annotations
@@ -124,6 +125,19 @@ def jvm_options(master: str | None) -> str | None:
         return None
     props = log4j2_properties(Path(log_file))
     return f"-Dlog4j2.configurationFile=file:{props}" if props.exists() else None
+
+
+def jvm_stderr(master: str | None) -> Path | None:
+    """Where the driver JVM's own stderr goes: the run's log file, under the same conditions
+    as :func:`jvm_options` (None: the terminal, as Spark does).
+
+    log4j2 covers what Spark logs, but the JVM itself writes to stderr before log4j starts,
+    e.g. ``WARNING: Using incubator modules: jdk.incubator.vector`` (Spark 4 adds that
+    module to every JVM it launches, and no JVM flag silences the line). Nothing there
+    needs the user, so it belongs in the file with the rest of Spark's output."""
+    if jvm_options(master) is None:
+        return None
+    return Path(os.environ[LOG_ENV])
 
 
 def subtask_logging() -> None:

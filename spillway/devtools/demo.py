@@ -349,7 +349,7 @@ def _print_recovery(
     )
     _print_phases(events, rec, killed_at)
     replayed = 0
-    for tp, (start, end, n) in sorted(final.replay.items()):
+    for tp, (start, end, n) in sorted(final.replay.items(), key=lambda kv: _by_partition(kv[0])):
         print(f"  re-processed {tp}: offsets [{start}, {end}) = {n:,} records")
         replayed += n
     basis = {
@@ -361,3 +361,9 @@ def _print_recovery(
         f"({100 * replayed / max(total_in, 1):.1f}%), only from {target}'s own partitions; "
         f"{basis}"
     )
+
+
+def _by_partition(tp: str) -> tuple[str, int]:
+    """``topic[partition]`` in partition order (``count[2]`` before ``count[10]``)."""
+    topic, _, rest = tp.rpartition("[")
+    return (topic, int(rest.rstrip("]"))) if rest.rstrip("]").isdigit() else (tp, -1)

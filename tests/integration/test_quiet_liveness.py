@@ -6,9 +6,9 @@ it, and the metrics endpoint is scraped throughout. No subtask is ever reported 
 behind may say ``unknown``, never ``lost``. The plain progress lines agree.
 
 A quiet run: ``spillway run`` of the same job with a subtask SIGKILLed part way shows no
-Java stack frames, no "Unknown partition" warnings and no INFO lines on its terminal
-(stdout and stderr); they are in the log file it names at start, and the run ends with a
-summary naming the sink's rows and the restart. No wall-clock limit is asserted (the
+Java stack frames, no JVM start-up warning, no "Unknown partition" warnings and no INFO
+lines on its terminal (stdout and stderr); they are in the log file it names at start,
+and the run ends with a summary naming the sink's rows and the restart. No wall-clock limit is asserted (the
 guards only stop a hang).
 """
 
@@ -111,11 +111,13 @@ def test_a_run_with_a_killed_subtask_keeps_the_terminal_quiet(
     assert proc.returncode == 0, terminal[-3000:]
     assert "\tat org.apache" not in terminal, terminal[-3000:]
     assert "Unknown partition" not in terminal, terminal[-3000:]
+    assert "Using incubator modules" not in terminal, terminal[-3000:]  # the JVM's own stderr
     assert not re.search(r"^\S+ INFO ", terminal, re.MULTILINE), terminal[-3000:]
     named = re.search(r"log in (\S+\.log)", proc.stderr)
     assert named, proc.stderr[-3000:]
     logged = Path(named.group(1)).read_text()
     assert "INFO spillway" in logged  # the INFO lines went to the file
+    assert "WARNING: Using incubator modules" in logged  # and the driver JVM's stderr
     assert f"{unique} finished in " in proc.stdout
     assert "  restarts:     1\n    count[0]: 1 restart" in proc.stdout, proc.stdout
     rows = re.search(r"rows written: out ([\d,]+)", proc.stdout)

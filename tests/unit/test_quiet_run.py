@@ -14,7 +14,13 @@ from confluent_kafka import KafkaError, KafkaException
 from spillway.channels.kafka.retry import retrying
 from spillway.recovery.observe.metrics import Snapshot, SubtaskMetrics
 from spillway.recovery.runtime.runner import SubtaskResult
-from spillway.spark_jobs.spark.runlog import LOG_ENV, jvm_options, log4j2_properties, run_log
+from spillway.spark_jobs.spark.runlog import (
+    LOG_ENV,
+    jvm_options,
+    jvm_stderr,
+    log4j2_properties,
+    run_log,
+)
 from spillway.spark_jobs.spark.summary import RunSummary, render
 
 
@@ -59,6 +65,8 @@ def test_the_run_log_takes_info_lines_off_the_terminal_and_gives_them_back(
                 == f"-Dlog4j2.configurationFile=file:{log4j2_properties(path)}"
             )
             assert jvm_options("spark://h:7077") is None  # executors log on their own hosts
+            assert jvm_stderr("local[4,2]") == path  # the JVM's start-up warnings too
+            assert jvm_stderr("spark://h:7077") is None
             own.info("an INFO line")
         assert terminal.level == logging.NOTSET
         assert LOG_ENV not in os.environ
@@ -68,6 +76,7 @@ def test_the_run_log_takes_info_lines_off_the_terminal_and_gives_them_back(
             assert terminal.level == logging.NOTSET  # --verbose: the terminal keeps it all
             assert LOG_ENV not in os.environ
             assert jvm_options("local[4,2]") is None
+            assert jvm_stderr("local[4,2]") is None
         assert not vpath.exists()  # nothing was logged: no empty file left behind
     finally:
         root.removeHandler(terminal)
