@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from confluent_kafka import OFFSET_END, Consumer, KafkaError, KafkaException, Message
@@ -149,3 +150,28 @@ class AssignedConsumer:
     def close(self) -> None:
         """Leave without committing anything (positions are committed by transactions only)."""
         self._consumer.close()
+
+
+def read_partition(
+    settings: KafkaSettings, tp: TopicPartition, reader: str, timeout_s: float = 5.0
+) -> Iterator[Message]:
+    """Every committed message of ``tp``, from its start to its end as of the call.
+
+    For the small single-partition topics a job keeps beside its channels (events, dead
+    letters). ``reader`` names the consumer's group id (nothing is committed to it).
+    Stops at the end, or after ``timeout_s`` without reaching it.
+    """
+    consumer = AssignedConsumer(settings, reader)
+    try:
+        low, high = consumer.watermarks(tp)
+        if high <= low:
+            return
+        consumer.assign({tp: Offset(low)})
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            yield from consumer.consume(500, 0.2)
+            pos = consumer.position(tp)
+            if pos is not None and pos >= high:
+                return
+    finally:
+        consumer.close()

@@ -21,7 +21,7 @@ from spillway.channels.config import KafkaSettings, scrub_secrets
 from spillway.channels.ids import JobId, Offset, SubtaskId, TopicPartition
 from spillway.channels.kafka.admin import TopicSpec
 from spillway.channels.kafka.clients import idempotent_producer, ordered_producer
-from spillway.channels.kafka.consumer import AssignedConsumer
+from spillway.channels.kafka.consumer import AssignedConsumer, read_partition
 from spillway.channels.naming import PREFIX
 from spillway.recovery.observe.heartbeat import Heartbeat, heartbeats_topic
 
@@ -108,21 +108,8 @@ def read_events(
 ) -> Iterator[dict[str, Any]]:
     """Every event of ``job`` so far, oldest first."""
     tp = TopicPartition(events_topic(job), 0)
-    consumer = AssignedConsumer(settings, f"spillway.{job}.events-reader")
-    try:
-        _, high = consumer.watermarks(tp)
-        if high == 0:
-            return
-        consumer.assign({tp: Offset(0)})
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            for m in consumer.consume(500, 0.2):
-                yield json.loads(m.value() or b"{}")
-            pos = consumer.position(tp)
-            if pos is not None and pos >= high:
-                return
-    finally:
-        consumer.close()
+    for m in read_partition(settings, tp, f"spillway.{job}.events-reader", timeout_s):
+        yield json.loads(m.value() or b"{}")
 
 
 def newer_incarnation(

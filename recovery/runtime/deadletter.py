@@ -21,9 +21,11 @@ import json
 import time
 from typing import Any
 
+from spillway.channels.config import KafkaSettings
 from spillway.channels.errors import ProducerFencedError, SpillwayError, TransactionAbortedError
-from spillway.channels.ids import JobId, SubtaskId
+from spillway.channels.ids import JobId, SubtaskId, TopicPartition
 from spillway.channels.kafka.admin import TopicSpec
+from spillway.channels.kafka.consumer import read_partition
 from spillway.channels.kafka.producer import TransactionalProducer
 from spillway.channels.naming import PREFIX
 from spillway.recovery.job.origins import FileLine, Origin, TopicOffset
@@ -40,6 +42,22 @@ _ERROR_CHARS = 4096  # an error message may quote the record; it is in "record" 
 def dead_letter_topic(job: JobId) -> str:
     """The dead-letter topic of ``job``."""
     return f"{PREFIX}.{job}.dlq"
+
+
+def dead_letter_counts(
+    settings: KafkaSettings, job: JobId, timeout_s: float = 10.0
+) -> dict[str, int]:
+    """How many dead letters ``job`` has committed since it began, per stage (``decode``,
+    ``late``, an operator's call, ...); empty if it has none or no dead-letter topic.
+
+    Read from the topic, committed only, so what an aborted transaction wrote is not
+    counted and a restart's re-processing never counts a record twice."""
+    counts: dict[str, int] = {}
+    tp = TopicPartition(dead_letter_topic(job), 0)
+    for m in read_partition(settings, tp, f"{PREFIX}.{job}.dlq-reader", timeout_s):
+        stage = str(json.loads(m.value() or b"{}").get("stage", "unknown"))
+        counts[stage] = counts.get(stage, 0) + 1
+    return counts
 
 
 def dead_letter_spec(job: JobId) -> TopicSpec:

@@ -45,6 +45,7 @@ from spillway.recovery.observe.events import (
 from spillway.recovery.observe.phases import PhaseClock, process_start_time
 from spillway.recovery.restore.ownership import keep_recorded_max_parallelism
 from spillway.recovery.restore.rescale import PlanShape, Rescale, with_parallelism
+from spillway.recovery.runtime.deadletter import dead_letter_counts
 from spillway.recovery.runtime.failures import abort_message
 from spillway.recovery.runtime.runner import SubtaskResult, SubtaskRunner
 from spillway.spark_jobs.spark.attempts import AttemptWatcher
@@ -173,6 +174,7 @@ def run_on_spark(
                 _ends_of(plan, "sink", -1),
                 last,
                 config.dead_letter,
+                dead_letters=dead_letter_counts(settings, plan.job) if config.dead_letter else None,
             )
         )
     return results

@@ -4,11 +4,13 @@ From the subtasks' final results (:class:`~spillway.recovery.runtime.runner.Subt
 the last incarnation of each) and, when the run had a metrics feed (the progress line or
 ``--metrics-port``), its last snapshot, whose counts add up every incarnation's: duration,
 records read by the sources, rows written per sink, restarts and what each re-processed,
-and the records set aside (late ones) with where they went.
+and the records set aside: late ones counted and dropped, or, with ``--dead-letter``, the
+dead letters the job committed per stage (bad input, failing operator calls, late records).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from spillway.recovery.observe.metrics import Snapshot
@@ -21,7 +23,8 @@ OK_STATUSES = frozenset({"finished", "skipped", "stopped", "fenced"})
 class RunSummary:
     """What a finished run did. ``sources`` and ``sinks``: the operators that read and write
     outside (a source or sink, or a chain that starts or ends with one); ``snapshot``: the
-    metrics feed's last one (None: no feed)."""
+    metrics feed's last one (None: no feed); ``dead_letters``: with ``dead_letter``, the
+    committed dead letters per stage since the job began (None: not read)."""
 
     job: str
     duration_s: float
@@ -31,6 +34,7 @@ class RunSummary:
     snapshot: Snapshot | None = None
     dead_letter: bool = False
     log_file: str | None = None
+    dead_letters: Mapping[str, int] | None = None
 
 
 def _name(r: SubtaskResult) -> str:
@@ -103,6 +107,11 @@ def _restarts(s: RunSummary) -> list[str]:
 
 
 def _set_aside(s: RunSummary) -> list[str]:
+    if s.dead_letter and s.dead_letters is not None:
+        if not any(s.dead_letters.values()):
+            return ["  dead letters: none"]
+        listed = ", ".join(f"{n:,} {stage}" for stage, n in sorted(s.dead_letters.items()))
+        return [f"  dead letters: {listed} (in spillway.{s.job}.dlq, since the job began)"]
     kinds: dict[str, int] = {}
     for r in s.results:  # totals since the job began, kept in checkpoints
         for kind, n in r.set_aside.items():

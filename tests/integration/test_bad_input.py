@@ -18,6 +18,7 @@ from spillway.recovery.observe.events import read_events
 from spillway.spark_jobs.spark.driver import run_on_spark
 from spillway.spark_jobs.spark.jobconfig import JobConfig
 from spillway.spark_jobs.spark.submit import prepare_topics
+from spillway.spark_jobs.spark.summary import RunSummary, render
 from tests.integration.deadletters import read_dlq
 from tests.integration.pipelines import make_event
 
@@ -63,8 +64,10 @@ def test_dead_letter_channel_takes_exactly_the_bad_records(
     monkeypatch.setenv("SPILLWAY_TEST_RECORDS", str(RECORDS))
     monkeypatch.setenv("SPILLWAY_TEST_OUT", str(tmp_path))
     inject_garbage(kafka_bootstrap, unique)
+    summaries: list[RunSummary] = []
     results = run_on_spark(
-        JobConfig(REF, unique, kafka_bootstrap, master="local[6,2]", dead_letter=True)
+        JobConfig(REF, unique, kafka_bootstrap, master="local[6,2]", dead_letter=True),
+        on_summary=summaries.append,
     )
     assert {r.status for r in results} == {"finished"}
     assert {r.attempt for r in results} == {0}  # no crash loop, no restart at all
@@ -83,6 +86,12 @@ def test_dead_letter_channel_takes_exactly_the_bad_records(
     decoded = [d for d in dlq if d["stage"] == "decode"]
     assert all(d["operator"] == "count" and d["raw"] is not None for d in decoded)
     assert all(d["topic"] and d["offset"] is not None for d in dlq)
+    # The run's summary counts the committed dead letters per stage.
+    (summary,) = summaries
+    assert (
+        f"  dead letters: {GARBAGE:,} decode, {len(bad_out):,} emit, {len(raises):,} process "
+        f"(in spillway.{unique}.dlq, since the job began)"
+    ) in render(summary).splitlines()
 
 
 def test_by_default_a_bad_record_stops_the_subtask_naming_where(

@@ -137,3 +137,15 @@ def test_summary_without_a_feed_says_it_counts_last_attempts_and_names_failures(
         "  set aside:    none (no late records)",
         "  out[0] failed: out[0]: bad record at t[0]@5",
     ]
+
+
+def test_summary_with_dead_letters_counts_them_per_stage() -> None:
+    base = dict(
+        job="j1", duration_s=3.0, results=[result("count[0]")], sources=[], sinks=[],
+        dead_letter=True,
+    )
+    text = render(RunSummary(**base, dead_letters={"late": 2, "decode": 1_200}))  # type: ignore[arg-type]
+    assert "  dead letters: 1,200 decode, 2 late (in spillway.j1.dlq, since the job began)" in (
+        text.splitlines()
+    )
+    assert "  dead letters: none" in render(RunSummary(**base, dead_letters={})).splitlines()  # type: ignore[arg-type]
