@@ -53,6 +53,7 @@ def create_topics(
     (:class:`TopologyMismatchError`, from
     :func:`~spillway.recovery.control.housekeeping.plan_create`), nor if a name is invalid.
     """
+    plan_create(names, partitions, {})  # bad names or counts fail before any I/O
     admin = Admin(settings)
     admin.check_reachable()
     plan = plan_create(names, partitions, admin.partition_counts())

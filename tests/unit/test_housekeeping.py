@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import time
 
 import pytest
 
@@ -206,6 +207,19 @@ def test_plan_create_mismatch_names_topic_counts_and_fix() -> None:
 def test_plan_create_refuses(names: list[str], partitions: int, message: str) -> None:
     with pytest.raises(ConfigError, match=message.replace(".", r"\.")):
         plan_create(names, partitions, {})
+
+
+def test_topics_create_checks_its_arguments_before_asking_the_broker(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    started = time.monotonic()
+    argv = ["topics", "create", "in", "spillway.clicks.events", "--partitions", "2"]
+    assert main([*argv, "--bootstrap", "127.0.0.1:1"]) == 2
+    assert capsys.readouterr().err == (
+        "spillway: error: spillway.clicks.events is the name of an internal topic of job "
+        "clicks; jobs create their internal topics themselves\n"
+    )
+    assert time.monotonic() - started < 5  # no broker answers there: it was not asked
 
 
 class FakeCluster:
