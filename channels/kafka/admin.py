@@ -136,7 +136,7 @@ class Admin:
     def create_topics(
         self, specs: Iterable[TopicSpec], replication_factor: int | None = None
     ) -> dict[str, int]:
-        """Create ``specs`` (none may exist yet) with exactly their own configs; return their
+        """Create ``specs``, topics not there yet, with exactly their own configs; return their
         partition counts once every partition has a leader.
 
         For topics that are not a job's: unlike :meth:`ensure_topics`, no
