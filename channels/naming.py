@@ -28,8 +28,13 @@ def operator_name(value: str) -> OperatorName:
     return OperatorName(value)
 
 
+def is_name(value: str) -> bool:
+    """True if ``value`` is a valid job id or operator name."""
+    return _NAME.match(value) is not None
+
+
 def _check_name(value: str, what: str) -> None:
-    if not _NAME.match(value):
+    if not is_name(value):
         raise ConfigError(
             f"invalid {what} {value!r}: use 1-64 characters from A-Z, a-z, 0-9, '_' and '-'"
         )

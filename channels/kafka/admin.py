@@ -108,36 +108,18 @@ class Admin:
         missing = [s for s in specs if s.name not in existing]
         if missing:
             rf = self.settings.replication_factor
-            futures = self._client.create_topics(
-                [
-                    NewTopic(
-                        s.name,
-                        num_partitions=s.partitions,
-                        replication_factor=rf,
-                        config={
-                            "min.insync.replicas": str(self.settings.min_insync_replicas),
-                            **s.config,
-                        },
-                    )
-                    for s in missing
-                ],
-                request_timeout=self.settings.request_timeout_s,
+            self._create(
+                NewTopic(
+                    s.name,
+                    num_partitions=s.partitions,
+                    replication_factor=rf,
+                    config={
+                        "min.insync.replicas": str(self.settings.min_insync_replicas),
+                        **s.config,
+                    },
+                )
+                for s in missing
             )
-            for name, fut in futures.items():
-                try:
-                    fut.result()
-                    log.info("created topic %s", name)
-                except KafkaException as e:
-                    code = e.args[0].code()
-                    if code in _DENIED:
-                        raise AuthorizationError(
-                            f"the broker at {self.settings.bootstrap_servers} does not allow this "
-                            f"client to create topic {name} ({e.args[0].str()}); grant the job's "
-                            "principal the ACLs in docs/security.md (`spillway acls --job ...` "
-                            "prints them)"
-                        ) from None
-                    if code != KafkaError.TOPIC_ALREADY_EXISTS:
-                        raise
             # The counts the leaders were seen with: another metadata request may be
             # answered by a broker that has not heard of the new topics yet (seen with
             # three brokers in make compose-test: "has None partitions").
@@ -148,8 +130,54 @@ class Admin:
                 raise TopologyMismatchError(
                     f"topic {s.name} has {actual} partitions but this job needs {s.partitions}: "
                     "it was created for another parallelism. Use a new job id, or delete the "
-                    "job's topics (`spillway delete --job ...`) to start over"
+                    "job's topics (`spillway reset --job ...`) to start over"
                 )
+
+    def create_topics(
+        self, specs: Iterable[TopicSpec], replication_factor: int | None = None
+    ) -> dict[str, int]:
+        """Create ``specs``, topics not there yet, with exactly their own configs; return their
+        partition counts once every partition has a leader.
+
+        For topics that are not a job's: unlike :meth:`ensure_topics`, no
+        ``min.insync.replicas`` is imposed, and ``replication_factor`` ``None`` takes the
+        broker's default. A topic another client created meanwhile is no error; its count is
+        returned as found, for the caller to check.
+        """
+        specs = list(specs)
+        if not specs:
+            return {}
+        self._create(
+            NewTopic(
+                s.name,
+                num_partitions=s.partitions,
+                replication_factor=-1 if replication_factor is None else replication_factor,
+                config=dict(s.config),
+            )
+            for s in specs
+        )
+        return self._wait_for_leaders([s.name for s in specs])
+
+    def _create(self, topics: Iterable[NewTopic]) -> None:
+        """Create ``topics``; one that already exists is no error."""
+        futures = self._client.create_topics(
+            list(topics), request_timeout=self.settings.request_timeout_s
+        )
+        for name, fut in futures.items():
+            try:
+                fut.result()
+                log.info("created topic %s", name)
+            except KafkaException as e:
+                code = e.args[0].code()
+                if code in _DENIED:
+                    raise AuthorizationError(
+                        f"the broker at {self.settings.bootstrap_servers} does not allow this "
+                        f"client to create topic {name} ({e.args[0].str()}); grant the job's "
+                        "principal the ACLs in docs/security.md (`spillway acls --job ...` "
+                        "prints them)"
+                    ) from None
+                if code != KafkaError.TOPIC_ALREADY_EXISTS:
+                    raise
 
     def _wait_for_leaders(self, names: list[str], timeout_s: float = 30.0) -> dict[str, int]:
         """Wait until every partition of ``names`` has a leader; return their partition counts."""
@@ -198,10 +226,52 @@ class Admin:
         """Delete every topic of ``job``; return their names."""
         prefix = job_topic_prefix(job)
         names = sorted(n for n in self.partition_counts() if n.startswith(prefix))
-        if names:
-            for fut in self._client.delete_topics(names, request_timeout=30).values():
-                fut.result()
+        self.delete_topics(names)
         return names
+
+    def delete_topics(self, names: Iterable[str], timeout_s: float = 30.0) -> None:
+        """Delete ``names`` and wait until the cluster's metadata no longer lists them (so a
+        listing right after does not show them). A topic already gone is no error."""
+        names = sorted(names)
+        if not names:
+            return
+        futures = self._client.delete_topics(names, request_timeout=timeout_s)
+        for fut in futures.values():
+            try:
+                fut.result()
+            except KafkaException as e:
+                if e.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    raise
+        deadline = time.monotonic() + timeout_s
+        while left := sorted(set(names) & set(self.partition_counts())):
+            if time.monotonic() > deadline:
+                raise BrokerUnavailableError(
+                    f"topics {left} still listed {timeout_s:.0f}s after their deletion"
+                )
+            time.sleep(0.1)
+
+    def consumer_groups(self) -> list[str]:
+        """The id of every consumer group the cluster stores, sorted."""
+        found = self._client.list_consumer_groups(
+            request_timeout=self.settings.request_timeout_s
+        ).result()
+        return sorted(g.group_id for g in found.valid)
+
+    def delete_consumer_groups(self, groups: Iterable[str]) -> None:
+        """Delete ``groups`` (their committed offsets); one already gone is no error. A group
+        with active members cannot be deleted: the broker's error is raised."""
+        groups = sorted(groups)
+        if not groups:
+            return
+        futures = self._client.delete_consumer_groups(
+            groups, request_timeout=self.settings.request_timeout_s
+        )
+        for fut in futures.values():
+            try:
+                fut.result()
+            except KafkaException as e:
+                if e.args[0].code() != KafkaError.GROUP_ID_NOT_FOUND:
+                    raise
 
     @retrying()
     def watermarks(
