@@ -8,8 +8,8 @@ behind may say ``unknown``, never ``lost``. The plain progress lines agree.
 A quiet run: ``spillway run`` of the same job with a subtask SIGKILLed part way shows no
 Java stack frames, no JVM start-up warning, no "Unknown partition" warnings and no INFO
 lines on its terminal (stdout and stderr); they are in the log file it names at start,
-and the run ends with a summary naming the sink's rows and the restart. No wall-clock limit is asserted (the
-guards only stop a hang).
+and the run ends with a summary naming the sink's rows and the restart. No wall-clock
+limit is asserted (the guards only stop a hang).
 """
 
 from __future__ import annotations
