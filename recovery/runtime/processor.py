@@ -2,14 +2,16 @@
 
 The processor reads from a source or from a channel reader, runs the operator's logic,
 writes to the channel writers (and a chained sink), forwards watermarks and idleness, and
-fails or dead-letters bad records. When to checkpoint is not its business: it calls the
-cadence's hooks (spillway.recovery.runtime.cadence) where a checkpoint may fall.
+fails or dead-letters bad records. When to checkpoint is not its business: it asks the
+cadence's hooks (spillway.recovery.runtime.cadence) where a checkpoint may fall, and reports
+what they ask for in its step's result (spillway.recovery.runtime.requests); the task loop
+takes it.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
 
 import pyarrow as pa
 
@@ -31,6 +33,10 @@ from spillway.recovery.runtime.eventtime import IdleAnnouncer, SetAsides
 from spillway.recovery.runtime.failures import emit_failure, run_diverting, source_failure
 from spillway.recovery.runtime.options import RunOptions, SubtaskResult
 from spillway.recovery.runtime.pollfold import PollFold
+from spillway.recovery.runtime.requests import AtBarrier, CheckpointRequest, InsideMessage, Step
+
+# One poll's work, stopping where a checkpoint falls; returns True when every input ended.
+Turn = Generator[CheckpointRequest, None, bool]
 
 
 class Processor:
@@ -73,14 +79,28 @@ class Processor:
         self.watermark_out: int | None = None
         self._last_wm_check = 0.0
         self._idle = IdleAnnouncer()
+        self._turn: Turn | None = None  # a poll's work stopped at a checkpoint request
 
-    def step(self) -> bool:
-        """Process one batch of input; True when every input has ended."""
+    def step(self) -> Step:
+        """Process one poll of input, or the rest of one stopped at a checkpoint request.
+
+        Returns whether every input has ended and the global checkpoint, if any, to take
+        before the next step (:mod:`spillway.recovery.runtime.requests`)."""
         if self.source is not None:
-            return self._step_source(self.source)
-        assert self.reader is not None
-        assert self.cadence is not None
-        reader, cadence = self.reader, self.cadence
+            return Step(self._step_source(self.source))
+        if self._turn is None:
+            assert self.reader is not None
+            assert self.cadence is not None
+            self._turn = self._poll_turn(self.reader, self.cadence)
+        try:
+            request = next(self._turn)
+        except StopIteration as done:
+            self._turn = None
+            return Step(bool(done.value))
+        return Step(False, request)
+
+    def _poll_turn(self, reader: ChannelReader, cadence: Cadence) -> Turn:
+        """One poll, yielding where a checkpoint must be taken before it goes on."""
         barrier: int | None = None
         batch, wait_s, stop = cadence.poll_shape(self.options.poll_messages)
         for d in reader.poll(batch, wait_s, stop_after_barrier=stop):
@@ -95,7 +115,10 @@ class Processor:
                 self.result.records_in += len(records)
                 if self.replay.pending:
                     self.replay.count(d.tp, d.offset, len(records))
-                cadence.deliver(records, d.tp, d.offset, done, self._deliver)
+                if cadence.chunk is None:
+                    self._deliver(records, d.tp, d.offset)
+                else:
+                    yield from self._deliver_chunks(records, d.tp, d.offset, done, cadence)
         self._run_fold()  # before anything below may checkpoint
         if (
             self.replay.pending
@@ -103,10 +126,32 @@ class Processor:
             and self.replay.done(reader.positions())
         ):
             self._caught_up()
-        cadence.after_poll(reader, barrier)
+        n = cadence.after_poll(reader, barrier)
+        if n is not None:
+            yield AtBarrier(n)
+            cadence.after_checkpoint(reader, n)
         self._maybe_forward_watermark(reader.watermark())
         self._announce_idle(reader.idle())
         return reader.finished()
+
+    def _deliver_chunks(
+        self,
+        records: Sequence[Record],
+        tp: TopicPartition,
+        offset: int,
+        done: int,
+        cadence: Cadence,
+    ) -> Generator[CheckpointRequest, None, None]:
+        """One message in chunks of ``cadence.chunk`` records; between two chunks, a
+        triggered checkpoint inside the message (``done``: its records processed before)."""
+        chunk = cadence.chunk
+        assert chunk is not None
+        for start in range(0, len(records), chunk):
+            if start:
+                n = cadence.between_chunks()
+                if n is not None:
+                    yield InsideMessage(n, (tp, offset, done + start))
+            self._deliver(records[start : start + chunk], tp, offset)
 
     def _step_source(self, source: Source) -> bool:
         recs = source.read(self.options.poll_records)
@@ -187,9 +232,7 @@ class Processor:
         from); isolate failures if dead-lettering."""
         assert self.logic is not None
         run: Call = call or self.logic.process
-        return run_diverting(
-            run, records, origins, self.subtask, self.operator, self.dead_letters
-        )
+        return run_diverting(run, records, origins, self.subtask, self.operator, self.dead_letters)
 
     def emit(self, records: Iterable[Record], origins: Origins = UNKNOWN) -> None:
         """Write records to every output (``origins``: where each came from, if known)."""

@@ -13,7 +13,7 @@ The runner wires the parts, each with one job (docs: STYLE "Runtime parts"):
 records, :mod:`spillway.recovery.runtime.collector` is where outputs leave,
 :mod:`spillway.recovery.runtime.checkpointer`
 (with :mod:`spillway.recovery.runtime.cadence`) checkpoints, and
-:mod:`spillway.recovery.runtime.taskloop` only loops.
+:mod:`spillway.recovery.runtime.taskloop` only loops, and alone asks for checkpoints.
 """
 
 from __future__ import annotations
@@ -227,6 +227,7 @@ class SubtaskRunner:
             loop = TaskLoop(
                 self.processor,
                 self.checkpointer,
+                self.checkpointer.cadence,
                 self._should_stop,
                 self.processor.reader is not None,
                 self.lifecycle,

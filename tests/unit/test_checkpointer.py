@@ -27,6 +27,7 @@ from spillway.recovery.runtime.faults import Faults
 from spillway.recovery.runtime.lifecycle import Lifecycle, Phase
 from spillway.recovery.runtime.livestats import LiveStats
 from spillway.recovery.runtime.options import RunOptions, SubtaskResult
+from spillway.recovery.runtime.requests import AtBarrier, InsideMessage
 
 SUB = SubtaskId(JobId("j"), OperatorName("count"), 1)
 IN = TopicPartition("spillway.j.ch.a.count", 1)
@@ -309,7 +310,7 @@ def test_restored_checkpoint_continues_ids_and_bounds_positions() -> None:
 def test_interval_mode_has_no_global_checkpoints() -> None:
     w = world("unaligned", triggers=None)  # no job signals: interval only
     assert isinstance(w.ckpt.cadence, IntervalCadence)
-    w.ckpt.cadence.on_loop(True)
+    assert w.ckpt.cadence.on_loop(True) is None
     assert w.committed == []
 
 
@@ -319,17 +320,20 @@ def test_unaligned_trigger_inside_a_message_records_what_was_done() -> None:
     cadence = w.ckpt.cadence
     assert isinstance(cadence, UnalignedCadence)
     w.reader.pos = {IN: Offset(21)}  # the reader has returned the message at 20
-    delivered: list[list[Any]] = []
     triggers.n = 3
-    cadence.deliver([1, 2, 3, 4, 5], IN, 20, 1, lambda r, tp, off: delivered.append(r))
-    assert delivered == [[1, 2], [3, 4], [5]]
+    # The processor (tests/unit/test_processor.py) asks between two chunks of 2 records of
+    # the message at 20 (its first record done before): 1 + 2 done; the loop takes it.
+    n = cadence.between_chunks()
+    assert n == 3
+    w.ckpt.take(request=InsideMessage(n, (IN, 20, 3)))
+    assert cadence.between_chunks() is None  # the next boundary: trigger 3 is taken
     [c] = w.committed  # one checkpoint, after the first chunk (trigger 3 is then taken)
     assert c.global_id == 3
     assert c.inputs[IN] == Offset(20)
     assert c.partial == {IN: (20, 3)}
     assert w.writer.barriers == [3]
     assert [k for k, _ in w.events.emitted] == ["checkpointed"]
-    cadence.on_loop(True)  # the same trigger again: nothing new
+    assert cadence.on_loop(True) is None  # the same trigger again: nothing new
     assert len(w.committed) == 1
 
 
@@ -339,9 +343,11 @@ def test_aligned_mode_sources_act_on_the_trigger_readers_on_barriers() -> None:
     cadence = w.ckpt.cadence
     assert isinstance(cadence, AlignedCadence)
     assert cadence.align
-    cadence.on_loop(reads_channels=True)
+    assert cadence.on_loop(reads_channels=True) is None
     assert w.committed == []
-    cadence.on_loop(reads_channels=False)
+    n = cadence.on_loop(reads_channels=False)
+    assert n is not None
+    w.ckpt.take(request=AtBarrier(n))  # as the task loop does
     assert [c.global_id for c in w.committed] == [2]
 
     @dataclass
@@ -358,10 +364,13 @@ def test_aligned_mode_sources_act_on_the_trigger_readers_on_barriers() -> None:
             self.log.append(f"release {n}")
 
     r = Aligning()
-    cadence.after_poll(r, None)
+    n = cadence.after_poll(r, None)
+    assert n is not None
+    w.ckpt.take(request=AtBarrier(n))  # asked for by the processor's step, taken by the loop
+    cadence.after_checkpoint(r, n)  # the processor's next step
     assert [c.global_id for c in w.committed] == [2, 3]
     assert r.log == ["consume 3", "release 3"]
-    cadence.after_poll(r, None)  # aligned again at 3: released, no second checkpoint
+    assert cadence.after_poll(r, None) is None  # aligned again at 3: released, no checkpoint
     assert [c.global_id for c in w.committed] == [2, 3]
 
 

@@ -14,6 +14,7 @@ from spillway.channels.reader import Delivery
 from spillway.channels.wire.envelope import Kind
 from spillway.recovery.job.inputs import input_call
 from spillway.recovery.runtime.cadence import UnalignedCadence
+from spillway.recovery.runtime.requests import Step
 from spillway.spark_jobs.api.coprocess import CoProcessLogic
 from spillway.spark_jobs.api.pipeline import Pipeline, connect
 from spillway.spark_jobs.operators.process import ProcessContext
@@ -130,9 +131,9 @@ def test_the_processor_gives_each_message_to_the_function_of_its_input() -> None
     logic, ctx = co(), Ctx()
     logic.open(ctx)
     p.logic = logic
-    p.cadence = UnalignedCadence(FakeTriggers(), lambda n, part: None, 2)
-    assert p.step() is False
-    assert p.step() is False
+    p.cadence = UnalignedCadence(FakeTriggers(), 2)
+    assert p.step() == Step(ended=False)
+    assert p.step() == Step(ended=False)
     assert writer.written == [{"k": "x", "seq": 1, "v": "X"}]
     # A failing record is named with its input's channel and offset; nothing of the
     # failed call is applied or written.

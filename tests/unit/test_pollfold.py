@@ -136,7 +136,7 @@ def run(
     p.reader = cast(Any, ScriptedReader(polls))
     p.writers = [cast(Any, writer)]
     p.cadence = cadence
-    while not p.step():
+    while not p.step().ended:
         pass
     return logic, writer
 
@@ -159,6 +159,6 @@ def test_a_bad_row_of_a_fold_is_dead_lettered_with_its_own_message_as_origin() -
 
 def test_the_unaligned_mode_does_not_fold() -> None:
     polls = [[arrow(10, 1, 2)], [arrow(11, 3)]]
-    logic, writer = run(UnalignedCadence(FakeTriggers(), lambda n, part: None, 100), polls)
+    logic, writer = run(UnalignedCadence(FakeTriggers(), 100), polls)
     assert [c[0] for c in logic.calls] == [[1, 2], [3]]
     assert writer.written == [3, 3]

@@ -11,12 +11,13 @@ from spillway.channels.ids import JobId, Offset, OperatorName, SubtaskId, TopicP
 from spillway.channels.reader import Delivery
 from spillway.channels.wire.envelope import Kind
 from spillway.recovery.restore.progress import Replay
-from spillway.recovery.runtime.cadence import Partial, UnalignedCadence
+from spillway.recovery.runtime.cadence import Cadence, UnalignedCadence
 from spillway.recovery.runtime.crashpoints import CrashPoints
 from spillway.recovery.runtime.eventtime import SetAsides
 from spillway.recovery.runtime.faults import Faults
 from spillway.recovery.runtime.options import RunOptions, SubtaskResult
 from spillway.recovery.runtime.processor import Processor
+from spillway.recovery.runtime.requests import InsideMessage, Partial, Step
 
 SUB = SubtaskId(JobId("j"), OperatorName("double"), 0)
 TP = TopicPartition("spillway.j.ch.a.double", 0)
@@ -101,15 +102,32 @@ def processor(reader: ScriptedReader) -> tuple[Processor, list[str], FakeWriter]
     return p, caught, writer
 
 
+def steps(
+    p: Processor, taken: list[tuple[int, Partial | None]], cadence: Cadence | None = None
+) -> Step:
+    """Step as the task loop does: record each checkpoint asked for (and tell ``cadence``
+    it was taken, as the checkpointer does once it committed), go on at once inside a
+    message, until a step ends between messages."""
+    while True:
+        step = p.step()
+        if step.request is not None:
+            at = step.request.at if isinstance(step.request, InsideMessage) else None
+            taken.append((step.request.n, at))
+            if cadence is not None:
+                cadence.taken(step.request.n)
+        if not step.inside_message:
+            return step
+
+
 def test_records_flow_through_the_logic_to_the_writers_and_replay_is_counted() -> None:
     reader = ScriptedReader([[data(0, [1, 2])], [data(1, [3])]])
     p, caught, writer = processor(reader)
     taken: list[tuple[int, Partial | None]] = []
-    p.cadence = UnalignedCadence(FakeTriggers(), lambda n, part: taken.append((n, part)), 2)
+    p.cadence = UnalignedCadence(FakeTriggers(), 2)
     p.replay = Replay({TP: Offset(0)}, {TP: 2}, "read")
-    assert p.step() is False
+    assert steps(p, taken) == Step(ended=False)
     assert caught == []
-    assert p.step() is True  # the reader has ended
+    assert steps(p, taken) == Step(ended=True)  # the reader has ended
     assert writer.written == [2, 4, 6]
     assert (p.result.records_in, p.result.records_out) == (3, 3)
     assert p.replay.figure == {str(TP): [0, 2, 3]}
@@ -123,17 +141,11 @@ def test_a_restored_mid_message_checkpoint_skips_what_was_done_and_a_trigger_cut
     p, _, writer = processor(reader)
     triggers = FakeTriggers()
     taken: list[tuple[int, Partial | None]] = []
-
-    def take(n: int, part: Partial | None) -> None:
-        taken.append((n, part))
-        triggers.n = -1 if n == 5 else triggers.n
-        cadence.last_global = n
-
-    cadence = UnalignedCadence(triggers, take, 2)
+    cadence = UnalignedCadence(triggers, 2)
     p.cadence = cadence
     p.resume = {(TP, 7): 1}  # its first record was processed before the restore
     triggers.n = 5
-    p.step()
+    steps(p, taken, cadence)
     assert writer.written == [4, 6, 8, 10, 12]
     # After the first chunk (records 2-3 of the message): 1 + 2 done.
     assert taken == [(5, (TP, 7, 3))]
@@ -164,8 +176,8 @@ def test_a_sink_reports_the_rows_it_wrote_as_records_out() -> None:
         lambda: None,
     )
     p.reader = cast(Any, ScriptedReader([[data(0, [1, 2])], [data(1, [3])]]))
-    p.cadence = UnalignedCadence(FakeTriggers(), lambda n, part: None, 2)
-    while not p.step():
+    p.cadence = UnalignedCadence(FakeTriggers(), 2)
+    while not p.step().ended:
         pass
     assert sink.rows == [1, 2, 3]
     assert (p.result.records_in, p.result.records_out) == (3, 3)
