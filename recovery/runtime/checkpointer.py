@@ -11,9 +11,9 @@ The order of :meth:`Checkpointer.take` is fixed (the comments in it say why):
 6. record, consumer positions and outputs commit in one transaction;
 7. the sink publishes, old checkpoints are pruned, the next transaction opens.
 
-It owns the cadence (spillway.recovery.runtime.cadence): when an interval checkpoint is due,
-and the numbered global checkpoints of the aligned and unaligned modes, which the cadence
-asks for and the task loop has it take. Only the task loop calls :meth:`Checkpointer.take`.
+It says when an interval checkpoint is due; the cadence it is given
+(spillway.recovery.runtime.cadence) hears of the numbered global checkpoints of the aligned
+and unaligned modes as they commit. Only the task loop calls :meth:`Checkpointer.take`.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from spillway.channels.progress import ReaderState, Spans
 from spillway.channels.routing.keygroups import Ownership
 from spillway.offsets.checkpoint import Checkpoint, check_forward
 from spillway.offsets.tracker import CheckpointSequence
-from spillway.recovery.runtime.cadence import Triggers, make_cadence
+from spillway.recovery.runtime.cadence import Cadence, Triggers
 from spillway.recovery.runtime.crashpoints import CrashPoints
 from spillway.recovery.runtime.lifecycle import Lifecycle, Phase
 from spillway.recovery.runtime.livestats import LiveStats
@@ -154,7 +154,7 @@ class Observers:
 
 
 class Checkpointer:
-    """Builds and commits one subtask's checkpoints; owns their cadence."""
+    """Builds and commits one subtask's checkpoints, continuing after a restored one."""
 
     def __init__(
         self,
@@ -168,7 +168,13 @@ class Checkpointer:
         options: RunOptions,
         triggers: Triggers | None,
         observers: Observers,
+        cadence: Cadence,
+        parts: Parts,
+        restored: Checkpoint | None,
     ) -> None:
+        """``cadence``: the mode's (it hears of each global checkpoint committed);
+        ``parts``: what each checkpoint asks for its contribution; ``restored``: the
+        checkpoint the subtask continues after (None: a fresh start)."""
         self.subtask = subtask
         self._topology = topology
         self._attempt = attempt
@@ -179,12 +185,15 @@ class Checkpointer:
         self._options = options
         self._triggers = triggers
         self._obs = observers
-        self.cadence = make_cadence(options.checkpoint_mode, triggers, options.trigger_chunk)
-        self.parts = Parts()
-        self.seq = CheckpointSequence(None)
+        self.cadence = cadence
+        self.parts = parts
+        self.seq = CheckpointSequence(restored.checkpoint_id if restored else None)
         self.last_time = time.monotonic()
-        self.changelogs: dict[TopicPartition, Offset] = {}  # next offset per owned partition
-        self._last_inputs: dict[TopicPartition, Offset] = {}
+        # next offset per owned partition
+        self.changelogs: dict[TopicPartition, Offset] = (
+            restored.changelog_positions() if restored else {}
+        )
+        self._last_inputs: dict[TopicPartition, Offset] = dict(restored.inputs) if restored else {}
         self._records_in_at_last = 0  # records read when the last checkpoint committed
         # records written as parts (spillway.channels.wire.spanning) until the last commit
         self._spanned = 0
@@ -192,14 +201,6 @@ class Checkpointer:
         # its transaction had spilled since the previous one.
         self.bytes = (0, 0)
         self._pruning: threading.Thread | None = None
-
-    def restored(self, checkpoint: Checkpoint | None, global_id: int | None) -> None:
-        """Continue after ``checkpoint`` and after global checkpoint ``global_id``."""
-        if checkpoint is not None:
-            self.seq = CheckpointSequence(checkpoint.checkpoint_id)
-            self.changelogs = checkpoint.changelog_positions()
-            self._last_inputs = dict(checkpoint.inputs)
-        self.cadence.last_global = global_id
 
     def due(self, now: float) -> bool:
         """True when an interval checkpoint is due at ``now`` (monotonic seconds)."""

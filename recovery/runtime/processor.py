@@ -5,13 +5,14 @@ writes to the channel writers (and a chained sink), forwards watermarks and idle
 fails or dead-letters bad records. When to checkpoint is not its business: it asks the
 cadence's hooks (spillway.recovery.runtime.cadence) where a checkpoint may fall, and reports
 what they ask for in its step's result (spillway.recovery.runtime.requests); the task loop
-takes it.
+takes it. Everything it works with is given when it is built, after the restore.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Generator, Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 
@@ -26,7 +27,7 @@ from spillway.recovery.job.origins import UNKNOWN, Origins, Same, TopicOffset
 from spillway.recovery.job.plan import Logic, Record, Sink, Source
 from spillway.recovery.restore.progress import ProgressLog, Replay, SourceReplay
 from spillway.recovery.runtime.batchpath import as_batch_logic, count_rows, rows_of, write_batches
-from spillway.recovery.runtime.cadence import Cadence, UnalignedCadence
+from spillway.recovery.runtime.cadence import Cadence
 from spillway.recovery.runtime.crashpoints import CrashPoints
 from spillway.recovery.runtime.deadletter import DeadLetters
 from spillway.recovery.runtime.eventtime import IdleAnnouncer, SetAsides
@@ -37,6 +38,20 @@ from spillway.recovery.runtime.requests import AtBarrier, CheckpointRequest, Ins
 
 # One poll's work, stopping where a checkpoint falls; returns True when every input ended.
 Turn = Generator[CheckpointRequest, None, bool]
+
+
+@dataclass(frozen=True)
+class Continuation:
+    """Where a processor continues from after the restore (the defaults: a fresh start).
+
+    ``replay``: what its reader re-reads; ``source_replay``: what its source re-reads;
+    ``resume``: records of message (tp, offset) to skip (a checkpoint inside it);
+    ``watermark``: the operator's restored watermark."""
+
+    replay: Replay = field(default_factory=lambda: Replay({}, {}, None))
+    source_replay: SourceReplay = field(default_factory=lambda: SourceReplay(None, None))
+    resume: Mapping[tuple[TopicPartition, int], int] = field(default_factory=dict)
+    watermark: int | None = None
 
 
 class Processor:
@@ -54,7 +69,13 @@ class Processor:
         result: SubtaskResult,
         progress: ProgressLog,
         caught_up: Callable[[], None],
+        reader: ChannelReader | None,
+        writers: Sequence[ChannelWriter],
+        cadence: Cadence,
+        continuation: Continuation,
     ) -> None:
+        """``reader``: None for a source, which reads itself; ``writers``: one per output
+        channel; ``continuation``: what the restore left to continue from."""
         self.subtask = subtask
         self.operator = operator
         self.options = options
@@ -62,21 +83,23 @@ class Processor:
         self.batch_logic = as_batch_logic(self.logic)  # takes Arrow batches (batchpath)
         # A batch logic that folds what one poll returned in one call
         # (spillway.recovery.runtime.pollfold).
-        self._fold = PollFold() if getattr(self.logic, "folds_per_poll", False) else None
+        # Not where a checkpoint may fall inside a poll (between chunks): nothing may be held.
+        folds = getattr(self.logic, "folds_per_poll", False) and cadence.chunk is None
+        self._fold = PollFold() if folds else None
         self.dead_letters = dead_letters
         self.aside = aside
         self.crash = crash
         self.result = result
         self.progress = progress
         self._caught_up = caught_up
-        self.reader: ChannelReader | None = None
-        self.writers: list[ChannelWriter] = []
-        self.cadence: Cadence | None = None
-        self.replay = Replay({}, {}, None)
-        self.source_replay = SourceReplay(None, None)
+        self.reader = reader
+        self.writers = list(writers)
+        self._cadence = cadence
+        self.replay = continuation.replay
+        self.source_replay = continuation.source_replay
         # Records of message (tp, offset) to skip after a restore (mid-message checkpoint).
-        self.resume: dict[tuple[TopicPartition, int], int] = {}
-        self.watermark_out: int | None = None
+        self.resume: dict[tuple[TopicPartition, int], int] = dict(continuation.resume)
+        self.watermark_out: int | None = continuation.watermark
         self._last_wm_check = 0.0
         self._idle = IdleAnnouncer()
         self._turn: Turn | None = None  # a poll's work stopped at a checkpoint request
@@ -89,9 +112,8 @@ class Processor:
         if self.source is not None:
             return Step(self._step_source(self.source))
         if self._turn is None:
-            assert self.reader is not None
-            assert self.cadence is not None
-            self._turn = self._poll_turn(self.reader, self.cadence)
+            assert self.reader is not None, "a processor without a source reads channels"
+            self._turn = self._poll_turn(self.reader, self._cadence)
         try:
             request = next(self._turn)
         except StopIteration as done:
@@ -201,8 +223,7 @@ class Processor:
         # spillway.recovery.runtime.batchpath
         if isinstance(records, ArrowRows) and batch_logic is not None:
             origins = Same(TopicOffset(tp.topic, tp.partition, offset))
-            # Unaligned checkpoints fall between chunks of a message: nothing may be held.
-            if self._fold is not None and not isinstance(self.cadence, UnalignedCadence):
+            if self._fold is not None:
                 self._fold.add(records.batch, origins)
                 return
             self.emit(batch_logic.run_batch(records.batch, origins, self.dead_letters), origins)

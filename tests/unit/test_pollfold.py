@@ -20,7 +20,7 @@ from spillway.recovery.runtime.eventtime import SetAsides
 from spillway.recovery.runtime.faults import Faults
 from spillway.recovery.runtime.options import RunOptions, SubtaskResult
 from spillway.recovery.runtime.pollfold import PollFold, Spans
-from spillway.recovery.runtime.processor import Processor
+from spillway.recovery.runtime.processor import Continuation, Processor
 from spillway.spark_jobs.operators.batchops import process_batch
 from tests.unit.test_processor import FakeTriggers, ScriptedReader
 
@@ -120,6 +120,7 @@ def run(
     cadence: Any, polls: list[list[Delivery]], dead: DeadLetters | None = None
 ) -> tuple[FoldingSum, BatchWriter]:
     logic = FoldingSum()
+    writer = BatchWriter()
     p = Processor(
         SUB,
         SUB.operator,
@@ -131,11 +132,11 @@ def run(
         SubtaskResult(str(SUB), 1, "running"),
         cast(Any, None),
         lambda: None,
+        cast(Any, ScriptedReader(polls)),
+        [cast(Any, writer)],
+        cadence,
+        Continuation(),
     )
-    writer = BatchWriter()
-    p.reader = cast(Any, ScriptedReader(polls))
-    p.writers = [cast(Any, writer)]
-    p.cadence = cadence
     while not p.step().ended:
         pass
     return logic, writer

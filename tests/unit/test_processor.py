@@ -1,5 +1,6 @@
-"""The processor with fake neighbours: a scripted reader, fake logic and writers, the real
-unaligned cadence (its checkpoints recorded, not committed)."""
+"""The processor with fake neighbours, every one given at construction: a scripted reader,
+fake logic and writers, the real unaligned cadence (the checkpoints its steps ask for are
+recorded, not committed)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from spillway.recovery.runtime.crashpoints import CrashPoints
 from spillway.recovery.runtime.eventtime import SetAsides
 from spillway.recovery.runtime.faults import Faults
 from spillway.recovery.runtime.options import RunOptions, SubtaskResult
-from spillway.recovery.runtime.processor import Processor
+from spillway.recovery.runtime.processor import Continuation, Processor
 from spillway.recovery.runtime.requests import InsideMessage, Partial, Step
 
 SUB = SubtaskId(JobId("j"), OperatorName("double"), 0)
@@ -81,24 +82,31 @@ def data(offset: int, records: list[int]) -> Delivery:
     return Delivery(TP, offset, 0, Kind.DATA, records)
 
 
-def processor(reader: ScriptedReader) -> tuple[Processor, list[str], FakeWriter]:
+def processor(
+    reader: ScriptedReader,
+    logic: Any = None,
+    cadence: Cadence | None = None,
+    continuation: Continuation | None = None,
+) -> tuple[Processor, list[str], FakeWriter]:
     caught: list[str] = []
     result = SubtaskResult(str(SUB), 1, "running")
+    writer = FakeWriter()
     p = Processor(
         SUB,
         SUB.operator,
         RunOptions(trigger_chunk=2),
-        (None, cast(Any, Doubling()), None),
+        (None, logic if logic is not None else cast(Any, Doubling()), None),
         None,
         SetAsides(SUB, None),
         CrashPoints(Faults(SUB, 1, "")),
         result,
         cast(Any, None),  # no read marks in this test (tick is not called)
         lambda: caught.append("caught up"),
+        cast(Any, reader),
+        [cast(Any, writer)],
+        cadence if cadence is not None else UnalignedCadence(FakeTriggers(), 2),
+        continuation if continuation is not None else Continuation(),
     )
-    writer = FakeWriter()
-    p.reader = cast(Any, reader)
-    p.writers = [cast(Any, writer)]
     return p, caught, writer
 
 
@@ -121,10 +129,9 @@ def steps(
 
 def test_records_flow_through_the_logic_to_the_writers_and_replay_is_counted() -> None:
     reader = ScriptedReader([[data(0, [1, 2])], [data(1, [3])]])
-    p, caught, writer = processor(reader)
+    replay = Replay({TP: Offset(0)}, {TP: 2}, "read")
+    p, caught, writer = processor(reader, continuation=Continuation(replay=replay))
     taken: list[tuple[int, Partial | None]] = []
-    p.cadence = UnalignedCadence(FakeTriggers(), 2)
-    p.replay = Replay({TP: Offset(0)}, {TP: 2}, "read")
     assert steps(p, taken) == Step(ended=False)
     assert caught == []
     assert steps(p, taken) == Step(ended=True)  # the reader has ended
@@ -138,12 +145,12 @@ def test_records_flow_through_the_logic_to_the_writers_and_replay_is_counted() -
 
 def test_a_restored_mid_message_checkpoint_skips_what_was_done_and_a_trigger_cuts_in() -> None:
     reader = ScriptedReader([[data(7, [1, 2, 3, 4, 5, 6])]])
-    p, _, writer = processor(reader)
     triggers = FakeTriggers()
-    taken: list[tuple[int, Partial | None]] = []
     cadence = UnalignedCadence(triggers, 2)
-    p.cadence = cadence
-    p.resume = {(TP, 7): 1}  # its first record was processed before the restore
+    # Its first record was processed before the restore.
+    resumed = Continuation(resume={(TP, 7): 1})
+    p, _, writer = processor(reader, cadence=cadence, continuation=resumed)
+    taken: list[tuple[int, Partial | None]] = []
     triggers.n = 5
     steps(p, taken, cadence)
     assert writer.written == [4, 6, 8, 10, 12]
@@ -174,9 +181,11 @@ def test_a_sink_reports_the_rows_it_wrote_as_records_out() -> None:
         SubtaskResult(str(SUB), 1, "running"),
         cast(Any, None),
         lambda: None,
+        cast(Any, ScriptedReader([[data(0, [1, 2])], [data(1, [3])]])),
+        [],
+        UnalignedCadence(FakeTriggers(), 2),
+        Continuation(),
     )
-    p.reader = cast(Any, ScriptedReader([[data(0, [1, 2])], [data(1, [3])]]))
-    p.cadence = UnalignedCadence(FakeTriggers(), 2)
     while not p.step().ended:
         pass
     assert sink.rows == [1, 2, 3]
