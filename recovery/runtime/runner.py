@@ -163,7 +163,7 @@ class SubtaskRunner:
                 self._stopped(task)
             return self.result
         except BaseException as e:
-            self.lifecycle.phase = Phase.FAILED
+            self.lifecycle.fail()
             self.result.status = "failed"
             log.exception("%s attempt %d failed", self.subtask, self.attempt)
             try:
