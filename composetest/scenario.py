@@ -12,6 +12,10 @@
 6. Wait for the job; check its output against the batch reference, exactly, and the
    event log: after the worker kill exactly its unfinished subtasks restarted, and every
    restarted subtask replayed only its own partitions (:mod:`composetest.checks`).
+7. Run a pipeline module that is not in the image (:mod:`composetest.ownjob`, written into
+   the mounted pipelines directory) with ``spillway run ... --conf``; scrape its metrics
+   on the port published on the host's loopback while it runs, and check its output
+   exactly.
 
 The worker goes first so that each restart can be told apart by when it started: a
 broker loss can restart subtasks too (a transaction that cannot finish within its
