@@ -21,7 +21,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from composetest import composecli, engine, fetch, images
+from composetest import composecli, engine, fetch, images, ownjob
 from composetest.cache import compose_cache, exclusive
 from composetest.cluster import BROKERS, SERVICES, WORKERS, Deployment
 from composetest.composecli import ComposeCli
@@ -145,6 +145,10 @@ def run_deployment(
     env["CLICKS_RECORDS"] = str(args.records)
     env["CLICKS_PARALLELISM"] = str(parallelism)
     env["CLICKS_RATE"] = f"{args.records / parallelism / args.emit_seconds:.1f}"
+    # A pipeline module of the user's, not in the image: mounted into the Spark containers.
+    pipelines = WORK_DIR / "pipelines"
+    ownjob.write_module(pipelines)
+    env["SPILLWAY_PIPELINES"] = str(pipelines)
     accepted = check_config(available, files, {**env, **eng.env()})
     _say(f"compose files accepted by compose {', '.join(accepted)}; running with {cli.version}")
     deployment = Deployment(tuple(cli.command(files)), eng.host, env)
@@ -288,6 +292,7 @@ def _print_summary(report: dict[str, Any], steps: Steps) -> None:
         "broker_kill_to_every_subtask_committed_s",
         "broker_start_to_isr_full_s",
         "job_s",
+        "own_job_s",
     ):
         value = report.get(key)
         _say(f"{key}: {'-' if value is None else f'{value:.1f}'}")
@@ -298,13 +303,19 @@ def _print_summary(report: dict[str, Any], steps: Steps) -> None:
     for line in report["broker_recoveries"]:
         _say(f"  {line}")
     _say(f"output rows: {report['output_rows']}")
+    _say(
+        f"own pipeline (mounted, --conf): {report['own_output_rows']} output rows; metrics "
+        f"scraped from the host: {report['own_metrics_subtasks']}"
+    )
     if report["problems"]:
         for problem in report["problems"]:
             _say(f"FAILED: {problem}")
     else:
         _say(
             "every check held: output equals the reference, recovery stayed local, "
-            "the job went on through the broker loss, the broker rejoined"
+            "the job went on through the broker loss, the broker rejoined; the own "
+            "pipeline ran from the mounted directory with its --conf setting, its output "
+            "is exact and its metrics answered on the host"
         )
 
 

@@ -12,6 +12,10 @@
 6. Wait for the job; check its output against the batch reference, exactly, and the
    event log: after the worker kill exactly its unfinished subtasks restarted, and every
    restarted subtask replayed only its own partitions (:mod:`composetest.checks`).
+7. Run a pipeline module that is not in the image (:mod:`composetest.ownjob`, written into
+   the mounted pipelines directory) with ``spillway run ... --conf``; scrape its metrics
+   on the port published on the host's loopback while it runs, and check its output
+   exactly.
 
 The worker goes first so that each restart can be told apart by when it started: a
 broker loss can restart subtasks too (a transaction that cannot finish within its
@@ -27,6 +31,7 @@ import logging
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -34,8 +39,15 @@ from typing import Any
 
 from confluent_kafka import KafkaException
 
-from composetest import checks, observe
-from composetest.cluster import BROKERS, SERVICES, Deployment, output_rows, readme_submit
+from composetest import checks, observe, ownjob
+from composetest.cluster import (
+    BROKERS,
+    MASTER,
+    SERVICES,
+    Deployment,
+    output_rows,
+    readme_submit,
+)
 from composetest.host import ComposeTestError
 from spillway.channels.errors import SpillwayError
 from spillway.examples import clicks
@@ -49,6 +61,10 @@ _JOB_TIMEOUT_S = 900.0
 _CHECKPOINTS_BEFORE_KILL = 2
 _POLL_S = 0.5
 _WARN_EVERY_S = 15.0
+# The own pipeline: records, their factor (a --conf setting) and about how long they take.
+_OWN_RECORDS = 3_000
+_OWN_FACTOR = 7
+_OWN_EMIT_S = 20.0
 
 
 @dataclass(frozen=True)
@@ -82,6 +98,9 @@ class Report:
     broker_start_to_isr_full_s: float | None = None
     job_s: float = 0.0
     output_rows: int = 0
+    own_job_s: float | None = None
+    own_output_rows: int = 0
+    own_metrics_subtasks: list[str] = field(default_factory=list)
     worker_recoveries: list[str] = field(default_factory=list)
     broker_recoveries: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
@@ -166,6 +185,7 @@ def run(plan: Plan, report: Report) -> None:
         report.problems.append(f"spark-submit exited {code}:\n{tail}")
     _say(f"job ended (exit {code}) {report.job_s:.1f} s after spark-submit")
     _check(plan, deployment, report)
+    _own_pipeline(plan, deployment, report)
 
 
 def _tail(path: Path, lines: int = 15) -> str:
@@ -291,6 +311,59 @@ def _check(plan: Plan, deployment: Deployment, report: Report) -> None:
     report.worker_recoveries = [r.describe() for r in by_worker]
     report.broker_recoveries = [r.describe() for r in by_broker]
     report.broker_loss_restarted = sorted({r.subtask for r in by_broker})
+
+
+def _own_pipeline(plan: Plan, deployment: Deployment, report: Report) -> None:
+    """The user's module from the mounted directory, with ``--conf`` settings: its output
+    must be exact, and its metrics must answer on the port published on the host."""
+    job = f"{plan.job}-own"
+    records, factor = _OWN_RECORDS, _OWN_FACTOR
+    conf = ownjob.settings(records, factor, rate=records / _OWN_EMIT_S)
+    job_log = Path(plan.work_dir) / f"job-{job}.log"
+    started = time.monotonic()
+    proc = deployment.popen(ownjob.run_argv(job, conf), job_log)
+    url = f"http://127.0.0.1:{ownjob.METRICS_PORT}/metrics"
+    wanted = {f"{op}[0]" for op in ownjob.OPERATORS}
+    seen: dict[str, float] = {}
+
+    def scraped() -> bool:
+        nonlocal seen
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                seen = ownjob.checkpoints_by_subtask(response.read().decode(), job)
+        except OSError:
+            return False
+        return set(seen) == wanted and all(v >= 1 for v in seen.values())
+
+    try:
+        wait_until(f"{url} lists a checkpoint of every subtask of {job}", scraped, 240, proc)
+        report.own_metrics_subtasks = sorted(seen)
+        code = proc.wait(_JOB_TIMEOUT_S)
+    except (ComposeTestError, subprocess.TimeoutExpired) as exc:
+        report.problems.append(f"own pipeline: {exc}\n{_tail(job_log)}")
+        return
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+    report.own_job_s = time.monotonic() - started
+    if code != 0:
+        report.problems.append(f"own pipeline: spillway run exited {code}:\n{_tail(job_log)}")
+        return
+    text = deployment.exec(MASTER, "sh", "-c", f"cat {ownjob.OUT_DIR}/out/*.jsonl", timeout=120)
+    rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+    report.own_output_rows = len(rows)
+    expected = ownjob.expected_rows(records, factor)
+    if sorted(rows, key=lambda r: int(r["n"])) != expected:
+        report.problems.append(
+            f"own pipeline: {len(rows)} output rows differ from the {len(expected)} expected "
+            f"(first rows {rows[:3]})"
+        )
+    _say(
+        f"own pipeline {ownjob.MODULE} ran from the mounted directory in "
+        f"{report.own_job_s:.1f} s: {len(rows)} rows as expected with own.factor={factor}; "
+        f"{url} listed {report.own_metrics_subtasks}"
+    )
 
 
 def _say(message: str) -> None:

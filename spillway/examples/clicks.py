@@ -3,12 +3,15 @@
 The main job of ``make demo``. Every input record is a deterministic function of its
 index, so :func:`reference` recomputes the exact expected output in plain Python.
 
-Configured by environment (read when the pipeline is built, on the driver and on every
-executor): ``CLICKS_RECORDS`` (default 1,000,000; ``unbounded`` for an endless
-stream), ``CLICKS_OUT`` (output directory),
-``CLICKS_PARALLELISM`` (default 2), ``CLICKS_RATE`` (records/s per source subtask; unset:
-as fast as possible), ``CLICKS_CHAINING=1`` (fuse clicks→enrich and count→out, leaving
-one channel: see ``Pipeline(chaining=True)``).
+Configured by pipeline settings (``spillway run ... --conf clicks.records=N``), each
+falling back to an environment variable, read when the pipeline is built, on the driver
+and in every task: ``clicks.records`` / ``CLICKS_RECORDS`` (default 1,000,000;
+``unbounded`` for an endless stream), ``clicks.out`` / ``CLICKS_OUT`` (output directory),
+``clicks.parallelism`` / ``CLICKS_PARALLELISM`` (default 2), ``clicks.rate`` /
+``CLICKS_RATE`` (records/s per source subtask; unset or empty: as fast as possible),
+``clicks.chaining`` / ``CLICKS_CHAINING`` (``1``: fuse clicks→enrich and count→out,
+leaving one channel: see ``Pipeline(chaining=True)``). Settings travel with the job to
+every task; the variables reach tasks because the runtime forwards ``CLICKS_*`` too.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from typing import Any
 
 import xxhash
 
-from spillway import Pipeline, avro_schema
+from spillway import Pipeline, avro_schema, conf
 
 
 @dataclass(slots=True)
@@ -115,16 +118,22 @@ def build(
     return p
 
 
+def setting(name: str, default: str) -> str:
+    """Pipeline setting ``clicks.<name>`` (``--conf``), else ``$CLICKS_<NAME>``, else
+    ``default``."""
+    return conf(f"clicks.{name}", os.environ.get(f"CLICKS_{name.upper()}", default))
+
+
 def pipeline() -> Pipeline:
-    """The pipeline as configured by the environment (see the module docstring)."""
-    rate = os.environ.get("CLICKS_RATE")
-    records = os.environ.get("CLICKS_RECORDS", "1000000")
+    """The pipeline as configured by its settings (see the module docstring)."""
+    rate = setting("rate", "")
+    records = setting("records", "1000000")
     return build(
         None if records == "unbounded" else int(records),
-        os.environ.get("CLICKS_OUT", ".spillway/out/clicks"),
-        int(os.environ.get("CLICKS_PARALLELISM", "2")),
+        setting("out", ".spillway/out/clicks"),
+        int(setting("parallelism", "2")),
         float(rate) if rate else None,
-        os.environ.get("CLICKS_CHAINING", "0") == "1",
+        setting("chaining", "0") == "1",
     )
 
 

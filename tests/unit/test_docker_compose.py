@@ -320,10 +320,25 @@ def test_driver_and_executors_see_the_same_job_environment() -> None:
     for worker in WORKERS:
         assert {k: v for k, v in env(worker).items() if k.startswith("CLICKS_")} == job
     for name in (MASTER, *WORKERS):
-        (volume,) = services()[name]["volumes"]
+        volume = services()[name]["volumes"][0]
         name_, _, target = volume.partition(":")
         assert name_ in compose()["volumes"]
         assert job["CLICKS_OUT"].startswith(target + "/")
+
+
+def test_own_pipelines_are_mounted_and_on_the_python_path_everywhere() -> None:
+    # The driver puts its sys.path into spark.executorEnv.PYTHONPATH, so the directory must
+    # be at the same path in every container, read-only.
+    for name in (MASTER, *WORKERS):
+        assert services()[name]["volumes"][1] == (
+            "${SPILLWAY_PIPELINES:-./pipelines}:/opt/spillway/pipelines:ro"
+        )
+        assert env(name)["PYTHONPATH"] == "/opt/spillway/pipelines"
+    assert (DOCKER / "pipelines").is_dir()  # the default source of the bind mount
+
+
+def test_the_driver_metrics_port_is_published_on_loopback() -> None:
+    assert published(MASTER)[9400] == ("127.0.0.1", 9400)
 
 
 def test_every_published_port_is_on_loopback_and_distinct() -> None:
@@ -333,9 +348,10 @@ def test_every_published_port_is_on_loopback_and_distinct() -> None:
             assert host_ip == "127.0.0.1", name
             host_ports.append(host_port)
     assert len(host_ports) == len(set(host_ports))
-    # Only the master's web UI is published among its ports (not its RPC port).
+    # Only the master's web UI and the driver's metrics are published among its ports (not
+    # the master's RPC port).
     _, _, ui = master_address()
-    assert set(published(MASTER)) == {ui}
+    assert set(published(MASTER)) == {ui, 9400}
 
 
 # -- README and Dockerfile -----------------------------------------------------------

@@ -5,6 +5,7 @@ Pure: nothing here starts Spark or talks to a broker.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 
@@ -556,6 +557,35 @@ def test_load_plan_clicks_example_reads_the_environment(monkeypatch: pytest.Monk
     plan = load_plan("spillway.examples.clicks:pipeline", "c")
     assert {op.parallelism for op in plan.operators} == {3}
     assert plan.operator("clicks").description == {"source": "generator", "count": 100}
+
+
+def test_load_plan_clicks_example_settings_win_over_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("CLICKS_PARALLELISM", "3")
+    monkeypatch.setenv("CLICKS_RECORDS", "100")
+    monkeypatch.setenv("CLICKS_CHAINING", "1")
+    conf = {
+        "clicks.parallelism": "4",
+        "clicks.records": "250",
+        "clicks.rate": "12.5",
+        "clicks.chaining": "0",
+        "clicks.out": "/data/out/c",
+    }
+    plan = load_plan("spillway.examples.clicks:pipeline", "c", conf)
+    assert [(op.name, op.parallelism) for op in plan.operators] == [
+        ("clicks", 4),
+        ("enrich", 4),
+        ("count", 4),
+        ("out", 4),
+    ]
+    assert plan.operator("clicks").description == {"source": "generator", "count": 250}
+    source = plan.operator("clicks").make_source
+    assert isinstance(source, functools.partial)
+    assert source.args[1:4] == (250, 4, 12.5)  # count, parallelism, rate
+    sink = plan.operator("out").make_sink
+    assert isinstance(sink, functools.partial)
+    assert sink.args == ("/data/out/c", "out")
 
 
 def test_load_plan_accepts_a_pipeline_object(monkeypatch: pytest.MonkeyPatch) -> None:
