@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 # Debian's chromium for the browser test of `spillway ui` (apt-get, as root), when missing.
 INSTALL_CHROMIUM := command -v chromium >/dev/null || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium)
 
-.PHONY: demo test soak docs ui-test compose-test lint typecheck unit chaos chaos-long bench bench-columnar bench-channels bench-checkpoints bench-codecs bench-windows bench-windows-peers bench-restart bench-statesweep bench-rescale bench-budget broker-start broker-stop clean
+.PHONY: demo test soak docs ui-test compose-test lint typecheck unit chaos chaos-long bench bench-columnar bench-channels bench-checkpoints bench-codecs bench-windows bench-windows-peers bench-restart bench-statesweep bench-rescale bench-budget bench-suite broker-start broker-stop clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required")'
@@ -136,6 +136,13 @@ bench-statesweep: $(BENCH_STAMP)
 ## restart from the savepoint, same job, 3 rounds (own broker, Spark local mode; about 10 min)
 bench-rescale: $(BENCH_STAMP)
 	$(BENCH_VENV)/bin/python -m bench.rescale
+
+## bench-suite: time `make test`, `make soak` and `make compose-test` (wall seconds, exit code,
+## load average, commit) into bench/results/suitetime-<UTC time>.json; a benchmark, not a
+## test (about 1 h). SUITE=... picks the tiers, e.g. `make bench-suite SUITE="test soak"`
+SUITE ?= test soak compose-test
+bench-suite: $(STAMP)
+	$(BIN)/python -m bench.suitetime $(SUITE)
 
 broker-start: $(STAMP)
 	$(BIN)/spillway broker start

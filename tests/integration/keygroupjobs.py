@@ -19,6 +19,7 @@ from spillway.offsets.store import CheckpointStore
 from spillway.recovery.observe.events import last_submission, read_events, record_job_event
 from spillway.recovery.runtime.options import SubtaskResult
 from spillway.spark_jobs.api.pipeline import Pipeline
+from tests.integration.gates import held_generate
 
 if TYPE_CHECKING:  # the driver is not imported where tasks import the pipelines above
     from spillway.spark_jobs.spark.jobconfig import JobConfig
@@ -53,7 +54,7 @@ def add(acc: list[int], r: dict[str, Any]) -> list[int]:
 
 
 def key_totals() -> Pipeline:
-    """generate (p=2, paced) → key_by(max_parallelism=16) → count (p=3) → files."""
+    """generate (p=2, held or paced) → key_by(max_parallelism=16) → count (p=3) → files."""
     return _counted("key-groups", MAX_PARALLELISM, 3, None)
 
 
@@ -73,13 +74,16 @@ def _counted(
     name: str, groups: int, count_p: int, out_p: int | None, tag: bool = False
 ) -> Pipeline:
     p = Pipeline(name)
-    events = p.generate(
+    # Held at the test's gates (tests/integration/gates.py), or paced when a test still
+    # sets a rate.
+    events = held_generate(
+        p,
         "events",
         make=make_event,
         schema=EVENT,
         count=int(os.environ["SPILLWAY_TEST_RECORDS"]),
         parallelism=2,
-        rate=float(os.environ["SPILLWAY_TEST_RATE"]),
+        rate=float(os.environ.get("SPILLWAY_TEST_RATE", "0")) or None,
     )
     counted = events.key_by(lambda r: r["key"], max_parallelism=groups).aggregate(
         "count",

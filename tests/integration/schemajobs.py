@@ -20,6 +20,7 @@ from spillway.channels.config import KafkaSettings
 from spillway.channels.wire.envelope import Decoders, Kind, read_header, writer_of
 from spillway.channels.wire.schemaid import schema_id, schema_id_of
 from spillway.spark_jobs.api.pipeline import Pipeline
+from tests.integration.gates import held_generate
 
 KEYS = 37
 GROUPS = 8  # key groups: partitions of channel events -> count
@@ -61,13 +62,13 @@ def _job(schema: dict[str, Any], weight: int | None, add: Callable[[Any, Any], A
         return r
 
     p = Pipeline("schema-evolution")
-    events = p.generate(
+    events = held_generate(  # held at the test's gates (tests/integration/gates.py)
+        p,
         "events",
         make=make,
         schema=schema,
         count=int(os.environ["SPILLWAY_TEST_RECORDS"]),
         parallelism=2,
-        rate=float(os.environ["SPILLWAY_TEST_RATE"]),
     )
     events.key_by(lambda r: r["key"], max_parallelism=GROUPS).aggregate(
         "count",

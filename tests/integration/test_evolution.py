@@ -22,6 +22,7 @@ from spillway.recovery.observe.events import last_submission, read_events, recor
 from spillway.spark_jobs.spark.driver import run_on_spark
 from spillway.spark_jobs.spark.jobconfig import JobConfig
 from spillway.spark_jobs.spark.opruns import OperatorRuns
+from tests.integration.gates import Gates
 from tests.integration.keygroupjobs import count_checkpoints, read_output, reference, wait_until
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark]
@@ -41,7 +42,8 @@ def test_a_savepoint_restart_with_an_added_operator_and_a_new_parallelism(
     out = tmp_path / "out"
     monkeypatch.setenv("SPILLWAY_TEST_OUT", str(out))
     monkeypatch.setenv("SPILLWAY_TEST_RECORDS", str(RECORDS))
-    monkeypatch.setenv("SPILLWAY_TEST_RATE", str(RECORDS / 2 / 25))  # about 25 s of input
+    # The source holds at half its input until run 1 is stopped, so it stops mid-stream.
+    gates = Gates(tmp_path / "gates", monkeypatch, [RECORDS // 2])
     settings = KafkaSettings(kafka_bootstrap)
     job = JobId(unique)
 
@@ -68,6 +70,7 @@ def test_a_savepoint_restart_with_an_added_operator_and_a_new_parallelism(
     )
     assert errors == []
     assert {r.status for r in first} == {"stopped"}
+    gates.open(0)  # the later runs read the rest
     sub1 = last_submission(settings, job)
     assert sub1 is not None
     old_fingerprint = fingerprint(sub1["topology"]["description"])

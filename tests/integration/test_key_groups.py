@@ -7,6 +7,10 @@ What proves that every record of a key group reached its owner: each channel par
 checkpoints own and have read to the end exactly the partitions of its range, and the
 output has one row per key whose count and sum of sequence numbers equal the reference
 (a key whose records reached two subtasks would give two partial rows).
+
+The source is held at two gates (tests/integration/gates.py) rather than paced, so the
+kill comes mid-run: the second third of the records is released once count[1] committed a
+checkpoint that read records, the last third once its second attempt started.
 """
 
 from __future__ import annotations
@@ -26,9 +30,17 @@ from spillway.channels.routing.keygroups import key_group, key_group_range
 from spillway.channels.wire.envelope import Decoders, Kind, read_header
 from spillway.offsets.store import CheckpointStore
 from spillway.recovery.observe.events import read_events
-from spillway.spark_jobs.spark.driver import run_on_spark
 from spillway.spark_jobs.spark.jobconfig import JobConfig
-from tests.integration.keygroupjobs import EVENT, MAX_PARALLELISM, read_output, reference
+from tests.integration.gates import Gates
+from tests.integration.keygroupjobs import (
+    EVENT,
+    MAX_PARALLELISM,
+    count_checkpoints,
+    read_output,
+    reference,
+    run_operated,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark]
 
@@ -71,23 +83,41 @@ def channel_keys(
     return out
 
 
+def read_some(settings: KafkaSettings, job: JobId) -> bool:
+    """True once count[1]'s latest checkpoint has read records of its input."""
+    ckpt = count_checkpoints(settings, job, P)[1]
+    return ckpt is not None and any(int(o) > 0 for o in ckpt.inputs.values())
+
+
 def test_sixteen_key_groups_over_three_subtasks_exactly_once_with_a_kill(
     kafka_bootstrap: str, unique: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     out = tmp_path / "out"
     monkeypatch.setenv("SPILLWAY_TEST_OUT", str(out))
     monkeypatch.setenv("SPILLWAY_TEST_RECORDS", str(RECORDS))
-    monkeypatch.setenv("SPILLWAY_TEST_RATE", str(RECORDS / 2 / 6))  # about 6 s of input
+    gates = Gates(tmp_path / "gates", monkeypatch, [RECORDS // 3, RECORDS * 2 // 3])
     # count[1] (key groups 6..10) SIGKILLs itself at its 2nd checkpoint that read records,
     # outputs flushed but not committed; its second attempt restores and runs on.
     monkeypatch.setenv("SPILLWAY_CRASH_AT", "count:1:after-produce-read:0:2")
-    results = run_on_spark(JobConfig(REF, unique, kafka_bootstrap, master="local[8,3]"))
+    job = JobId(unique)
+    settings = KafkaSettings(kafka_bootstrap)
+
+    def operate() -> None:
+        try:
+            wait_until("count[1] checkpointed records it read", lambda: read_some(settings, job))
+            gates.open(0)  # count[1]'s next checkpoint reads records: its 2nd, where it dies
+            wait_until("count[1]'s second attempt started", lambda: any(
+                e.get("event") == "started" and (e["operator"], e["index"], e["attempt"])
+                == ("count", 1, 1) for e in read_events(settings, job)
+            ))  # fmt: skip
+        finally:
+            gates.open_all()
+
+    results = run_operated(JobConfig(REF, unique, kafka_bootstrap, master="local[8,3]"), operate)
 
     assert read_output(out) == reference(RECORDS)
-    job = JobId(unique)
     channel = channel_topic(job, OperatorName("events"), OperatorName("count"))
     changelog = changelog_topic(job, OperatorName("count"))
-    settings = KafkaSettings(kafka_bootstrap)
     counts = Admin(settings).partition_counts()
     assert (counts[channel], counts[changelog]) == (MAX_PARALLELISM, MAX_PARALLELISM)
 

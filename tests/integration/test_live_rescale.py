@@ -31,6 +31,7 @@ from spillway.recovery.observe.events import last_submission, read_events, recor
 from spillway.spark_jobs.spark.driver import run_on_spark
 from spillway.spark_jobs.spark.jobconfig import JobConfig
 from spillway.spark_jobs.spark.opruns import OperatorRuns
+from tests.integration.gates import Gates
 from tests.integration.keygroupjobs import (
     last_run_starts,
     print_pauses,
@@ -186,7 +187,9 @@ def test_a_savepoint_restart_after_a_live_rescale_counts_the_new_writers(
     out = tmp_path / "out"
     monkeypatch.setenv("SPILLWAY_TEST_OUT", str(out))
     monkeypatch.setenv("SPILLWAY_TEST_RECORDS", str(RECORDS))
-    monkeypatch.setenv("SPILLWAY_TEST_RATE", str(RECORDS / 2 / 40))  # about 40 s of input
+    # The source holds at half its input until the first run is stopped: the run is
+    # stopped mid-stream however fast the machine.
+    gates = Gates(tmp_path / "gates", monkeypatch, [RECORDS // 2])
     settings = KafkaSettings(kafka_bootstrap)
     job = JobId(unique)
     cli = ["rescale", "--job", unique, "--operator", "count", "--bootstrap", kafka_bootstrap]
@@ -223,6 +226,7 @@ def test_a_savepoint_restart_after_a_live_rescale_counts_the_new_writers(
     )
     assert errors == []
     assert {r.status for r in first} == {"stopped"}
+    gates.open(0)
     second = run_on_spark(
         JobConfig(REF, unique, kafka_bootstrap, master="local[6,3]", parallelism={"count": 2})
     )

@@ -6,6 +6,10 @@ must come out exactly once, each source partition's records v1 up to a point and
 it, and no other operator's subtask may start more than once. A third version written
 after the upgrade must not reach the killed subtask's retry: it runs the code that the
 driver checked and shipped with its task.
+
+The source holds at two gates (tests/integration/gates.py) rather than being paced: the
+first half of the records goes through v1; the next quarter is released once ``tag`` runs
+the upgraded code, and the last once the killed subtask's retry has started.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from spillway.recovery.observe.events import read_events
 from spillway.spark_jobs.spark.driver import run_on_spark
 from spillway.spark_jobs.spark.jobconfig import JobConfig
 from spillway.spark_jobs.spark.opruns import OperatorRuns
+from tests.integration.gates import Gates
 from tests.integration.keygroupjobs import last_run_starts, wait_until
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark]
@@ -37,6 +42,7 @@ RECORDS = 4000
 MODULE = "upgradable_pipeline"
 PIPELINE = """
 import os
+from tests.integration.gates import held_generate
 from spillway.spark_jobs.api.pipeline import Pipeline
 
 VERSION = "{version}"
@@ -51,10 +57,9 @@ def tag(r):
 
 def pipeline():
     p = Pipeline("upgrade")
-    p.generate(
-        "events", make=lambda i: {{"seq": i}}, schema=EVENT,
+    held_generate(
+        p, "events", make=lambda i: {{"seq": i}}, schema=EVENT,
         count=int(os.environ["SPILLWAY_TEST_RECORDS"]), parallelism=2,
-        rate=float(os.environ["SPILLWAY_TEST_RATE"]),
     ).map("tag", tag, schema=TAGGED, parallelism=2).write_jsonl(
         "out", os.environ["SPILLWAY_TEST_OUT"], parallelism=1
     )
@@ -102,7 +107,8 @@ def test_an_upgraded_map_function_takes_over_exactly_once_with_a_kill(
     out = tmp_path / "out"
     monkeypatch.setenv("SPILLWAY_TEST_OUT", str(out))
     monkeypatch.setenv("SPILLWAY_TEST_RECORDS", str(RECORDS))
-    monkeypatch.setenv("SPILLWAY_TEST_RATE", str(RECORDS / 2 / 40))  # about 40 s of input
+    # The first half is there before the upgrade; the gates release the rest to the new code.
+    gates = Gates(tmp_path / "gates", monkeypatch, [RECORDS // 2, RECORDS * 3 // 4])
     settings = KafkaSettings(kafka_bootstrap)
     job = JobId(unique)
     answers: list[int] = []
@@ -132,6 +138,7 @@ def test_an_upgraded_map_function_takes_over_exactly_once_with_a_kill(
             wait_until("tag[0] restarted", lambda: bool(restarted()))
             at_restart = tag_checkpoints(settings, job)[0]
             assert at_restart is not None
+            gates.open(0)  # records for the upgraded code
             # Right after its first checkpoint with the new code: v2 output committed, more
             # in flight.
             wait_until("tag[0] checkpointed again", lambda: tag_checkpoints(settings, job)[0]
@@ -139,8 +146,13 @@ def test_an_upgraded_map_function_takes_over_exactly_once_with_a_kill(
             pid = int(restarted()[0]["pid"])
             os.kill(pid, signal.SIGKILL)
             killed.append(pid)
+            wait_until("tag[0]'s retry started", lambda: any(
+                e["attempt"] == 1 for e in restarted()
+            ))  # fmt: skip
+            gates.open(1)  # the rest, for the retry (and tag[1])
         except BaseException as e:  # reported by the test's thread, below
             errors.append(e)
+            gates.open_all()
 
     def on_running(runs: OperatorRuns) -> None:
         threading.Thread(target=operate, args=(runs,), daemon=True).start()

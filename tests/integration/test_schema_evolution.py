@@ -13,6 +13,10 @@ the wrong weight changes a count, a sum of seq or a sum of weights.
 
 The second test does the same from a numbered savepoint (``--from-savepoint N`` with the
 changed code): the job is rewound with the topology that took N, then continues as v2.
+
+v1's source is held at two gates (tests/integration/gates.py) rather than paced: the first
+third of the records is read by count; the second third is released once count stopped,
+so it stays unread in the channel; the last third waits for v2.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from spillway.recovery.observe.events import last_submission, read_events, recor
 from spillway.spark_jobs.spark.driver import run_on_spark
 from spillway.spark_jobs.spark.jobconfig import JobConfig
 from spillway.spark_jobs.spark.opruns import OperatorRuns
+from tests.integration.gates import Gates
 from tests.integration.keygroupjobs import count_checkpoints, last_run_starts, wait_until
 from tests.integration.schemajobs import V1_ID, V2, channel_events, reference
 
@@ -43,8 +48,6 @@ pytestmark = [pytest.mark.broker, pytest.mark.spark]
 
 MODULE = "tests.integration.schemajobs"
 RECORDS = 3_000
-SLOW_RATE = 25  # per source subtask in v1: the job is stopped long before its input ends
-FAST_RATE = 2_000  # in v2, which runs to the end
 COMPATIBLE = (
     "ok      channel events -> count: schema changed, compatible under Avro resolution "
     "(records of the old schema still in the channel are resolved to the new one as they "
@@ -108,22 +111,22 @@ def check_output(settings: KafkaSettings, job: JobId, out: Path, kept: list[int]
     assert last_run_starts(settings, job)[("count[0]", 1)] == 1  # the SIGKILLed reader
 
 
-JobEnv = tuple[Path, KafkaSettings, JobId, str]
+JobEnv = tuple[Path, KafkaSettings, JobId, str, Gates]
 
 
 @pytest.fixture
 def job_env(
     kafka_bootstrap: str, unique: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> JobEnv:
-    """The pipelines' environment (v1's slow rate); the output directory, the settings,
-    the job and the topic of channel events -> count."""
+    """The pipelines' environment; the output directory, the settings, the job, the topic
+    of channel events -> count, and the source's gates at one and two thirds."""
     out = tmp_path / "out"
     monkeypatch.setenv("SPILLWAY_TEST_OUT", str(out))
     monkeypatch.setenv("SPILLWAY_TEST_RECORDS", str(RECORDS))
-    monkeypatch.setenv("SPILLWAY_TEST_RATE", str(SLOW_RATE))
+    gates = Gates(tmp_path / "gates", monkeypatch, [RECORDS // 3, RECORDS * 2 // 3])
     job = JobId(unique)
     topic = channel_topic(job, OperatorName("events"), OperatorName("count"))
-    return out, KafkaSettings(kafka_bootstrap), job, topic
+    return out, KafkaSettings(kafka_bootstrap), job, topic, gates
 
 
 def test_unread_records_of_the_old_schema_are_resolved_after_a_restart(
@@ -133,13 +136,14 @@ def test_unread_records_of_the_old_schema_are_resolved_after_a_restart(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    out, settings, job, topic = job_env
+    out, settings, job, topic, gates = job_env
 
     def stop_count_first(runs: OperatorRuns) -> None:
         wait_until("count state checkpointed", lambda: all(
             c is not None and c.changelogs for c in count_checkpoints(settings, job, 2)
         ))  # fmt: skip
         runs.stop_operator("count")
+        gates.open(0)  # written while count is stopped: left unread
         before = source_checkpoints(settings, job)
         wait_until("the source checkpointed 3 more times", lambda: all(
             now >= b + 3 for now, b in zip(source_checkpoints(settings, job), before, strict=True)
@@ -164,7 +168,7 @@ def test_unread_records_of_the_old_schema_are_resolved_after_a_restart(
         "field 'weight' is new and has no default"
     ) in str(refused.value)
 
-    monkeypatch.setenv("SPILLWAY_TEST_RATE", str(FAST_RATE))
+    gates.open_all()  # v2 runs to the end
     monkeypatch.setenv("SPILLWAY_CRASH_AT", "count:0:after-produce-read:0:1")
     results = run_on_spark(JobConfig(f"{MODULE}:v2", unique, kafka_bootstrap, **common))
     assert {r.status for r in results} == {"finished"}
@@ -181,7 +185,7 @@ def test_from_a_numbered_savepoint_with_the_changed_schema(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    out, settings, job, topic = job_env
+    out, settings, job, topic, gates = job_env
     mode: dict[str, Any] = {
         "master": "local[5,3]", "checkpoint_mode": "unaligned", "global_interval_s": 1.0
     }  # fmt: skip
@@ -191,6 +195,7 @@ def test_from_a_numbered_savepoint_with_the_changed_schema(
             "two completed global checkpoints", lambda: len(read_completed(settings, job)) >= 2
         )
         runs.stop_operator("count")  # records after N stay unread too: the rewind drops them
+        gates.open(0)
         before = source_checkpoints(settings, job)
         wait_until("the source checkpointed twice more", lambda: all(
             now >= b + 2 for now, b in zip(source_checkpoints(settings, job), before, strict=True)
@@ -202,7 +207,7 @@ def test_from_a_numbered_savepoint_with_the_changed_schema(
     )
     n = int(read_completed(settings, job)[0]["id"])
 
-    monkeypatch.setenv("SPILLWAY_TEST_RATE", str(FAST_RATE))
+    gates.open_all()  # v2 runs to the end
     monkeypatch.setenv("SPILLWAY_CRASH_AT", "count:0:after-produce-read:0:1")
     results = run_on_spark(JobConfig(f"{MODULE}:v2", unique, kafka_bootstrap, **mode), rewind_to=n)
     assert {r.status for r in results} == {"finished"}
