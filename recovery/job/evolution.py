@@ -294,4 +294,4 @@ def recorded_plan(
         )
         for e in desc["edges"]
     )
-    return JobPlan(new.job, tuple(ops), edges, new.bounded)
+    return JobPlan(new.job, tuple(ops), edges, new.bounded, env_prefixes=new.env_prefixes)

@@ -6,7 +6,8 @@ Spark's ``--conf`` or Flink's ``-D``. Pipeline code reads it with :func:`conf`
 Spark task, which builds the plan again from the same settings (they travel with the
 job, not through the executors' environment). ``--env NAME`` (repeatable) copies the
 submitter's environment variable ``NAME`` into every task's ``os.environ`` before the
-pipeline is built there, as the driver always did for ``SPILLWAY_*`` and ``CLICKS_*``.
+pipeline is built there, as the driver does for ``SPILLWAY_*`` and for the prefixes the
+pipeline declares (``Pipeline(env_prefixes=...)``).
 
 The ``submitted`` event records the settings, with the values of secret-looking keys
 (password, secret, key, token, jaas) masked, and the *names* of forwarded variables,

@@ -220,6 +220,9 @@ class JobPlan:
     operators: tuple[OperatorPlan, ...]
     edges: tuple[EdgePlan, ...]
     bounded: bool
+    # Environment variables the pipeline reads, by prefix: captured at submission and set
+    # in every task (Pipeline(env_prefixes=...)).
+    env_prefixes: tuple[str, ...] = ()
 
     def operator(self, name: str) -> OperatorPlan:
         """The operator called ``name``."""

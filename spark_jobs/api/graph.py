@@ -8,7 +8,7 @@ compiled :class:`~spillway.recovery.job.plan.JobPlan` (chains, routing, partitio
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -70,9 +70,22 @@ class Edge:
 class Graph:
     """Operators and edges under construction; :meth:`plan` validates and compiles them."""
 
-    def __init__(self, name: str, *, chaining: bool = False) -> None:
+    def __init__(
+        self, name: str, *, chaining: bool = False, env_prefixes: Sequence[str] = ()
+    ) -> None:
+        """``env_prefixes``: the environment variables the pipeline's code reads, by name
+        prefix (e.g. ``("MYAPP_",)``). Those set where the job is submitted are captured
+        then and set in every task, so the pipeline sees the same settings on executors
+        that never had that environment (a cluster) or that outlived it (one Spark JVM
+        serving several runs). Variables named ``SPILLWAY_*`` always travel."""
         self.name = name
         self.chaining = chaining
+        self.env_prefixes = tuple(env_prefixes)
+        bad = [p for p in self.env_prefixes if not isinstance(p, str) or not p.strip()]
+        if bad:
+            raise PipelineDefinitionError(
+                f"pipeline {name!r}: env_prefixes must be non-empty strings, got {bad!r}"
+            )
         self._nodes: dict[str, Node] = {}
         self._order: list[str] = []
         self._edges: list[Edge] = []
@@ -261,7 +274,13 @@ class Graph:
             if head[e.upstream] != head[e.downstream]
         )
         bounded = all(n.bounded for n in self._nodes.values() if n.kind == "source")
-        return JobPlan(jid, tuple(_with_slots(op, edges) for op in ops), edges, bounded)
+        return JobPlan(
+            jid,
+            tuple(_with_slots(op, edges) for op in ops),
+            edges,
+            bounded,
+            env_prefixes=self.env_prefixes,
+        )
 
     def _chains(self) -> list[list[Node]]:
         """Operators grouped into chains (single operators without ``chaining``), in

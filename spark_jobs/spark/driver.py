@@ -20,7 +20,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 from spillway.channels.config import KafkaSettings
@@ -99,6 +99,9 @@ def run_on_spark(
     settings = config.settings()
     options = config.options(from_checkpoint)
     plan, rescale, run_id = _prepare_run(config, settings, from_checkpoint, rewind_to)
+    # The pipeline's own environment variables travel with the job too.
+    prefixes = tuple(dict.fromkeys(config.env_prefixes + plan.env_prefixes))
+    config = replace(config, env_prefixes=prefixes)
     subtasks = plan.subtasks()
     n = len(subtasks)
 

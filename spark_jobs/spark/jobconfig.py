@@ -33,7 +33,8 @@ class JobConfig:
     # Environment variables with these prefixes are captured when the job is submitted and
     # set in every task before the pipeline is built there: one Spark JVM may outlive the
     # environment it was started with, and cluster executors never had it.
-    env_prefixes: tuple[str, ...] = ("SPILLWAY_", "CLICKS_")
+    # The pipeline adds its own (Pipeline(env_prefixes=...)).
+    env_prefixes: tuple[str, ...] = ("SPILLWAY_",)
     dead_letter: bool = False
     checkpoint_mode: str = "interval"  # "unaligned"/"aligned": numbered global checkpoints too
     global_interval_s: float = 2.0

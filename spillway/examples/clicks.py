@@ -98,7 +98,7 @@ def build(
     chaining: bool = False,
 ) -> Pipeline:
     """The click pipeline over ``records`` generated clicks, writing to ``out_dir``."""
-    p = Pipeline("clicks", chaining=chaining)
+    p = Pipeline("clicks", chaining=chaining, env_prefixes=("CLICKS_",))
     # Schemas come from the annotations: make_click -> Click, enrich -> PageView,
     # count_result -> PageCount. Key functions see records as dicts (see
     # spillway.spark_jobs.records.records).

@@ -21,6 +21,7 @@ from spillway.recovery.job.loader import load_plan
 from spillway.recovery.job.plan import JobPlan
 from spillway.spark_jobs.api.pipeline import KeyedStream, Pipeline, Stream
 from spillway.spark_jobs.api.windowspec import Tumbling
+from spillway.spark_jobs.spark.jobconfig import JobConfig
 
 EVENT = {
     "type": "record",
@@ -549,6 +550,14 @@ def test_load_plan_clicks_example(monkeypatch: pytest.MonkeyPatch) -> None:
     ]
     assert [e.kind for e in plan.edges] == ["forward", "hash", "forward"]
     assert plan.bounded is True
+    # The example declares the variables it reads; the runtime knows no example's prefix.
+    assert plan.env_prefixes == ("CLICKS_",)
+    assert JobConfig("m:p", "j", "b").env_prefixes == ("SPILLWAY_",)
+
+
+def test_env_prefixes_must_be_non_empty_strings() -> None:
+    with pytest.raises(PipelineDefinitionError, match="env_prefixes"):
+        Pipeline("p", env_prefixes=("APP_", ""))
 
 
 def test_load_plan_clicks_example_reads_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
