@@ -60,8 +60,8 @@ public final class PageViews {
 
   /**
    * The record cache of the instance (one stream thread). The workload has 2,000 pages; a
-   * cache entry of this store is about 150 bytes (key, serialized count, and the cache's own
-   * per-entry bookkeeping), so 2,000 entries take about 300 KB. 4 MiB holds every key with
+   * cache entry of this store is estimated (not measured) at 150 bytes (key, serialized count,
+   * and the cache's own per-entry bookkeeping), so 2,000 entries take about 300 KB. 4 MiB holds every key with
    * more than 10× headroom, so no entry is evicted (written through) between two commits.
    */
   static final long CACHE_BYTES = 4L * 1024 * 1024;
