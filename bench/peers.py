@@ -25,9 +25,12 @@ the two lines. Engines:
                 at its first record: its set-up runs inside ``app.run()``.
 ``kstreams``    Kafka Streams (the Java application in ``bench/kstreams``, see
                 :mod:`bench.kstreams`), ``exactly_once_v2``, re-keyed by page through a
-                repartition topic, count in a RocksDB store with a changelog, record cache
-                off (one update per record, as the others). One stream thread; its JVM is
-                a child of this process, so its CPU is in the measured tree.
+                repartition topic, count in a Processor API processor over a cached RocksDB
+                store with a changelog (changed keys written once per commit), every update
+                forwarded (one output per record, as the others); configured as its experts
+                would (docs/benchmarks.md, "Kafka Streams peer configuration"). One stream
+                thread; its JVM is a child of this process, so its CPU is in the measured
+                tree.
 ``sss``         PySpark Structured Streaming Kafka→Kafka, ``local[2]``, built-in SQL
                 functions, update mode, RocksDB state store with changelog checkpointing,
                 at most :data:`bench.sssengine.SSS_MAX_OFFSETS` records per micro-batch.

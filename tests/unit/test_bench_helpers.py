@@ -165,11 +165,16 @@ def test_check_rows_fails_a_run_with_one_malformed_row_among_right_ones() -> Non
     assert "message 2" in bad.problem
 
 
-def test_kstreams_command_passes_the_job_and_a_small_heap() -> None:
+def test_kstreams_command_passes_the_job_and_a_fixed_heap_with_parallel_gc() -> None:
     home = Path("/cache/kstreams-x")
     cmd = kstreams.command(home, "b:1", "in", "out", 10, 0.5, "/s", "app", 1, java=Path("j"))
     assert cmd[0] == "j"
-    assert "-Xmx256m" in cmd
+    assert cmd[1 : cmd.index("-cp")] == [
+        "-Xms256m",
+        "-Xmx256m",
+        "-XX:+UseParallelGC",
+        "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+    ]
     assert cmd[cmd.index("-cp") + 1] == "/cache/kstreams-x/app.jar:/cache/kstreams-x/lib/*"
     assert cmd[-8:] == ["b:1", "in", "out", "10", "500", "/s", "app", "1"]
     with pytest.raises(ValueError, match="commit interval"):
