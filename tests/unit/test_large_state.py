@@ -1,6 +1,7 @@
 """Keyed-state values larger than one changelog message: written as parts (the channels'
 split), restored exactly, and never torn by compaction, whatever part of the log the
-cleaner has reached (a fake partition log and a model of Kafka's log cleaner; no broker)."""
+cleaner has reached (a fake partition log and a model of Kafka's log cleaner; no broker).
+A value past the limit: a deterministic error naming the record, or its dead letter."""
 
 from __future__ import annotations
 
@@ -10,10 +11,13 @@ from typing import Any, cast
 
 import pytest
 
-from spillway.channels.errors import RecordTooLargeError, SpillwayError
-from spillway.channels.ids import Offset, TopicPartition
+from spillway.channels.errors import RecordError, RecordTooLargeError, SpillwayError
+from spillway.channels.ids import JobId, Offset, OperatorName, SubtaskId, TopicPartition
 from spillway.channels.wire.spanning import read_mark
+from spillway.recovery.job.origins import Same, TopicOffset
 from spillway.recovery.restore.state import ChangelogState, part_key
+from spillway.recovery.runtime.failures import run_diverting
+from spillway.spark_jobs.operators.operators import KeyedAggregateLogic
 
 TP = TopicPartition("job.changelog.count", 0)
 PART = 1024  # bytes of one changelog message value, as max_batch_bytes bounds a channel's
@@ -230,3 +234,55 @@ def test_a_rewind_tombstones_the_parts_the_abandoned_run_wrote() -> None:
     head = [r for r in log.records if r.k == b'"k"'][-1]
     assert head.v is not None
     assert log.live_keys() == {b'"k"', part_key(head.v[1:], 0), part_key(head.v[1:], 1)}
+
+
+@dataclass
+class _Ctx:
+    subtask: SubtaskId
+    state: ChangelogState
+    watermark: int | None = None
+
+
+class _DeadLetters:
+    def __init__(self) -> None:
+        self.sent: list[dict[str, Any]] = []
+
+    def send(self, **letter: Any) -> None:
+        self.sent.append(letter)
+
+
+def _keeping_aggregate() -> tuple[KeyedAggregateLogic, ChangelogState]:
+    """A keyed aggregate whose state keeps every text of its key (it grows per record)."""
+    s = state()
+    logic = KeyedAggregateLogic(
+        lambda r: r["key"], list, lambda acc, r: [*acc, r["text"]], lambda k, a: {}, "final"
+    )
+    logic.open(cast(Any, _Ctx(SUBTASK, s)))
+    return logic, s
+
+
+SUBTASK = SubtaskId(JobId("j"), OperatorName("count"), 1)
+ORIGIN = TopicOffset("spillway.j.ch.events.count", 3, 41)
+RECORDS = [{"key": "k", "text": "a" * 40 * PART}, {"key": "k", "text": "b" * 30 * PART}]
+
+
+def test_a_record_that_makes_a_state_value_too_large_stops_the_job_naming_it() -> None:
+    logic, _ = _keeping_aggregate()
+    with pytest.raises(RecordError) as info:
+        run_diverting(logic.process, RECORDS, Same(ORIGIN), SUBTASK, "count", None)
+    assert info.value.deterministic
+    assert info.value.origin == "spillway.j.ch.events.count[3]@41"
+    text = str(info.value)
+    assert "failed on the record at spillway.j.ch.events.count[3]@41 (record 2 of 2" in text
+    assert "RecordTooLargeError: state value of 71687 bytes for key 'k'" in text
+
+
+def test_with_dead_letters_that_record_is_diverted_with_its_origin() -> None:
+    logic, s = _keeping_aggregate()
+    dead = _DeadLetters()
+    run_diverting(logic.process, RECORDS, Same(ORIGIN), SUBTASK, "count", cast(Any, dead))
+    assert s.get("k") == ["a" * 40 * PART]  # the first record alone fits
+    assert [(d["stage"], d["origin"], d["record"]) for d in dead.sent] == [
+        ("process", ORIGIN, RECORDS[1])
+    ]
+    assert isinstance(dead.sent[0]["error"], RecordTooLargeError)
