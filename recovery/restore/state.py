@@ -314,17 +314,23 @@ class ChangelogState:
         # and values stay the message's bytes objects (decoded on first use).
         data = self._data
         parts = large.parts
-        for m in batch:
-            v = m.value()
-            k = m.key() or b""
-            if v is None:
-                data.pop(k, None)
-                if parts:  # a part's tombstone (see part_key)
-                    parts.pop(k, None)
-            elif v[:1] == _LARGE:
-                large.take(m, k, v, data)
-            else:
-                data[k] = v
+        try:
+            for m in batch:
+                v = m.value()
+                k = m.key() or b""
+                if v is None:
+                    data.pop(k, None)
+                    if parts:  # a part's tombstone (see part_key)
+                        parts.pop(k, None)
+                elif v[0]:  # JSON text; cheaper than comparing with _LARGE
+                    data[k] = v
+                else:
+                    large.take(m, k, v, data)
+        except IndexError:  # v[0] of an empty value, which no Spillway writes
+            raise SpillwayError(
+                f"changelog {self.tp.topic}[{partition}] holds an empty record: the changelog "
+                "topic was written by something other than this subtask"
+            ) from None
         return len(batch)
 
     def items(self) -> Iterable[tuple[Any, Any]]:

@@ -42,15 +42,17 @@ def make_event(i: int) -> dict[str, Any]:
 
 
 def add(acc: list[Any], r: dict[str, Any]) -> list[Any]:
-    """Count, sum of seq, and the longest text seen (the latest of equal length): the
-    state of a key that had a big record holds 2 MiB."""
-    kept = r["data"] if len(r["data"]) >= len(acc[2]) else acc[2]
-    return [acc[0] + 1, acc[1] + r["seq"], kept]
+    """Count, sum of seq, and the longest text seen with its seq (the highest seq among
+    equal lengths, so the order the two generators' records arrive in does not matter):
+    the state of a key that had a big record holds 2 MiB."""
+    if (len(r["data"]), r["seq"]) > (len(acc[3]), acc[2]):
+        return [acc[0] + 1, acc[1] + r["seq"], r["seq"], r["data"]]
+    return [acc[0] + 1, acc[1] + r["seq"], acc[2], acc[3]]
 
 
 def result(key: str, acc: list[Any]) -> dict[str, Any]:
     """The key's row: the kept text as its size and digest."""
-    data = acc[2].encode()
+    data = acc[3].encode()
     return {"key": key, "n": acc[0], "seqs": acc[1], "size": len(data), "digest": digest(data)}
 
 
@@ -66,7 +68,7 @@ def large_state() -> Pipeline:
         rate=float(os.environ["SPILLWAY_TEST_RATE"]),
     )
     events.key_by(lambda r: r["key"]).aggregate(
-        "count", init=lambda: [0, 0, ""], add=add, result=result, schema=TOTAL, parallelism=2
+        "count", init=lambda: [0, 0, -1, ""], add=add, result=result, schema=TOTAL, parallelism=2
     ).write_jsonl("out", os.environ["SPILLWAY_TEST_OUT"])
     return p
 
@@ -76,6 +78,6 @@ def reference(records: int) -> dict[str, tuple[int, int, int, int]]:
     accs: dict[str, list[Any]] = {}
     for i in range(records):
         r = make_event(i)
-        accs[r["key"]] = add(accs.get(r["key"], [0, 0, ""]), r)
+        accs[r["key"]] = add(accs.get(r["key"], [0, 0, -1, ""]), r)
     rows = {k: result(k, acc) for k, acc in accs.items()}
     return {k: (r["n"], r["seqs"], r["size"], r["digest"]) for k, r in rows.items()}
