@@ -325,7 +325,7 @@ class ChangelogState:
                 elif v[0]:  # JSON text; cheaper than comparing with _LARGE
                     data[k] = v
                 else:
-                    large.take(m, k, v, data)
+                    large.take(m, partition, k, v, data)
         except IndexError:  # v[0] of an empty value, which no Spillway writes
             raise SpillwayError(
                 f"changelog {self.tp.topic}[{partition}] holds an empty record: the changelog "
@@ -517,14 +517,17 @@ class _Restoring:
         self.parts: dict[bytes, tuple[PartMark, bytes]] = {}
         self._heads: dict[bytes, tuple[bytes, int, bytes]] = {}  # key -> (id, parts, value)
 
-    def take(self, m: Message, k: bytes, v: bytes, data: dict[bytes, Any]) -> None:
-        """A part (held), or a head: its value joined from its parts into ``data``."""
+    def take(
+        self, m: Message, partition: int, k: bytes, v: bytes, data: dict[bytes, Any]
+    ) -> None:
+        """The message ``m`` of ``partition``: a part (held), or a head, whose value is
+        joined from its parts into ``data``."""
         if k[:1] == _LARGE:
             raw: Any = m.headers()  # confluent-kafka's list of (name, bytes) pairs
             self.parts[k] = (read_mark(raw), v[1:])
             return
         token = v[1:]
-        where = f"{self.topic}@{m.offset()}"
+        where = f"{self.topic}[{partition}]@{m.offset()}"
         first = self.parts.pop(part_key(token, 0), None)
         if first is None:
             raise self._corrupt(where, k, "its first part")
