@@ -254,7 +254,10 @@ class ProducerBase:
         if err.code() in _TOO_LARGE:
             # Refused for its size (by this client's message.max.bytes before sending, or
             # by the broker): deterministic, so the job stops at once rather than retrying.
-            self._abort_quietly()
+            # A produce call refuses before queuing: the transaction stays usable, so the
+            # record can go to the dead letters in it; a refusal seen later spoiled it.
+            if not topic:
+                self._abort_quietly()
             what = f"a message of {size} bytes" if size else "a message"
             to = f" to {topic}" if topic else ""
             limit = self._config.get("message.max.bytes", 1000000)  # librdkafka's default

@@ -222,7 +222,7 @@ def test_a_message_refused_as_too_large_is_a_deterministic_record_error(call: st
     with pytest.raises(RecordTooLargeError) as info:
         send()
     assert info.value.deterministic
-    assert fake.aborted == 1  # the transaction it was in cannot commit
+    assert fake.aborted == 0  # refused before queuing: the transaction can still commit
     text = str(info.value)
     assert "message.max.bytes (now 1000000; a client setting)" in text
     assert "topic's max.message.bytes" in text
@@ -230,3 +230,14 @@ def test_a_message_refused_as_too_large_is_a_deterministic_record_error(call: st
         assert "a message of 2001 bytes to spillway.j.changelog.count is too large" in text
     else:
         assert "a message to out is too large" in text
+
+
+def test_a_too_large_refusal_seen_after_sending_aborts_the_transaction() -> None:
+    fake = _RefusesLarge()
+    p = _producer(fake)
+    refused = KafkaException(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE, "Broker: too large"))
+    error = p._translate(refused)  # as flush() or commit() see it
+    assert isinstance(error, RecordTooLargeError)
+    assert error.deterministic
+    assert fake.aborted == 1
+    assert str(error).startswith("producer spillway.j.op.0: a message is too large")
