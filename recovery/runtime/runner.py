@@ -122,7 +122,7 @@ class SubtaskRunner:
         self.events = EventLog(settings, subtask, attempt, options.run_id, extra=self._live_doc)
         # Partition ownership (recovery/restore/ownership.py): what this subtask reads and restores.
         self.owned = owned_partitions(plan, subtask)
-        self.state = owned_state(plan, subtask, self.owned)
+        self.state = owned_state(plan, subtask, self.owned, options.channel)
         self.dead_letters = DeadLetters(self.producer, subtask) if options.dead_letter else None
         self.progress = ProgressLog(settings, subtask)
         self.crash = CrashPoints(
