@@ -20,6 +20,7 @@ from typing import Protocol, TypeAlias
 
 from spillway.devtools import clustercli, demo
 from spillway.devtools.localbroker import cli as broker_cli
+from spillway.devtools.localregistry import cli as registry_cli
 from spillway.recovery import cli as recovery_cli
 from spillway.recovery.commands import run_command
 from spillway.spark_jobs import cli as run_cli
@@ -33,7 +34,9 @@ class Command(Protocol):
     def add_parser(self, subparsers: Subparsers) -> None: ...
 
 
-COMMANDS: tuple[Command, ...] = (broker_cli, run_cli, recovery_cli, demo, clustercli, ui_cli)
+COMMANDS: tuple[Command, ...] = (
+    broker_cli, registry_cli, run_cli, recovery_cli, demo, clustercli, ui_cli,
+)  # fmt: skip
 
 def build_parser() -> argparse.ArgumentParser:
     """The full ``spillway`` argument parser with every command in :data:`COMMANDS`."""
