@@ -112,11 +112,12 @@ def test_a_job_reads_two_schema_versions_by_id_exactly_once_across_a_kill(
     failure: list[BaseException] = []
 
     def attempts_of_orders_1() -> set[int]:
-        return {
-            int(e["attempt"])
-            for e in starts(kafka_bootstrap, unique)
-            if (e.get("operator"), e.get("index")) == ("orders", 1)
-        }
+        try:
+            events = starts(kafka_bootstrap, unique)
+        except Exception:  # the job has not created its events topic yet
+            return set()
+        mine = [e for e in events if (e.get("operator"), e.get("index")) == ("orders", 1)]
+        return {int(e["attempt"]) for e in mine}
 
     def feed() -> None:
         try:
@@ -160,8 +161,8 @@ def test_a_job_reads_two_schema_versions_by_id_exactly_once_across_a_kill(
     got = read_output(kafka_bootstrap, topic_out, schema_registry_url)
     assert Counter(o["id"] for o in got) == Counter(range(2 * PER_VERSION))  # each exactly once
     assert sorted(got, key=lambda o: o["id"]) == expected
-    (subject_schema,) = [registry.get_latest_version(f"{topic_out}-value").schema.schema_str]
-    assert json.loads(subject_schema)["name"] == "spillway.test.Taxed"
+    registered = json.loads(registry.get_latest_version(f"{topic_out}-value").schema.schema_str)
+    assert registered == TAXED  # the sink registered its input's schema (TopicNameStrategy)
 
     (dead,) = read_dlq(kafka_bootstrap, unique)
     assert (dead["operator"], dead["stage"], dead["topic"]) == ("orders", "source", topic_in)
