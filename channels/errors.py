@@ -11,6 +11,7 @@
     ├── PipelineDefinitionError    bad pipeline graph                   JOB
     ├── TopologyMismatchError      topics/checkpoints of another graph  JOB
     ├── BrokerUnavailableError     no broker answers                    JOB
+    ├── RegistryUnavailableError   the schema registry fails a request  SUBTASK
     ├── RecordError                one record cannot be carried         SUBTASK
     │   ├── RecordTooLargeError
     │   └── SchemaMismatchError
@@ -101,6 +102,12 @@ class TopologyMismatchError(SpillwayError):
 
 class BrokerUnavailableError(SpillwayError):
     """No Kafka broker answered at the configured bootstrap servers."""
+
+
+class RegistryUnavailableError(SpillwayError):
+    """The schema registry did not answer, or failed a request; retried with the subtask."""
+
+    scope = Scope.SUBTASK
 
 
 class UndecidedTransactionError(SpillwayError):

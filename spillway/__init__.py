@@ -40,6 +40,7 @@ from spillway.spark_jobs.api.streams import WindowedStream
 from spillway.spark_jobs.api.windowspec import Count, Hopping, Session, Tumbling
 from spillway.spark_jobs.connectors.deltasink import DeltaTableSink
 from spillway.spark_jobs.connectors.parquetsink import ParquetFileSink
+from spillway.spark_jobs.connectors.registry import RegistryConfig
 from spillway.spark_jobs.connectors.sinks import ConsoleSink, JsonlFileSink, KafkaTopicSink
 from spillway.spark_jobs.connectors.sources import FileSource, GeneratorSource, KafkaTopicSource
 from spillway.spark_jobs.records.aggregations import Agg, count, mean
@@ -71,6 +72,7 @@ __all__ = [
     "Pipeline",
     "PipelineDefinitionError",
     "RecordError",
+    "RegistryConfig",
     "SchemaMismatchError",
     "Session",
     "SpillwayError",

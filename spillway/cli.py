@@ -20,6 +20,7 @@ from typing import Protocol, TypeAlias
 
 from spillway.devtools import clustercli, demo
 from spillway.devtools.localbroker import cli as broker_cli
+from spillway.devtools.localregistry import cli as registry_cli
 from spillway.recovery import cli as recovery_cli
 from spillway.recovery import housekeepcli
 from spillway.recovery.commands import run_command
@@ -36,6 +37,7 @@ class Command(Protocol):
 
 COMMANDS: tuple[Command, ...] = (
     broker_cli,
+    registry_cli,
     run_cli,
     recovery_cli,
     housekeepcli,

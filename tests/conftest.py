@@ -29,12 +29,14 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from spillway.channels.errors import BrokerUnavailableError
-from spillway.devtools.localbroker import BrokerConfig, LocalBroker
+from spillway.devtools.localbroker import BrokerConfig, LocalBroker, free_ports
+from spillway.devtools.localregistry import LocalRegistry
 
 log = logging.getLogger(__name__)
 
 BOOTSTRAP_ENV = "SPILLWAY_BOOTSTRAP"
 BROKER_FIXTURE = "kafka_bootstrap"
+REGISTRY_FIXTURE = "schema_registry_url"
 _DOCKER_PING_TIMEOUT_S = 3
 
 
@@ -51,6 +53,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             f"{len(unmarked)} test(s) use the {BROKER_FIXTURE} fixture without the broker "
             "marker; add `pytestmark = pytest.mark.broker` to the module (or "
             "@pytest.mark.broker to the test): " + ", ".join(unmarked)
+        )
+    no_registry_mark = [
+        item.nodeid
+        for item in items
+        if REGISTRY_FIXTURE in getattr(item, "fixturenames", ())
+        and item.get_closest_marker("registry") is None
+    ]
+    if no_registry_mark:
+        raise pytest.UsageError(
+            f"{len(no_registry_mark)} test(s) use the {REGISTRY_FIXTURE} fixture without the "
+            "registry marker: " + ", ".join(no_registry_mark)
         )
 
 
@@ -86,6 +99,19 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield broker.bootstrap
     finally:
         broker.stop()
+
+
+@pytest.fixture(scope="session")
+def schema_registry_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The Confluent-compatible API URL of a schema registry the session starts itself
+    (:class:`~spillway.devtools.localregistry.LocalRegistry`, in memory), for the session."""
+    (port,) = free_ports(1)
+    registry = LocalRegistry(tmp_path_factory.mktemp("session-registry"), port)
+    registry.start()
+    try:
+        yield registry.url
+    finally:
+        registry.stop()
 
 
 @pytest.fixture

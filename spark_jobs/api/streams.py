@@ -19,6 +19,8 @@ from spillway.recovery.job.plan import Record
 from spillway.spark_jobs.api import batchspecs, keyedops, recordtime, windowspec
 from spillway.spark_jobs.api.graph import Edge, Graph, Schema
 from spillway.spark_jobs.api.windowspec import Duration, Window
+from spillway.spark_jobs.connectors.confluentavro import RegistryAvroWriter, subject_name
+from spillway.spark_jobs.connectors.registry import RegistryConfig
 from spillway.spark_jobs.connectors.sinks import ConsoleSink, JsonlFileSink, KafkaTopicSink
 from spillway.spark_jobs.connectors.tablesinks import columnar_sink
 from spillway.spark_jobs.operators.batchagg import Agg, Derive
@@ -272,16 +274,27 @@ class Stream:
         *,
         key: Callable[[Record], Any] | str | None = None,
         parallelism: int | None = None,
+        value_format: str = "json",
+        registry: RegistryConfig | None = None,
+        subject: str | None = None,
     ) -> None:
         """JSON records to ``topic``, in the subtask's transactions (read them read_committed).
 
         With ``key`` (a function of the record, or a column's name), each message is keyed
         by it (so Kafka keeps per-key order); without, librdkafka spreads messages over the
         partitions.
+
+        ``value_format="avro", registry=RegistryConfig(url=...)``: each value is the
+        record's Avro datum in the Confluent wire format, under the input's schema
+        registered (or found) in ``subject`` (default TopicNameStrategy, ``<topic>-value``)
+        (:mod:`spillway.spark_jobs.connectors.confluentavro`). The registry is asked now,
+        before the job starts, whether the subject's compatibility rule admits the schema:
+        ``PipelineDefinitionError`` with its reasons if not.
         """
         # Without a key function, alone in its subtask, a flat channel is read as Arrow
         # batches and written column by column (spillway.channels.wire.arrowjson).
         schema = self._schema()
+        encoder = _registry_writer(name, topic, schema, value_format, registry, subject)
         flat = arrow_schema(schema) if schema is not None else None
         description: dict[str, Any] = {"sink": "kafka"}
         if isinstance(key, str):
@@ -292,10 +305,12 @@ class Stream:
                 )
             description["key"] = key
         key_fn = ColumnKey(key) if isinstance(key, str) else key and adapt(key)
-        batches = flat is not None and (key is None or isinstance(key, str))
+        batches = encoder is None and flat is not None and (key is None or isinstance(key, str))
+        if encoder is not None:
+            description |= {"values": value_format, "subject": encoder.subject}
         self._then(
             name,
-            partial(KafkaTopicSink, topic, key_fn, batches),
+            partial(KafkaTopicSink, topic, key_fn, batches, encoder),
             None,
             parallelism,
             "sink",
@@ -307,6 +322,45 @@ class Stream:
         self._then(
             name, partial(ConsoleSink, limit), None, 1, "sink", description={"sink": "console"}
         )
+
+
+def _registry_writer(
+    name: str,
+    topic: str,
+    schema: Schema | None,
+    value_format: str,
+    registry: RegistryConfig | None,
+    subject: str | None,
+) -> RegistryAvroWriter | None:
+    """The wire-format encoder of ``write_kafka``, its subject checked with the registry;
+    ``None`` for JSON values."""
+    where = f"write_kafka {name!r}"
+    if registry is None:
+        if value_format != "json" or subject is not None:
+            raise PipelineDefinitionError(
+                f'{where}: value_format="avro" and subject= need registry=RegistryConfig(...)'
+                if value_format == "avro" or subject is not None
+                else f'{where}: value_format must be "json", or "avro" with a registry, '
+                f"got {value_format!r}"
+            )
+        return None
+    if not isinstance(registry, RegistryConfig):
+        raise PipelineDefinitionError(
+            f"{where}: registry must be a RegistryConfig, got {type(registry).__name__}"
+        )
+    if value_format != "avro":
+        raise PipelineDefinitionError(
+            f'{where}: with a registry, value_format must be "avro" (JSON Schema and '
+            f"Protobuf are not written to a registry yet), got {value_format!r}"
+        )
+    if schema is None:
+        raise PipelineDefinitionError(
+            f"{where}: Avro values need the input's schema; give the operator before it "
+            "an output schema"
+        )
+    writer = RegistryAvroWriter(dict(schema), registry, subject or subject_name(topic))
+    writer.check(where)
+    return writer
 
 
 class KeyedStream(Stream):

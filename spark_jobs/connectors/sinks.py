@@ -26,6 +26,7 @@ from spillway.channels.wire import jsontext
 from spillway.channels.wire.arrowjson import json_values, key_values
 from spillway.channels.wire.batchread import ArrowRows
 from spillway.recovery.job.plan import Context, Record
+from spillway.spark_jobs.connectors.confluentavro import RegistryAvroWriter
 
 _SUFFIX = ".inprogress"
 _to_json = jsontext.dumps  # compact, key-sorted UTF-8 JSON (see spillway.channels.wire.jsontext)
@@ -186,10 +187,16 @@ class KafkaTopicSink:
     """
 
     def __init__(
-        self, topic: str, key: Callable[[Record], Any] | None = None, batches: bool = False
+        self,
+        topic: str,
+        key: Callable[[Record], Any] | None = None,
+        batches: bool = False,
+        encoder: RegistryAvroWriter | None = None,
     ) -> None:
         self.topic = topic
         self.key = key
+        # Avro in the registry's wire format (spark_jobs.connectors.confluentavro), else JSON.
+        self._encode: Callable[[Record], bytes] = _to_json if encoder is None else encoder.encode
         # A key function is asked record by record: such a sink takes records.
         self.takes_batches = batches and (key is None or isinstance(key, ColumnKey))
         self._producer: MessageOutput | None = None
@@ -204,12 +211,12 @@ class KafkaTopicSink:
         if isinstance(records, ArrowRows) and (messages := self._columnar(records.batch)):
             self._producer.produce_many(self.topic, messages)
             return
-        key = self.key
+        key, encode = self.key, self._encode
         if key is None:
-            self._producer.produce_many(self.topic, [(None, _to_json(r)) for r in records])
+            self._producer.produce_many(self.topic, [(None, encode(r)) for r in records])
         else:
             self._producer.produce_many(
-                self.topic, [(key_bytes(key(r)), _to_json(r)) for r in records]
+                self.topic, [(key_bytes(key(r)), encode(r)) for r in records]
             )
 
     def _columnar(self, batch: pa.RecordBatch) -> list[tuple[bytes | None, bytes]] | None:

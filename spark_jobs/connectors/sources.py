@@ -26,6 +26,7 @@ from spillway.recovery.job.origins import (
 )
 from spillway.recovery.job.plan import Context, Record, Rejected
 from spillway.spark_jobs.connectors.batchavro import AvroRecords
+from spillway.spark_jobs.connectors.confluentavro import RegistryAvroRecords
 from spillway.spark_jobs.records.lines import (
     LineError,
     field_types,
@@ -377,7 +378,7 @@ class KafkaTopicSource:
         watermarks: Watermarks | None = None,
         key_field: str | None = None,
         tombstones: bool = False,
-        avro: AvroRecords | None = None,
+        avro: AvroRecords | RegistryAvroRecords | None = None,
         time_field: str | None = None,
     ) -> None:
         self.topic, self.p, self.bounded = topic, parallelism, bounded

@@ -1,0 +1,168 @@
+"""The Confluent wire format with Avro, by the schema registry: magic byte 0, the schema
+id (4 bytes, big-endian), then the Avro datum.
+
+:class:`RegistryAvroRecords` reads each value with the writer's schema its id names
+(fetched once per id) resolved into the reader's schema by Avro's resolution rules: a
+field the reader has and the writer lacks takes its default, a field the writer has and
+the reader lacks is skipped, numbers are promoted. The top-level record's name is not
+compared (the reader's schema describes fields; producers name their records as they
+like); nested named types are. A value whose id the registry does not know, or whose
+writer's schema cannot be resolved into the reader's, is a bad record whose reason names
+the id. :class:`RegistryAvroWriter` registers the channel's schema under a subject
+(TopicNameStrategy: ``<topic>-value``) and frames each record's datum with its id.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import typing
+from typing import Any
+
+import fastavro
+from fastavro.read import SchemaResolutionError
+
+from spillway.channels.errors import PipelineDefinitionError
+from spillway.spark_jobs.connectors.registry import (
+    RegistryClient,
+    RegistryConfig,
+    SchemaId,
+    SchemaNotFound,
+)
+from spillway.spark_jobs.records.lines import LineError
+
+MAGIC = 0
+HEADER_BYTES = 5
+_REASON_CHARS = 300
+
+
+def subject_name(topic: str) -> str:
+    """The value subject of ``topic`` under TopicNameStrategy: ``<topic>-value``."""
+    return f"{topic}-value"
+
+
+def split_header(value: bytes | None) -> tuple[SchemaId, bytes]:
+    """The schema id and the Avro body of one message value; ``LineError`` if the value
+    has no Confluent header."""
+    if not value:
+        raise LineError("no value (null)" if value is None else "empty value")
+    if len(value) < HEADER_BYTES or value[0] != MAGIC:
+        raise LineError("no Confluent Schema Registry header (magic byte 0, a 4-byte schema id)")
+    return SchemaId(int.from_bytes(value[1:HEADER_BYTES], "big")), value[HEADER_BYTES:]
+
+
+class RegistryAvroRecords:
+    """The record path's decoder of registry-framed Avro values into ``schema``'s records.
+
+    Picklable before its first :meth:`read` (the client is made on first use).
+    """
+
+    def __init__(self, schema: dict[str, Any], registry: RegistryConfig) -> None:
+        self.schema = schema
+        self.registry = registry
+        fastavro.parse_schema(schema, named_schemas={})  # a clear error now, not per record
+        self._client: RegistryClient | None = None
+        self._pairs: dict[SchemaId, tuple[Any, Any]] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"schema": self.schema, "registry": self.registry}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["schema"], state["registry"])  # type: ignore[misc]
+
+    def read(self, value: bytes | None) -> dict[str, Any]:
+        """``value`` as a record of the reader's schema; ``LineError`` saying why not."""
+        schema_id, body = split_header(value)
+        writer, reader = self._resolution(schema_id)
+        stream = io.BytesIO(body)
+        try:
+            record = fastavro.schemaless_reader(stream, writer, reader)
+        except SchemaResolutionError as e:
+            raise LineError(
+                f"schema id {schema_id}: the writer's schema cannot be resolved into the "
+                f"reader's: {str(e)[:_REASON_CHARS]}"
+            ) from e
+        except Exception as e:  # fastavro raises many kinds (EOFError, IndexError, ...)
+            raise LineError(
+                f"schema id {schema_id}: not an Avro datum of its schema: {type(e).__name__}: {e}"
+            ) from e
+        if stream.tell() != len(body):
+            raise LineError(
+                f"schema id {schema_id}: not an Avro datum of its schema: "
+                f"{len(body) - stream.tell()} bytes after its end"
+            )
+        if not isinstance(record, dict):
+            raise LineError(f"schema id {schema_id}: the writer's schema is not a record")
+        return record
+
+    def _resolution(self, schema_id: SchemaId) -> tuple[Any, Any]:
+        """The parsed writer's schema of ``schema_id`` and the reader's, cached per id."""
+        pair = self._pairs.get(schema_id)
+        if pair is not None:
+            return pair
+        if self._client is None:
+            self._client = RegistryClient(self.registry)
+        try:
+            text = self._client.schema(schema_id)
+        except SchemaNotFound as e:
+            raise LineError(f"schema id {schema_id} is not in the schema registry ({e})") from e
+        try:
+            writer_schema = json.loads(text)
+            writer = fastavro.parse_schema(writer_schema, named_schemas={})
+        except Exception as e:  # a registry serving a schema fastavro refuses
+            raise LineError(f"schema id {schema_id}: its schema cannot be parsed: {e}") from e
+        reader_schema = dict(self.schema)
+        if isinstance(writer_schema, dict) and writer_schema.get("type") == "record":
+            # Top-level names are not compared: take the writer's full name for the reader.
+            reader_schema.pop("namespace", None)
+            reader_schema["name"] = typing.cast(dict[str, Any], writer)["name"]
+        reader = fastavro.parse_schema(reader_schema, named_schemas={})
+        pair = self._pairs[schema_id] = (writer, reader)
+        return pair
+
+
+class RegistryAvroWriter:
+    """Frames records as the registry's Avro wire format under ``subject``'s schema.
+
+    :meth:`check` (before the job starts) asks the registry whether the subject's
+    compatibility rule admits the schema; :meth:`encode` registers it on first use.
+    """
+
+    def __init__(self, schema: dict[str, Any], registry: RegistryConfig, subject: str) -> None:
+        self.schema, self.registry, self.subject = schema, registry, subject
+        self._text = json.dumps(schema, separators=(",", ":"))
+        self._parsed = fastavro.parse_schema(schema, named_schemas={})
+        self._client: RegistryClient | None = None
+        self._header: bytes | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"schema": self.schema, "registry": self.registry, "subject": self.subject}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["schema"], state["registry"], state["subject"])  # type: ignore[misc]
+
+    def check(self, where: str) -> None:
+        """``PipelineDefinitionError`` naming ``where`` if the subject's compatibility
+        rule refuses the schema (the registry's reasons included)."""
+        ok, reasons = self._connect().compatible(self.subject, self._text)
+        if not ok:
+            raise PipelineDefinitionError(
+                f"{where}: the schema registry's compatibility rule for subject "
+                f"{self.subject!r} refuses the records' schema"
+                + (f": {'; '.join(reasons)}" if reasons else "")
+            )
+
+    def encode(self, record: dict[str, Any]) -> bytes:
+        """``record`` as magic byte, schema id and Avro datum."""
+        if self._header is None:
+            schema_id = self._connect().register(self.subject, self._text)
+            self._header = bytes([MAGIC]) + int(schema_id).to_bytes(4, "big")
+        out = io.BytesIO()
+        out.write(self._header)
+        fastavro.schemaless_writer(out, self._parsed, record)
+        return out.getvalue()
+
+    def _connect(self) -> RegistryClient:
+        if self._client is None:
+            self._client = RegistryClient(self.registry)
+        return self._client
