@@ -139,7 +139,7 @@ def resolve_jars(cache: Path | None = None, version: str | None = None) -> Path:
     if _marker_matches(marker, digest) and lib.is_dir():
         return lib
     home.mkdir(parents=True, exist_ok=True)
-    with _locked(home / ".lock"):
+    with cache_lock(home / ".lock"):
         if _marker_matches(marker, digest) and lib.is_dir():
             return lib  # another process finished while we waited for the lock
         marker.unlink(missing_ok=True)
@@ -205,7 +205,9 @@ def _marker_matches(marker: Path, digest: str) -> bool:
 
 
 @contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
+def cache_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``path`` (created if missing) while the block runs, so two
+    processes filling one cache directory do not build it twice at once."""
     with path.open("a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:

@@ -19,7 +19,7 @@ from importlib.resources.abc import Traversable
 from pathlib import Path
 
 from spillway.channels.errors import BrokerUnavailableError
-from spillway.devtools.localbroker.jars import _locked, cache_dir, maven_executable
+from spillway.devtools.localbroker.jars import cache_dir, cache_lock, maven_executable
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ def build_registry(cache: Path | None = None) -> Path:
     if _marker_matches(marker, digest) and jar.is_file():
         return jar
     home.mkdir(parents=True, exist_ok=True)
-    with _locked(home / ".lock"):
+    with cache_lock(home / ".lock"):
         if _marker_matches(marker, digest) and jar.is_file():
             return jar  # another process built it while we waited
         marker.unlink(missing_ok=True)
