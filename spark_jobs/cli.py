@@ -15,9 +15,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from spillway.channels.config import CODECS, MAX_RECORD_BYTES
+from spillway.channels.config import CODECS, MAX_RECORD_BYTES, KafkaSettings
 from spillway.channels.errors import ConfigError
+from spillway.channels.naming import job_id
 from spillway.recovery.cli import add_bootstrap, add_pipeline_conf, client_settings
+from spillway.recovery.control.savepoint import check_savepoint
 from spillway.recovery.job.jobconf import forwarded_env, parse_conf, parse_env_names
 
 
@@ -168,6 +170,15 @@ def _run(args: argparse.Namespace) -> int:
     forward_env = parse_env_names(args.env)
     forwarded_env(forward_env)  # each must be set here, before anything starts
     client = client_settings(args)
+    rewind_to = _rewind_to(args)
+    if args.from_savepoint is not None or rewind_to is not None:
+        # Before the log file and Spark: a savepoint that does not exist is one line on
+        # stderr, not a started job (nor, for 'latest', a silent start from scratch).
+        check_savepoint(
+            KafkaSettings(args.bootstrap, client=client),
+            job_id(args.job_id),
+            args.from_savepoint if rewind_to is None else str(rewind_to),
+        )
     master = args.master
     if (
         master is None
@@ -204,7 +215,7 @@ def _run(args: argparse.Namespace) -> int:
     summaries: list[RunSummary] = []
     with run_log(args.job_id, verbose=args.verbose, directory=Path(args.log_dir)) as log_file:
         print(f"spillway run {args.job_id}: log in {log_file}", file=sys.stderr, flush=True)
-        results = run_on_spark(config, rewind_to=_rewind_to(args), on_summary=summaries.append)
+        results = run_on_spark(config, rewind_to=rewind_to, on_summary=summaries.append)
     if args.json:
         for r in results:
             print(json.dumps(r.__dict__))
