@@ -21,6 +21,7 @@ from spillway.channels.naming import job_id
 from spillway.recovery.cli import add_bootstrap, add_pipeline_conf, client_settings
 from spillway.recovery.control.savepoint import check_savepoint
 from spillway.recovery.job.jobconf import forwarded_env, parse_conf, parse_env_names
+from spillway.spark_jobs.spark.taskslots import StartSlots, start_slots
 
 
 def add_parser(subparsers: Any) -> None:
@@ -32,6 +33,15 @@ def add_parser(subparsers: Any) -> None:
         "--master", default=None, help="Spark master (default: from spark-submit, else local[N,F])"
     )
     p.add_argument("--task-attempts", type=int, default=4, help="attempts per subtask (F)")
+    p.add_argument(
+        "--slots",
+        type=int,
+        default=None,
+        metavar="N",
+        help="task slots for the job: local[N,F] in local mode, spark.cores.max=N on a "
+        "cluster; at least the job's subtasks if it is unbounded, the rest is room for "
+        "spillway rescale (default: one per subtask)",
+    )
     p.add_argument(
         "--checkpoint-interval", type=float, default=1.0, help="seconds between checkpoints"
     )
@@ -153,7 +163,7 @@ def _add_checkpoint_options(p: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from spillway.spark_jobs.spark.driver import run_on_spark, subtask_count
+    from spillway.spark_jobs.spark.driver import job_extent, run_on_spark
     from spillway.spark_jobs.spark.jobconfig import JobConfig
     from spillway.spark_jobs.spark.runlog import run_log
     from spillway.spark_jobs.spark.summary import RunSummary
@@ -179,19 +189,19 @@ def _run(args: argparse.Namespace) -> int:
             job_id(args.job_id),
             args.from_savepoint if rewind_to is None else str(rewind_to),
         )
-    master = args.master
-    if (
-        master is None
-        and "SPARK_ENV_LOADED" not in os.environ
-        and not os.environ.get("SPILLWAY_SPARK_SUBMIT")
-    ):
-        n = subtask_count(args.pipeline, args.job_id, conf, parse_parallelism(args.parallelism))
-        master = f"local[{n},{args.task_attempts}]"
+    submitted = "SPARK_ENV_LOADED" in os.environ or bool(os.environ.get("SPILLWAY_SPARK_SUBMIT"))
+    slots = StartSlots(args.master, None)
+    if args.slots is not None or (args.master is None and not submitted):
+        n, bounded = job_extent(
+            args.pipeline, args.job_id, conf, parse_parallelism(args.parallelism)
+        )
+        slots = start_slots(args.master, args.slots, n, bounded, args.task_attempts, submitted)
     config = JobConfig(
         pipeline=args.pipeline,
         job_id=args.job_id,
         bootstrap=args.bootstrap,
-        master=master,
+        master=slots.master,
+        cores_max=slots.cores_max,
         task_attempts=args.task_attempts,
         checkpoint_interval_s=args.checkpoint_interval,
         replication_factor=args.replication_factor,
