@@ -184,10 +184,12 @@ def _run(args: argparse.Namespace) -> int:
     if args.from_savepoint is not None or rewind_to is not None:
         # Before the log file and Spark: a savepoint that does not exist is one line on
         # stderr, not a started job (nor, for 'latest', a silent start from scratch).
+        by_number = args.from_savepoint is not None and args.from_savepoint != "latest"
         check_savepoint(
             KafkaSettings(args.bootstrap, client=client),
             job_id(args.job_id),
             args.from_savepoint if rewind_to is None else str(rewind_to),
+            "--from-savepoint" if rewind_to is None or by_number else "--from-checkpoint",
         )
     submitted = "SPARK_ENV_LOADED" in os.environ or bool(os.environ.get("SPILLWAY_SPARK_SUBMIT"))
     slots = StartSlots(args.master, None)

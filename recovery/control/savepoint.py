@@ -216,13 +216,19 @@ def last_run_shape(settings: KafkaSettings, job: JobId) -> LastRun:
 
 
 def savepoint_refusal(
-    job: JobId, where: str, savepoint: str, ran: bool, completed: Sequence[int]
+    job: JobId,
+    where: str,
+    savepoint: str,
+    ran: bool,
+    completed: Sequence[int],
+    option: str = "--from-savepoint",
 ) -> SavepointNotFoundError | None:
     """Why starting ``job`` from ``savepoint`` (``latest`` or a global checkpoint number,
-    as ``--from-savepoint`` takes it) is refused, or None if it exists. ``ran``: the job
-    was ever submitted at broker ``where``; ``completed``: its retained completed global
-    checkpoints. Pure. ``latest`` of a job that never ran is refused too: starting it from
-    scratch instead would silently ignore what the option asked for."""
+    as ``--from-savepoint`` takes it; ``option``: the option that named it) is refused, or
+    None if it exists. ``ran``: the job was ever submitted at broker ``where``;
+    ``completed``: its retained completed global checkpoints. Pure. ``latest`` of a job
+    that never ran is refused too: starting it from scratch instead would silently ignore
+    what the option asked for."""
     listing = f"spillway checkpoints --job {job} --bootstrap {where}"
     if not ran:
         instead = (
@@ -231,25 +237,27 @@ def savepoint_refusal(
             else f"savepoints of a running job are listed by {listing}"
         )
         return SavepointNotFoundError(
-            f"--from-savepoint {savepoint}: job {job} has never run at {where}, so it has "
+            f"{option} {savepoint}: job {job} has never run at {where}, so it has "
             f"no savepoint; check --job-id and --bootstrap, or {instead}"
         )
     if savepoint == "latest" or (savepoint.isdigit() and int(savepoint) in completed):
         return None
     if not completed:
         return SavepointNotFoundError(
-            f"--from-savepoint {savepoint}: job {job} has no completed global checkpoint at "
+            f"{option} {savepoint}: job {job} has no completed global checkpoint at "
             "all (they are taken with --checkpoint-mode unaligned or aligned); give 'latest' "
             "to start from every subtask's latest checkpoint"
         )
     retained = ", ".join(map(str, completed))
     return SavepointNotFoundError(
-        f"--from-savepoint {savepoint}: job {job} has no completed global checkpoint "
+        f"{option} {savepoint}: job {job} has no completed global checkpoint "
         f"{savepoint} (retained: {retained}); give one of those or 'latest' ({listing})"
     )
 
 
-def check_savepoint(settings: KafkaSettings, job: JobId, savepoint: str) -> None:
+def check_savepoint(
+    settings: KafkaSettings, job: JobId, savepoint: str, option: str = "--from-savepoint"
+) -> None:
     """Refuse (:class:`SavepointNotFoundError`, see :func:`savepoint_refusal`) to start
     ``job`` from a ``savepoint`` that does not exist; reads the job's events and completed
     global checkpoints, creates nothing. Meant before anything starts."""
@@ -262,6 +270,6 @@ def check_savepoint(settings: KafkaSettings, job: JobId, savepoint: str) -> None
         if ran and checkpoints_topic(job) in topics
         else []
     )
-    refusal = savepoint_refusal(job, settings.bootstrap_servers, savepoint, ran, completed)
+    refusal = savepoint_refusal(job, settings.bootstrap_servers, savepoint, ran, completed, option)
     if refusal is not None:
         raise refusal

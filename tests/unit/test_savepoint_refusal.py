@@ -55,3 +55,10 @@ def test_a_job_without_global_checkpoints_is_told_how_they_are_taken() -> None:
         "taken with --checkpoint-mode unaligned or aligned); give 'latest' to start from "
         "every subtask's latest checkpoint"
     )
+
+
+def test_the_refusal_names_the_option_that_named_the_checkpoint() -> None:
+    refusal = savepoint_refusal(JOB, "b:9092", "9", True, [4], option="--from-checkpoint")
+    assert str(refusal).startswith(
+        "--from-checkpoint 9: job clicks has no completed global checkpoint 9 (retained: 4)"
+    )
