@@ -6,6 +6,7 @@
     ├── ConfigError                bad configuration or option          JOB: fix, resubmit
     │   ├── RescaleError           a parallelism change refused         JOB
     │   ├── EvolutionError         a topology change refused (report)   JOB
+    │   ├── SavepointNotFoundError no such savepoint (--from-savepoint) JOB
     │   ├── AuthenticationError    the broker rejected our credentials  JOB
     │   └── AuthorizationError     an ACL is missing                    JOB
     ├── PipelineDefinitionError    bad pipeline graph                   JOB
@@ -72,6 +73,12 @@ class RescaleError(ConfigError):
 class EvolutionError(ConfigError):
     """A restart with changed code and topology refused: the message is the compatibility
     report (spillway.recovery.job.evolution), naming each change and what to do."""
+
+
+class SavepointNotFoundError(ConfigError):
+    """``--from-savepoint`` (or ``--from-checkpoint``) names a savepoint that does not exist:
+    the job never ran at that broker, or it has no such completed global checkpoint. Refused
+    before anything starts; the message names what exists and what to do."""
 
 
 class UpgradeError(ConfigError):

@@ -15,10 +15,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from spillway.channels.config import CODECS, MAX_RECORD_BYTES
+from spillway.channels.config import CODECS, MAX_RECORD_BYTES, KafkaSettings
 from spillway.channels.errors import ConfigError
+from spillway.channels.naming import job_id
 from spillway.recovery.cli import add_bootstrap, add_pipeline_conf, client_settings
+from spillway.recovery.control.savepoint import check_savepoint
 from spillway.recovery.job.jobconf import forwarded_env, parse_conf, parse_env_names
+from spillway.spark_jobs.spark.taskslots import StartSlots, start_slots
 
 
 def add_parser(subparsers: Any) -> None:
@@ -30,6 +33,15 @@ def add_parser(subparsers: Any) -> None:
         "--master", default=None, help="Spark master (default: from spark-submit, else local[N,F])"
     )
     p.add_argument("--task-attempts", type=int, default=4, help="attempts per subtask (F)")
+    p.add_argument(
+        "--slots",
+        type=int,
+        default=None,
+        metavar="N",
+        help="task slots for the job: local[N,F] in local mode, spark.cores.max=N on a "
+        "cluster; at least the job's subtasks if it is unbounded, the rest is room for "
+        "spillway rescale (default: one per subtask)",
+    )
     p.add_argument(
         "--checkpoint-interval", type=float, default=1.0, help="seconds between checkpoints"
     )
@@ -152,7 +164,7 @@ def _add_checkpoint_options(p: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from spillway.spark_jobs.spark.driver import run_on_spark, subtask_count
+    from spillway.spark_jobs.spark.driver import job_extent, run_on_spark
     from spillway.spark_jobs.spark.jobconfig import JobConfig
     from spillway.spark_jobs.spark.runlog import run_log
     from spillway.spark_jobs.spark.summary import RunSummary
@@ -169,19 +181,30 @@ def _run(args: argparse.Namespace) -> int:
     forward_env = parse_env_names(args.env)
     forwarded_env(forward_env)  # each must be set here, before anything starts
     client = client_settings(args)
-    master = args.master
-    if (
-        master is None
-        and "SPARK_ENV_LOADED" not in os.environ
-        and not os.environ.get("SPILLWAY_SPARK_SUBMIT")
-    ):
-        n = subtask_count(args.pipeline, args.job_id, conf, parse_parallelism(args.parallelism))
-        master = f"local[{n},{args.task_attempts}]"
+    rewind_to = _rewind_to(args)
+    if args.from_savepoint is not None or rewind_to is not None:
+        # Before the log file and Spark: a savepoint that does not exist is one line on
+        # stderr, not a started job (nor, for 'latest', a silent start from scratch).
+        by_number = args.from_savepoint is not None and args.from_savepoint != "latest"
+        check_savepoint(
+            KafkaSettings(args.bootstrap, client=client),
+            job_id(args.job_id),
+            args.from_savepoint if rewind_to is None else str(rewind_to),
+            "--from-savepoint" if rewind_to is None or by_number else "--from-checkpoint",
+        )
+    submitted = "SPARK_ENV_LOADED" in os.environ or bool(os.environ.get("SPILLWAY_SPARK_SUBMIT"))
+    slots = StartSlots(args.master, None)
+    if args.slots is not None or (args.master is None and not submitted):
+        n, bounded = job_extent(
+            args.pipeline, args.job_id, conf, parse_parallelism(args.parallelism)
+        )
+        slots = start_slots(args.master, args.slots, n, bounded, args.task_attempts, submitted)
     config = JobConfig(
         pipeline=args.pipeline,
         job_id=args.job_id,
         bootstrap=args.bootstrap,
-        master=master,
+        master=slots.master,
+        cores_max=slots.cores_max,
         task_attempts=args.task_attempts,
         checkpoint_interval_s=args.checkpoint_interval,
         replication_factor=args.replication_factor,
@@ -205,7 +228,7 @@ def _run(args: argparse.Namespace) -> int:
     summaries: list[RunSummary] = []
     with run_log(args.job_id, verbose=args.verbose, directory=Path(args.log_dir)) as log_file:
         print(f"spillway run {args.job_id}: log in {log_file}", file=sys.stderr, flush=True)
-        results = run_on_spark(config, rewind_to=_rewind_to(args), on_summary=summaries.append)
+        results = run_on_spark(config, rewind_to=rewind_to, on_summary=summaries.append)
     if args.json:
         for r in results:
             print(json.dumps(r.__dict__))

@@ -18,23 +18,24 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from spillway.channels.config import KafkaSettings
-from spillway.channels.errors import EvolutionError
+from spillway.channels.errors import EvolutionError, SavepointNotFoundError
 from spillway.channels.ids import JobId, OperatorName, SubtaskId
 from spillway.channels.kafka.admin import Admin, TopicSpec
 from spillway.channels.naming import checkpoint_topic
 from spillway.offsets.checkpoint import Checkpoint
 from spillway.offsets.store import CheckpointStore
+from spillway.recovery.control.globalckpt import checkpoints_topic, read_completed
 from spillway.recovery.control.liverescale import announce_width, latest_shape
 from spillway.recovery.control.rewind import fence_subtasks, rewind_job
 from spillway.recovery.job.evolution import recorded_plan, recorded_topologies
 from spillway.recovery.job.plan import JobPlan
 from spillway.recovery.job.plandoc import PlanDoc
-from spillway.recovery.observe.events import events_topic, read_events
+from spillway.recovery.observe.events import events_topic, last_submission, read_events
 from spillway.recovery.restore.progress import progress_topic
 from spillway.recovery.restore.rescale import (
     Rescale,
@@ -212,3 +213,63 @@ def last_run_shape(settings: KafkaSettings, job: JobId) -> LastRun:
         submitted[-1].get("topology") if submitted else None,
         recorded_topologies(events),
     )
+
+
+def savepoint_refusal(
+    job: JobId,
+    where: str,
+    savepoint: str,
+    ran: bool,
+    completed: Sequence[int],
+    option: str = "--from-savepoint",
+) -> SavepointNotFoundError | None:
+    """Why starting ``job`` from ``savepoint`` (``latest`` or a global checkpoint number,
+    as ``--from-savepoint`` takes it; ``option``: the option that named it) is refused, or
+    None if it exists. ``ran``: the job was ever submitted at broker ``where``;
+    ``completed``: its retained completed global checkpoints. Pure. ``latest`` of a job
+    that never ran is refused too: starting it from scratch instead would silently ignore
+    what the option asked for."""
+    listing = f"spillway checkpoints --job {job} --bootstrap {where}"
+    if not ran:
+        instead = (
+            "run it without --from-savepoint to start it from scratch"
+            if savepoint == "latest"
+            else f"savepoints of a running job are listed by {listing}"
+        )
+        return SavepointNotFoundError(
+            f"{option} {savepoint}: job {job} has never run at {where}, so it has "
+            f"no savepoint; check --job-id and --bootstrap, or {instead}"
+        )
+    if savepoint == "latest" or (savepoint.isdigit() and int(savepoint) in completed):
+        return None
+    if not completed:
+        return SavepointNotFoundError(
+            f"{option} {savepoint}: job {job} has no completed global checkpoint at "
+            "all (they are taken with --checkpoint-mode unaligned or aligned); give 'latest' "
+            "to start from every subtask's latest checkpoint"
+        )
+    retained = ", ".join(map(str, completed))
+    return SavepointNotFoundError(
+        f"{option} {savepoint}: job {job} has no completed global checkpoint "
+        f"{savepoint} (retained: {retained}); give one of those or 'latest' ({listing})"
+    )
+
+
+def check_savepoint(
+    settings: KafkaSettings, job: JobId, savepoint: str, option: str = "--from-savepoint"
+) -> None:
+    """Refuse (:class:`SavepointNotFoundError`, see :func:`savepoint_refusal`) to start
+    ``job`` from a ``savepoint`` that does not exist; reads the job's events and completed
+    global checkpoints, creates nothing. Meant before anything starts."""
+    admin = Admin(settings)
+    admin.check_reachable()  # no broker: the clear error, not a metadata time-out
+    topics = admin.partition_counts()
+    ran = events_topic(job) in topics and last_submission(settings, job) is not None
+    completed = (
+        [int(c["id"]) for c in read_completed(settings, job)]
+        if ran and checkpoints_topic(job) in topics
+        else []
+    )
+    refusal = savepoint_refusal(job, settings.bootstrap_servers, savepoint, ran, completed, option)
+    if refusal is not None:
+        raise refusal

@@ -3,8 +3,12 @@
 Per subtask: state (from the event log), the attempt, host and pid of its current
 incarnation, how long ago it was last seen alive, last checkpoint id and age, replay debt
 per input partition (offsets between the checkpointed position and the partition's end —
-what a restart would re-read; transaction markers count as offsets too), changelog size
-and restarts. A finished subtask has no debt: a restart skips it.
+what a restart would re-read; transaction markers count as offsets too, except that a
+subtask that is not running owes nothing where only markers or aborted records are left,
+:func:`unread`), changelog size, and restarts after failures apart from planned ones
+(rescales, upgrades, rewinds, runs after a clean stop). A finished subtask has no debt: a
+restart skips it. The table (:func:`render`) shows one debt per subtask, ``--json`` each
+partition's.
 
 The job's shape comes from the plan description the driver recorded when it submitted
 the job (:mod:`spillway.recovery.job.plandoc`), so status imports no user code and needs nothing
@@ -28,7 +32,7 @@ from typing import Any
 
 from spillway.channels.config import KafkaSettings
 from spillway.channels.errors import ConfigError
-from spillway.channels.ids import JobId, OperatorName, TopicPartition
+from spillway.channels.ids import JobId, Offset, OperatorName, TopicPartition
 from spillway.channels.kafka.admin import Admin
 from spillway.channels.kafka.consumer import AssignedConsumer
 from spillway.offsets.checkpoint import Checkpoint
@@ -63,9 +67,10 @@ class SubtaskStatus:
     attempt: int | None
     checkpoint: int | None
     checkpoint_age_s: float | None
-    replay_debt: dict[str, int] = field(default_factory=dict)
+    replay_debt: dict[str, int] = field(default_factory=dict)  # per input partition
     changelog_records: int | None = None
-    restarts: int = 0
+    restarts: int = 0  # after failures
+    planned_restarts: int = 0  # rescales, upgrades, rewinds, restarts after a clean stop
     host: str | None = None
     pid: int | None = None
     seen_age_s: float | None = None  # since the current incarnation's last event or heartbeat
@@ -78,7 +83,8 @@ class SubtaskLog:
     state: str = "not started"
     incarnation: Incarnation | None = None  # of the newest event that counts
     last_event: float | None = None  # wall time of that incarnation's newest event
-    restarts: int = 0
+    restarts: int = 0  # after failures
+    planned_restarts: int = 0  # rescales, upgrades, rewinds, restarts after a clean stop
 
 
 def _incarnation(doc: Mapping[str, Any]) -> Incarnation:
@@ -91,11 +97,18 @@ def fold_events(events: Iterable[Mapping[str, Any]]) -> dict[str, SubtaskLog]:
     Every attempt emits ``fencing`` first; a later ``fencing`` by another incarnation
     supersedes the earlier ones, whose last words (a fenced zombie's ``failed``) no longer
     count. Restarts: incarnations that fenced, minus the first, not counting re-runs that
-    found the subtask finished (``skipped``).
+    found the subtask finished (``skipped``). A restart is *planned* (a rescale, an
+    upgrade, a rewind, a run after a clean stop) if the incarnation before it had stopped
+    or finished, or the driver fenced the subtask for a rescale or rewind (a ``fencing``
+    event with ``by``, which is no incarnation of its own); any other restart follows a
+    failure (a failed, killed or lost incarnation).
     """
     logs: dict[str, SubtaskLog] = {}
     fenced: dict[str, list[Incarnation]] = {}
     skipped: dict[str, set[Incarnation]] = {}
+    # The subtask's own incarnations in order, each with whether its start was planned.
+    starts: dict[str, list[tuple[Incarnation, bool]]] = {}
+    by_driver: set[str] = set()  # fenced by the driver since the last incarnation
     for e in events:
         if "operator" not in e or "index" not in e:
             continue  # job-level event (the driver's task-retried names its subtask elsewhere)
@@ -106,6 +119,12 @@ def fold_events(events: Iterable[Mapping[str, Any]]) -> dict[str, SubtaskLog]:
         order = fenced.setdefault(key, [])
         if kind == "fencing" and inc not in order:
             order.append(inc)
+            if e.get("by") is not None:
+                by_driver.add(key)
+            else:
+                planned = key in by_driver or log.state in ("stopped", "finished")
+                starts.setdefault(key, []).append((inc, planned))
+                by_driver.discard(key)
         elif inc in order[:-1]:
             continue  # a superseded incarnation
         if kind == "skipped":
@@ -118,8 +137,9 @@ def fold_events(events: Iterable[Mapping[str, Any]]) -> dict[str, SubtaskLog]:
         if isinstance(t, int | float):
             log.last_event = max(float(t), log.last_event or 0.0)
     for key, log in logs.items():
-        ran = [i for i in fenced.get(key, []) if i not in skipped.get(key, set())]
-        log.restarts = max(0, len(ran) - 1)
+        ran = [p for i, p in starts.get(key, []) if i not in skipped.get(key, set())]
+        log.planned_restarts = sum(ran[1:])
+        log.restarts = len(ran[1:]) - log.planned_restarts
     return logs
 
 
@@ -157,13 +177,16 @@ def subtask_row(
     lost_after: float = LOST_AFTER_S,
     owned: Iterable[TopicPartition] | None = None,
     read_at: float | None = None,
+    drained: Iterable[TopicPartition] = (),
 ) -> SubtaskStatus:
     """One row from what was read. ``beats`` None: no heartbeats exist, liveness unknown.
 
     ``owned``: the input partitions the subtask reads (``PlanDoc`` ownership); None:
     partition ``index`` of each of ``inputs``. ``read_at``: the wall time up to which the
     heartbeats had been read (None: ``now``); liveness is judged at that time, ages are
-    shown at ``now``.
+    shown at ``now``. ``drained``: input partitions found to hold nothing left to read
+    past the checkpointed position (only transaction markers or aborted records,
+    :func:`unread`): no debt there.
     """
     log = log or SubtaskLog()
     key = f"{name}[{index}]"
@@ -182,7 +205,8 @@ def subtask_row(
         tps = list(owned) if owned is not None else [TopicPartition(t, index) for t in inputs]
         start = dict(ckpt.inputs) if ckpt else {}
         owed = PositionTracker(tps, start).replay_debt(ends)
-        debt = {str(tp): n for tp, n in owed.items()}
+        empty = set(drained)
+        debt = {str(tp): 0 if tp in empty else n for tp, n in owed.items()}
     _run, attempt, pid, host = log.incarnation or (None, None, None, None)
     return SubtaskStatus(
         subtask=f"{job}/{key}",
@@ -193,6 +217,7 @@ def subtask_row(
         replay_debt=debt,
         changelog_records=_changelog_records(ckpt),
         restarts=log.restarts,
+        planned_restarts=log.planned_restarts,
         host=host,
         pid=pid,
         seen_age_s=round(now - seen, 1) if seen is not None else None,
@@ -252,21 +277,26 @@ def job_status(
         beats = newest_heartbeats(read_heartbeats(settings, job, plan.subtask_count()))
     probe = AssignedConsumer(settings, f"spillway.{job}.status")
     rows: list[SubtaskStatus] = []
+    positions: list[Mapping[TopicPartition, int]] = []  # each row's checkpointed inputs
+    ends: dict[TopicPartition, int] = {}
     try:
         for op in plan.operators:
             store = CheckpointStore(settings, job, OperatorName(op.name), op.parallelism)
             try:
                 ckpts = [store.latest(i) for i in range(op.parallelism)]
                 # One batched query for the partitions of every unfinished subtask.
-                ends = probe.end_offsets(
-                    [
-                        tp
-                        for i, ckpt in enumerate(ckpts)
-                        if not (ckpt is not None and ckpt.finished)
-                        for tp in op.owned_inputs(i)
-                    ]
+                ends.update(
+                    probe.end_offsets(
+                        [
+                            tp
+                            for i, ckpt in enumerate(ckpts)
+                            if not (ckpt is not None and ckpt.finished)
+                            for tp in op.owned_inputs(i)
+                        ]
+                    )
                 )
                 for i, ckpt in enumerate(ckpts):
+                    positions.append(dict(ckpt.inputs) if ckpt else {})
                     rows.append(
                         subtask_row(
                             job,
@@ -287,21 +317,82 @@ def job_status(
                 store.close()
     finally:
         probe.close()
+    _settle_stopped(settings, job, rows, positions, ends)
     return rows
 
 
+def _settle_stopped(
+    settings: KafkaSettings,
+    job: JobId,
+    rows: list[SubtaskStatus],
+    positions: list[Mapping[TopicPartition, int]],
+    ends: Mapping[TopicPartition, int],
+) -> None:
+    """Zero the debt of partitions a subtask that is not running has nothing left to read
+    in: past its position only transaction markers (or aborted records), which count as
+    offsets. A running subtask's debt stays as counted: it moves anyway."""
+    by_name = {str(tp): tp for tp in ends}  # a partition without a known end owes nothing
+    owed: dict[TopicPartition, int] = {}
+    for r, pos in zip(rows, positions, strict=True):
+        if r.state not in LIVE_STATES:
+            for name, n in r.replay_debt.items():
+                if n > 0 and name in by_name:
+                    owed[by_name[name]] = pos.get(by_name[name], 0)
+    if not owed:
+        return
+    empty = {str(tp) for tp in unread(settings, job, owed, ends)}
+    for r in rows:
+        if r.state not in LIVE_STATES:
+            r.replay_debt = {name: 0 if name in empty else n for name, n in r.replay_debt.items()}
+
+
+def unread(
+    settings: KafkaSettings,
+    job: JobId,
+    starts: Mapping[TopicPartition, int],
+    ends: Mapping[TopicPartition, int],
+    timeout_s: float = 5.0,
+) -> set[TopicPartition]:
+    """Of the partitions in ``starts`` (each read from that offset), those holding no
+    committed message from there up to their end in ``ends``: only transaction markers
+    or aborted records, which a read_committed reader skips (its position passes them
+    without a message). A partition not settled within ``timeout_s`` is left out."""
+    consumer = AssignedConsumer(settings, f"spillway.{job}.status-probe")
+    pending = {tp: ends[tp] for tp in starts if tp in ends}
+    empty: set[TopicPartition] = set()
+    try:
+        consumer.assign({tp: Offset(starts[tp]) for tp in pending})
+        deadline = time.monotonic() + timeout_s
+        while pending and time.monotonic() < deadline:
+            for m in consumer.consume(100, 0.2):
+                topic, partition = m.topic(), m.partition()
+                if topic is not None and partition is not None:  # a message left to read
+                    pending.pop(TopicPartition(topic, partition), None)
+            for tp, end in list(pending.items()):
+                pos = consumer.position(tp)
+                if pos is not None and pos >= end:
+                    empty.add(tp)
+                    del pending[tp]
+    finally:
+        consumer.close()
+    return empty
+
+
 def render(rows: list[SubtaskStatus]) -> str:
-    """A fixed-width table for people."""
+    """A fixed-width table for people: one replay debt per subtask, the sum over its input
+    partitions (``-`` for a subtask without inputs; per partition in ``--json``), and
+    restarts after failures apart from planned ones."""
     lines = [
         f"{'subtask':40} {'state':12} {'attempt':>7} {'host:pid':24} {'seen s':>6} "
-        f"{'ckpt':>6} {'age s':>7} {'restarts':>8}  replay debt"
+        f"{'ckpt':>6} {'age s':>7} {'restarts':>8} {'planned':>7} {'replay debt':>11}"
     ]
     for r in rows:
-        debt = ", ".join(f"{tp.rsplit('.', 1)[-1]}={n}" for tp, n in r.replay_debt.items()) or "-"
+        debt = str(sum(r.replay_debt.values())) if r.replay_debt else "-"
         where = f"{r.host}:{r.pid}" if r.host is not None else "-"
         lines.append(
             f"{r.subtask:40} {r.state:12} {_s(r.attempt):>7} {where:24} {_s(r.seen_age_s):>6} "
-            f"{_s(r.checkpoint):>6} {_s(r.checkpoint_age_s):>7} {r.restarts:>8}  {debt}"
+            f"{_s(r.checkpoint):>6} {_s(r.checkpoint_age_s):>7} {r.restarts:>8} "
+            f"{r.planned_restarts:>7} {debt:>11}"
         )
     return "\n".join(lines)
 

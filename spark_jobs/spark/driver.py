@@ -59,6 +59,7 @@ from spillway.spark_jobs.spark.runlog import jvm_options, jvm_stderr, subtask_lo
 from spillway.spark_jobs.spark.shipcode import ModuleCode, deployed, install
 from spillway.spark_jobs.spark.submit import check_evolution, prepare_topics, record_submission
 from spillway.spark_jobs.spark.summary import RunSummary
+from spillway.spark_jobs.spark.taskslots import Offer, mode_of
 
 log = logging.getLogger("spillway.spark_jobs.spark.driver")
 
@@ -72,6 +73,18 @@ def subtask_count(
     """How many subtasks (Spark tasks) the job has (with operator widths ``parallelism``)."""
     plan = load_plan(pipeline_ref, job_id, conf)
     return len(with_parallelism(plan, parallelism or {}).subtasks())
+
+
+def job_extent(
+    pipeline_ref: str,
+    job_id: str,
+    conf: Mapping[str, str] | None = None,
+    parallelism: Mapping[str, int] | None = None,
+) -> tuple[int, bool]:
+    """How many subtasks the job has (as :func:`subtask_count`) and whether it is bounded:
+    what decides the task slots it needs (:mod:`spillway.spark_jobs.spark.taskslots`)."""
+    plan = with_parallelism(load_plan(pipeline_ref, job_id, conf), parallelism or {})
+    return len(plan.subtasks()), plan.bounded
 
 
 def run_on_spark(
@@ -116,8 +129,16 @@ def run_on_spark(
         code: list[ModuleCode | None] = [None]  # set by a live upgrade, shipped with tasks
         runs = _operator_runs(sc, plan, (config, from_checkpoint, env, run_id, shape, code))
         mode = config.checkpoint_mode
+        where = mode_of(str(sc.master))
         rescaler = LiveRescaler(
-            settings, mode, plan, rescale, run_id, runs, shape, lambda: int(sc.defaultParallelism)
+            settings,
+            mode,
+            plan,
+            rescale,
+            run_id,
+            runs,
+            shape,
+            lambda: Offer(int(sc.defaultParallelism), where),
         )
         rescaler.upgrades(lambda: deployed(config.pipeline, config.job_id, config.conf), code)
         # Started first: a deterministic failure cancels the Spark jobs
@@ -244,6 +265,8 @@ def _spark_session(config: JobConfig) -> Any:
     )
     if config.master:
         conf = conf.setMaster(config.master)
+    if config.cores_max is not None:  # --slots on a cluster (spillway.spark_jobs.spark.taskslots)
+        conf = conf.set("spark.cores.max", str(config.cores_max))
     java = jvm_options(config.master)
     if java is not None:  # Spark's log4j output into the run's log file
         conf = conf.set("spark.driver.extraJavaOptions", java)
@@ -284,8 +307,8 @@ def _check_slots(config: JobConfig, bounded: bool, n: int, slots: int) -> None:
     if not bounded and slots < n:
         raise ConfigError(
             f"job {config.job_id} is unbounded and needs a task slot for each of its {n} "
-            f"subtasks at once, but Spark offers {slots}; use "
-            f"--master 'local[{n},{config.task_attempts}]' or add executor cores"
+            f"subtasks at once, but Spark offers {slots}; use --slots {n} (or "
+            f"--master 'local[{n},{config.task_attempts}]'), or add executor cores"
         )
     if slots < n:
         log.info("%d subtasks on %d slots: bounded job, upstream operators run first", n, slots)

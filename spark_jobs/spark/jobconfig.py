@@ -63,6 +63,8 @@ class JobConfig:
     parallelism: Mapping[str, int] = field(default_factory=dict)
     # Restart with changed code even where it drops state (spillway.recovery.job.evolution).
     allow_dropped_state: bool = False
+    # spark.cores.max: --slots on a cluster (spillway.spark_jobs.spark.taskslots); None: unset
+    cores_max: int | None = None
 
     def settings(self) -> KafkaSettings:
         """Kafka settings of this run."""

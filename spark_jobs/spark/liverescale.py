@@ -55,6 +55,7 @@ from spillway.recovery.restore.handover import live_handover
 from spillway.recovery.restore.rescale import PlanShape, Rescale, check_rescalable, with_parallelism
 from spillway.spark_jobs.spark.opruns import OperatorRuns
 from spillway.spark_jobs.spark.shipcode import ModuleCode
+from spillway.spark_jobs.spark.taskslots import Offer, no_room
 
 # Reads and runs the pipeline module as now deployed; its source and plan.
 Deployed = Callable[[], tuple[ModuleCode, JobPlan]]
@@ -63,22 +64,21 @@ log = logging.getLogger("spillway.spark_jobs.spark.liverescale")
 
 
 def check_live(
-    plan: JobPlan, operator: str, previous: int, checkpoint_mode: str, slots: int | None = None
+    plan: JobPlan, operator: str, previous: int, checkpoint_mode: str, slots: Offer | None = None
 ) -> None:
     """:class:`RescaleError` unless ``operator`` can go from ``previous`` subtasks to its
     width in ``plan`` while the rest of the job runs (the module's step 1). ``slots``: the
-    task slots Spark offers (None: not checked); an unbounded job needs one per subtask."""
+    task slots Spark offers (None: not checked); an unbounded job needs one per subtask, and
+    a refusal says how many are free and how to start the job with room
+    (:mod:`spillway.spark_jobs.spark.taskslots`)."""
     check_rescalable(plan, operator, previous)
     where = f"operator {operator!r} of job {plan.job}"
     needed = len(plan.subtasks())
-    if slots is not None and not plan.bounded and slots < needed:
+    if slots is not None and not plan.bounded and slots.slots < needed:
         # Checked before anything stops: a new subtask without a slot would wait forever
         # (an unbounded job's subtasks never free theirs) while its key groups stand still.
-        raise RescaleError(
-            f"{where}: the job is unbounded and would need a task slot for each of its "
-            f"{needed} subtasks at once, but Spark offers {slots}; add executor cores "
-            "(e.g. `spillway cluster start --worker-cores N`) or rescale to fewer subtasks"
-        )
+        running = needed - plan.operator(operator).parallelism + previous
+        raise RescaleError(f"{where}: {no_room(needed, running, slots)}")
     if checkpoint_mode != "interval":
         raise RescaleError(
             f"{where}: a running job with --checkpoint-mode {checkpoint_mode} cannot be "
@@ -106,11 +106,11 @@ class LiveRescaler:
         run_id: str,
         runs: OperatorRuns,
         shape: list[PlanShape],
-        slots: Callable[[], int] | None = None,
+        slots: Callable[[], Offer] | None = None,
     ) -> None:
         """``shape``: a one-item box the driver launches operator jobs with; a rescale
-        replaces its item. ``slots``: the task slots Spark offers now (executor cores on a
-        cluster), checked before a rescale stops anything."""
+        replaces its item. ``slots``: the task slots Spark offers now (local threads, or
+        executor cores on a cluster), checked before a rescale stops anything."""
         self._settings = settings
         self._mode = checkpoint_mode
         self.plan = plan
@@ -151,9 +151,7 @@ class LiveRescaler:
             else:
                 self._handle(request)
 
-    def _refused(
-        self, what: str, request: Mapping[str, Any], e: Exception, stopped: bool
-    ) -> None:
+    def _refused(self, what: str, request: Mapping[str, Any], e: Exception, stopped: bool) -> None:
         """Answer ``{what}-failed``; start the operator again as it was if it was stopped."""
         op, rid = str(request.get("target")), request.get("request")
         log.warning("%s request %s for %s refused: %s", what, rid, op, e)

@@ -81,7 +81,7 @@ def test_rewind_to_an_older_global_checkpoint_is_exactly_once(
     rc = main(["run", REF, *common, "--from-checkpoint", "9999"])
     err = capsys.readouterr().err
     assert rc == 2
-    assert "no completed global checkpoint 9999; retained: [" in err
+    assert "has no completed global checkpoint 9999 (retained: " in err
     later = [
         c["id"]
         for c in read_completed(settings, job)

@@ -148,7 +148,14 @@ def test_status_needs_nothing_from_the_job_environment_and_shows_a_killed_subtas
         wait_until("lost", lost, guard_s=90)
         print(f"events[0] shown lost {time.monotonic() - killed:.1f} s after SIGKILL")
         ev = final["events[0]"]
-        assert (ev["attempt"], ev["pid"], ev["host"], ev["restarts"]) == (1000, proc.pid, host, 1)
+        # The replay restarted events[0] after its clean stop: planned, not after a failure.
+        assert (ev["attempt"], ev["pid"], ev["host"], ev["restarts"], ev["planned_restarts"]) == (
+            1000,
+            proc.pid,
+            host,
+            0,
+            1,
+        )
         # Lost means unseen for more than LOST_AFTER_S (5 s); the age is shown rounded to
         # 0.1 s, so 5.04 s reads 5.0.
         assert ev["seen_age_s"] >= 5.0  # heartbeat.LOST_AFTER_S

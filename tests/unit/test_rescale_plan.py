@@ -41,6 +41,7 @@ from spillway.recovery.restore.restorer import Restorer
 from spillway.spark_jobs.api.pipeline import Pipeline
 from spillway.spark_jobs.cli import _rewind_to, parse_parallelism
 from spillway.spark_jobs.spark.liverescale import check_live
+from spillway.spark_jobs.spark.taskslots import Offer
 
 M = 8
 EVENT = {
@@ -312,12 +313,34 @@ def test_live_rescale_needs_keyed_inputs_and_interval_checkpoints() -> None:
 def test_live_rescale_of_an_unbounded_job_needs_a_slot_for_every_subtask() -> None:
     # src 2 + count 4 + tag 2 + out 1 = 9 subtasks after count goes 2 -> 4.
     unbounded = dataclasses.replace(plan(count=4), bounded=False)
-    check_live(unbounded, "count", 2, "interval", slots=9)
+    check_live(unbounded, "count", 2, "interval", slots=Offer(9, "local"))
     check_live(unbounded, "count", 2, "interval", slots=None)  # not known: not checked
     with pytest.raises(RescaleError, match=r"each of its 9 subtasks at once, but Spark offers 8"):
-        check_live(unbounded, "count", 2, "interval", slots=8)
+        check_live(unbounded, "count", 2, "interval", slots=Offer(8, "local"))
     # A bounded job may queue subtasks: upstream ones finish and free their slots.
-    check_live(plan(count=4), "count", 2, "interval", slots=2)
+    check_live(plan(count=4), "count", 2, "interval", slots=Offer(2, "local"))
+
+
+def test_a_live_rescale_without_room_says_what_is_free_and_how_to_start_with_room() -> None:
+    # 7 subtasks run (src 2, count 2, tag 2, out 1) on 8 slots: 1 free; count 2 -> 4 needs 9.
+    unbounded = dataclasses.replace(plan(count=4), bounded=False)
+    with pytest.raises(RescaleError) as local:
+        check_live(unbounded, "count", 2, "interval", slots=Offer(8, "local"))
+    assert str(local.value) == (
+        f"operator 'count' of job {unbounded.job}: the job is unbounded and would need a "
+        "task slot for each of its 9 subtasks at once, but Spark offers 8 (local mode), 7 "
+        "held by its running subtasks, 1 free: add at most 1 subtask(s), or stop the job "
+        "(SIGTERM to spillway run: it checkpoints and exits) and run it again "
+        "with --slots 9"
+    )
+    with pytest.raises(RescaleError) as cluster:
+        check_live(unbounded, "count", 2, "interval", slots=Offer(7, "cluster"))
+    assert str(cluster.value).endswith(
+        "but Spark offers 7 (cluster mode), 7 held by its running subtasks, 0 free: add at "
+        "most 0 subtask(s), or stop the job (SIGTERM to spillway "
+        "run: it checkpoints and exits) and run it again with --slots 9 on a cluster with 9 "
+        "free executor cores (spillway cluster start --workers W --worker-cores C offers W x C)"
+    )
 
 
 def test_handed_over_checkpoints_stay_until_every_new_subtask_checkpointed_above_the_floor() -> (

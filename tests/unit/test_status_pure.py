@@ -22,7 +22,15 @@ from spillway.offsets.checkpoint import Checkpoint
 from spillway.recovery.job.loader import load_plan
 from spillway.recovery.job.plandoc import PlanDoc
 from spillway.recovery.observe.heartbeat import LOST_AFTER_S, Heartbeat
-from spillway.recovery.observe.status import fold_events, liveness, newest_heartbeats, subtask_row
+from spillway.recovery.observe.status import (
+    SubtaskStatus,
+    as_json,
+    fold_events,
+    liveness,
+    newest_heartbeats,
+    render,
+    subtask_row,
+)
 
 JOB = JobId("j")
 T0 = 1_700_000_000.0
@@ -253,3 +261,80 @@ def test_only_a_fencing_event_of_another_process_announces_a_newer_incarnation()
     assert not announces_newer({**base, "event": "fencing"}, s, pid=1, since=12.0)  # older
     assert not announces_newer({**base, "event": "fencing", "index": 1}, s, pid=1, since=10.0)
 
+
+def test_restarts_after_failures_are_counted_apart_from_planned_ones() -> None:
+    events = [
+        ev("fencing", T0, 0),
+        ev("started", T0 + 1, 0),
+        ev("fencing", T0 + 2, 1, pid=101),  # Spark retried the killed attempt 0: a failure
+        ev("started", T0 + 3, 1, pid=101),
+        ev("failed", T0 + 4, 1, pid=101, error="boom"),
+        ev("fencing", T0 + 5, 2, pid=102),  # after a failed attempt: a failure
+        ev("started", T0 + 6, 2, pid=102),
+        ev("stopped", T0 + 7, 2, pid=102),  # a live upgrade or rescale stops it first ...
+        ev("fencing", T0 + 8, 0, pid=103),  # ... then starts it again: planned
+        ev("started", T0 + 9, 0, pid=103),
+        ev("stopped", T0 + 10, 0, pid=103),  # SIGTERM: a clean stop
+        ev("fencing", T0 + 20, 0, pid=200, run="r2"),  # the next run: planned
+        ev("started", T0 + 21, 0, pid=200, run="r2"),
+    ]
+    log = fold_events(events)["count[0]"]
+    assert (log.state, log.restarts, log.planned_restarts) == ("running", 2, 2)
+
+
+def test_a_subtask_fenced_by_the_driver_restarts_planned_and_the_fencing_is_no_restart() -> None:
+    # A rescale (or rewind) from a savepoint after a run that ended without a clean stop:
+    # the driver fences every subtask first (an event with `by`, no run or attempt).
+    driver_fence = {"event": "fencing", "operator": "count", "index": 0, "by": "rescale"}
+    events = [
+        ev("fencing", T0, 0),
+        ev("started", T0 + 1, 0),  # its run was killed: no stopped event
+        {**driver_fence, "pid": 999, "time": T0 + 10},
+        ev("fencing", T0 + 11, 0, pid=200, run="r2"),
+        ev("started", T0 + 12, 0, pid=200, run="r2"),
+    ]
+    log = fold_events(events)["count[0]"]
+    assert (log.state, log.restarts, log.planned_restarts) == ("running", 0, 1)
+    # Without the driver's fencing the same run after a killed one follows a failure.
+    log = fold_events([e for e in events if "by" not in e])["count[0]"]
+    assert (log.restarts, log.planned_restarts) == (1, 0)
+
+
+def test_drained_partitions_owe_nothing() -> None:
+    sub = SubtaskId(JOB, OperatorName("count"), 0)
+    tp = TopicPartition("spillway.j.ch.enrich.count", 0)
+    stopped = Checkpoint(sub, CheckpointId(3), "fp", inputs={tp: Offset(49)}, wall_time=T0 + 2)
+    events = [ev("fencing", T0, 0), ev("started", T0 + 1, 0), ev("stopped", T0 + 3, 0)]
+    logs = fold_events([{"event": "submitted", "time": T0}, *events])
+
+    def at(drained: list[TopicPartition]) -> dict[str, int]:
+        return subtask_row(
+            JOB, "count", 0, [tp.topic], logs["count[0]"], stopped, {tp: 50}, None, T0 + 9,
+            drained=drained,
+        ).replay_debt  # fmt: skip
+
+    assert at([]) == {str(tp): 1}  # the offset past position 49: a marker, or a record
+    assert at([tp]) == {str(tp): 0}  # found to be only a transaction marker
+
+
+def test_the_table_shows_one_debt_per_subtask_and_the_two_restart_counts() -> None:
+    rows = [
+        SubtaskStatus("j/count[0]", "running", 2, 7, 1.5, {"t.a[0]": 30, "t.b[1]": 12}, None,
+                      1, 2, "h", 100, 0.4),
+        SubtaskStatus("j/src[0]", "stopped", 0, 3, 9.0, {}, None, 0, 0, "h", 101, 8.0),
+        SubtaskStatus("j/out[0]", "stopped", 0, 4, 9.0, {"t.c[0]": 0}, None, 0, 1, None,
+                      None, None),
+    ]  # fmt: skip
+    assert render(rows).splitlines() == [
+        f"{'subtask':40} {'state':12} {'attempt':>7} {'host:pid':24} {'seen s':>6} "
+        f"{'ckpt':>6} {'age s':>7} {'restarts':>8} {'planned':>7} {'replay debt':>11}",
+        f"{'j/count[0]':40} {'running':12} {'2':>7} {'h:100':24} {'0.4':>6} {'7':>6} "
+        f"{'1.5':>7} {'1':>8} {'2':>7} {'42':>11}",
+        f"{'j/src[0]':40} {'stopped':12} {'0':>7} {'h:101':24} {'8.0':>6} {'3':>6} "
+        f"{'9.0':>7} {'0':>8} {'0':>7} {'-':>11}",
+        f"{'j/out[0]':40} {'stopped':12} {'0':>7} {'-':24} {'-':>6} {'4':>6} "
+        f"{'9.0':>7} {'0':>8} {'1':>7} {'0':>11}",
+    ]
+    # Per partition only in --json.
+    assert as_json(rows)[0]["replay_debt"] == {"t.a[0]": 30, "t.b[1]": 12}
+    assert (as_json(rows)[0]["restarts"], as_json(rows)[0]["planned_restarts"]) == (1, 2)
