@@ -42,7 +42,6 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from types import TracebackType
 
 from spillway.channels.errors import ConfigError
 from spillway.devtools.clusterprocs import (
@@ -84,7 +83,7 @@ __all__ = ["EXIT_NOT_RUNNING", "ClusterError", "LocalCluster", "StartResult", "S
 log = logging.getLogger(__name__)
 
 
-class LocalCluster:
+class LocalCluster(proc_util.StartedHere):
     """Start, stop and inspect one local cluster, identified by its directory.
 
     As with :class:`LocalBroker`, state lives in the directory, not in the object: another
@@ -294,22 +293,6 @@ class LocalCluster:
         if name == "broker":
             return self._broker(load_ports(self.root)).logs(lines)
         return proc_util.tail_lines(self._log_file(name), lines)
-
-    def __enter__(self) -> LocalCluster:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        # Only stop what this object started: a cluster that was already running when the
-        # block began belongs to whoever started it.
-        if self._started_here:
-            self.stop()
-            self._started_here = False
 
     # -- internals: files and ports ----------------------------------------------
 

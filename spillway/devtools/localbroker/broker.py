@@ -19,7 +19,6 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 
 from confluent_kafka import KafkaException
 from tenacity import (
@@ -93,7 +92,7 @@ class _NotReady(Exception):
     """The broker process is up but does not answer a metadata request yet."""
 
 
-class LocalBroker:
+class LocalBroker(process.StartedHere):
     """Start, stop and inspect one local broker, identified by its data directory.
 
     Several ``LocalBroker`` objects (or processes) for the same directory see the same
@@ -216,22 +215,6 @@ class LocalBroker:
     def logs(self, lines: int = 50) -> list[str]:
         """The last ``lines`` lines of ``broker.log`` ([] if the broker never started)."""
         return process.tail_lines(self.config.log_file, lines)
-
-    def __enter__(self) -> LocalBroker:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        # Only stop what this object started: a broker that was already running when
-        # the block began belongs to whoever started it.
-        if self._started_here:
-            self.stop()
-            self._started_here = False
 
     # -- internals -------------------------------------------------------------
 

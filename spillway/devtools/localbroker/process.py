@@ -7,12 +7,15 @@ someone else's Kafka.
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import errno
 import os
 import socket
 from collections.abc import Sequence
 from pathlib import Path
+from types import TracebackType
+from typing import Self
 
 
 def read_pid(pid_file: Path) -> int | None:
@@ -133,3 +136,36 @@ def _state(pid: int) -> str | None:
         return None
     # The state follows the parenthesised command name, which may contain spaces.
     return stat.rpartition(")")[2].split()[0]
+
+
+class StartedHere(abc.ABC):
+    """A server the project runs (broker, registry, cluster) as a context manager.
+
+    ``with server:`` starts it and, on leaving, stops it only if this object started it:
+    one that was already running when the block began belongs to whoever started it.
+    Subclasses set ``_started_here`` in ``start()`` when they launched the processes.
+    """
+
+    _started_here: bool = False
+
+    @abc.abstractmethod
+    def start(self) -> object:
+        """Start the server, or attach to the one already running."""
+
+    @abc.abstractmethod
+    def stop(self) -> object:
+        """Stop the server."""
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if self._started_here:
+            self.stop()
+            self._started_here = False

@@ -24,7 +24,6 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from types import TracebackType
 
 from spillway.channels.errors import BrokerUnavailableError, ConfigError
 from spillway.devtools.localbroker import process
@@ -49,7 +48,7 @@ class StopResult(enum.StrEnum):
     NOT_RUNNING = "not running"
 
 
-class LocalRegistry:
+class LocalRegistry(process.StartedHere):
     """The registry of one directory: ``start()``, ``stop()``, ``url``.
 
     ``port`` None is the port it last ran on, else 8081. Used as a context manager it
@@ -152,20 +151,6 @@ class LocalRegistry:
     def logs(self, lines: int = 50) -> list[str]:
         """The last ``lines`` lines of the registry's output."""
         return process.tail_lines(self.log_file, lines)
-
-    def __enter__(self) -> LocalRegistry:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        if self._started_here:
-            self.stop()
-            self._started_here = False
 
     def _marker(self) -> str:
         # An argument of its own names this directory's registry among the machine's JVMs.
