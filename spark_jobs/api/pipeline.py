@@ -46,7 +46,7 @@ from spillway.spark_jobs.api.streams import union as union
 from spillway.spark_jobs.connectors.batchavro import AvroRecords, avro_framing
 from spillway.spark_jobs.connectors.batchsources import BatchFileSource, BatchKafkaSource
 from spillway.spark_jobs.connectors.confluentavro import RegistryAvroRecords
-from spillway.spark_jobs.connectors.registry import RegistryConfig
+from spillway.spark_jobs.connectors.registry import RegistryConfig, check_registry_format
 from spillway.spark_jobs.connectors.sources import FileSource, GeneratorSource, KafkaTopicSource
 from spillway.spark_jobs.records.records import adapt, output_schema
 from spillway.spark_jobs.records.schemas import avro_schema
@@ -316,15 +316,7 @@ def _check_registry(
     """Refuse a ``registry`` the source cannot use yet (see ``read_kafka``)."""
     if registry is None:
         return
-    if not isinstance(registry, RegistryConfig):
-        raise PipelineDefinitionError(
-            f"{where}: registry must be a RegistryConfig, got {type(registry).__name__}"
-        )
-    if value_format != "avro":
-        raise PipelineDefinitionError(
-            f'{where}: with a registry, value_format must be "avro" (JSON Schema and '
-            f"Protobuf values are not read from a registry yet), got {value_format!r}"
-        )
+    check_registry_format(where, value_format, registry, "read")
     if batches:
         raise PipelineDefinitionError(
             f"{where}: values by a schema registry are read as records; drop batches=True"

@@ -20,7 +20,7 @@ from spillway.spark_jobs.api import batchspecs, keyedops, recordtime, windowspec
 from spillway.spark_jobs.api.graph import Edge, Graph, Schema
 from spillway.spark_jobs.api.windowspec import Duration, Window
 from spillway.spark_jobs.connectors.confluentavro import RegistryAvroWriter, subject_name
-from spillway.spark_jobs.connectors.registry import RegistryConfig
+from spillway.spark_jobs.connectors.registry import RegistryConfig, check_registry_format
 from spillway.spark_jobs.connectors.sinks import ConsoleSink, JsonlFileSink, KafkaTopicSink
 from spillway.spark_jobs.connectors.tablesinks import columnar_sink
 from spillway.spark_jobs.operators.batchagg import Agg, Derive
@@ -344,15 +344,7 @@ def _registry_writer(
                 f"got {value_format!r}"
             )
         return None
-    if not isinstance(registry, RegistryConfig):
-        raise PipelineDefinitionError(
-            f"{where}: registry must be a RegistryConfig, got {type(registry).__name__}"
-        )
-    if value_format != "avro":
-        raise PipelineDefinitionError(
-            f'{where}: with a registry, value_format must be "avro" (JSON Schema and '
-            f"Protobuf are not written to a registry yet), got {value_format!r}"
-        )
+    check_registry_format(where, value_format, registry, "written")
     if schema is None:
         raise PipelineDefinitionError(
             f"{where}: Avro values need the input's schema; give the operator before it "

@@ -26,6 +26,7 @@ from spillway.channels.errors import (
     AuthenticationError,
     AuthorizationError,
     ConfigError,
+    PipelineDefinitionError,
     RegistryUnavailableError,
 )
 
@@ -83,6 +84,20 @@ class RegistryConfig:
     def __repr__(self) -> str:
         shown = {k: (_MASK if k in _SECRETS else v) for k, v in self.client.items()}
         return f"RegistryConfig(url={self.url!r}, client={shown!r}, timeout_s={self.timeout_s})"
+
+
+def check_registry_format(where: str, value_format: str, registry: object, verb: str) -> None:
+    """Refuse a ``registry`` argument that is not a :class:`RegistryConfig`, or a value
+    format other than Avro with one (``verb``: "read" or "written", for the message)."""
+    if not isinstance(registry, RegistryConfig):
+        raise PipelineDefinitionError(
+            f"{where}: registry must be a RegistryConfig, got {type(registry).__name__}"
+        )
+    if value_format != "avro":
+        raise PipelineDefinitionError(
+            f'{where}: with a registry, value_format must be "avro" (JSON Schema and '
+            f"Protobuf values are not {verb} with a registry yet), got {value_format!r}"
+        )
 
 
 class SchemaNotFound(LookupError):
