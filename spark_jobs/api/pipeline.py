@@ -44,6 +44,7 @@ from spillway.spark_jobs.api.streams import SchemaLike as SchemaLike
 from spillway.spark_jobs.api.streams import Stream as Stream
 from spillway.spark_jobs.api.streams import union as union
 from spillway.spark_jobs.connectors.batchavro import AvroRecords, avro_framing
+from spillway.spark_jobs.connectors.batchregistry import channel_schema
 from spillway.spark_jobs.connectors.batchsources import BatchFileSource, BatchKafkaSource
 from spillway.spark_jobs.connectors.confluentavro import RegistryAvroRecords
 from spillway.spark_jobs.connectors.registry import RegistryConfig, check_registry_format
@@ -149,13 +150,17 @@ class Pipeline(Graph):
         timestamp: str | None,
         watermarks: Watermarks | None,
         framing: str | None = None,
+        registry: RegistryConfig | None = None,
     ) -> Stream:
         schema = avro_schema(spec, where=f"source {name!r}", name=name)
-        args = (topic, parallelism, bounded, schema, timestamp, watermarks, framing)
+        args = (topic, parallelism, bounded, schema, timestamp, watermarks, framing, registry)
         BatchKafkaSource(*args)  # checks the schema and the timestamp column now
         description = {"source": "kafka", "topic": topic, "bounded": bounded, "batch": True}
         if framing is not None:
             description["values"] = "avro" if framing == "none" else "avro-confluent"
+        if registry is not None:
+            description["registry"] = registry.url
+            schema = channel_schema(schema)  # its defaults serve resolution only
         node = self._add(
             name, parallelism, "source", schema, partial(BatchKafkaSource, *args),
             description=description,
@@ -247,10 +252,14 @@ class Pipeline(Graph):
         into ``schema`` by Avro's resolution rules
         (:mod:`spillway.spark_jobs.connectors.confluentavro`); a value whose id the
         registry does not know, or whose schema does not resolve, is a bad record with the
-        id in its reason. Records only (not ``batches=True``), Avro only for now.
+        id in its reason. Avro only for now. With ``batches=True`` (a flat ``schema``, whose
+        defaults then serve resolution only) each id's values are decoded column by column
+        when its writer's schema is flat too, record by record otherwise
+        (:mod:`spillway.spark_jobs.connectors.batchregistry`).
         """
         where = f"source {name!r}"
-        _check_registry(where, value_format, registry, batches)
+        if registry is not None:
+            check_registry_format(where, value_format, registry, "read")
         framing = avro_framing(value_format, where, key_field is not None or tombstones)
         if kafka_timestamp_field is not None:
             _check_kafka_time_field(
@@ -265,8 +274,9 @@ class Pipeline(Graph):
                 )
             ts_col = _batch_event_time(name, timestamp, timestamp_column, watermarks, False)
             stream = self._batch_kafka(
-                name, topic, schema, parallelism, bounded, *ts_col, framing=framing
-            )
+                name, topic, schema, parallelism, bounded, *ts_col, framing=framing,
+                registry=registry,
+            )  # fmt: skip
             node = self._nodes[name]
             node.time = _record_time(name, None, timestamp_column, ts_col[1], node.schema or {})
             return stream
@@ -308,19 +318,6 @@ class Pipeline(Graph):
         column = timestamp_column or kafka_timestamp_field
         node.time = _record_time(name, ts[0], column, ts[1], channel)
         return Stream(self, name)
-
-
-def _check_registry(
-    where: str, value_format: str, registry: RegistryConfig | None, batches: bool
-) -> None:
-    """Refuse a ``registry`` the source cannot use yet (see ``read_kafka``)."""
-    if registry is None:
-        return
-    check_registry_format(where, value_format, registry, "read")
-    if batches:
-        raise PipelineDefinitionError(
-            f"{where}: values by a schema registry are read as records; drop batches=True"
-        )
 
 
 def _check_kafka_time_field(

@@ -22,7 +22,7 @@ from __future__ import annotations
 import io
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import fastavro
 import numpy as np
@@ -267,8 +267,17 @@ class AvroDecoder:
         return AvroRun(batch.take(pa.array(keep)), keep.tolist(), bad)
 
 
+class ColumnDecoder(Protocol):
+    """What :func:`decode_kafka_avro` decodes with: :class:`AvroDecoder`, or the
+    registry's (:mod:`spillway.spark_jobs.connectors.batchregistry`)."""
+
+    def decode(self, values: Sequence[bytes | None]) -> AvroRun:
+        """``values`` as one batch, bad values left out with the reason (``AvroRun``)."""
+        ...
+
+
 def decode_kafka_avro(
-    decoder: AvroDecoder,
+    decoder: ColumnDecoder,
     topic: str,
     partition: int,
     offsets: Sequence[int],

@@ -53,6 +53,8 @@ from spillway.spark_jobs.connectors.batchfiles import (
     read_parquet_batches,
 )
 from spillway.spark_jobs.connectors.batchjson import decode_kafka_json
+from spillway.spark_jobs.connectors.batchregistry import RegistryAvroBatches, channel_schema
+from spillway.spark_jobs.connectors.registry import RegistryConfig
 from spillway.spark_jobs.connectors.sources import FileSource, KafkaTopicSource
 from spillway.spark_jobs.records.watermarks import Watermarks, WatermarkTracker
 
@@ -166,9 +168,10 @@ class Chained:
 
 
 class BatchKafkaSource(KafkaTopicSource):
-    """JSON (or Avro: ``framing``, :mod:`spillway.spark_jobs.connectors.batchavro`) values of an
-    existing
-    Kafka topic as Arrow batches of the (flat) schema."""
+    """JSON (or Avro: ``framing``, :mod:`spillway.spark_jobs.connectors.batchavro`; or Avro
+    by a schema registry: ``registry``, :mod:`spillway.spark_jobs.connectors.batchregistry`)
+    values of an existing Kafka topic as Arrow batches of the (flat) schema. With a
+    registry the schema's defaults serve resolution only: the batches' schema has none."""
 
     def __init__(
         self,
@@ -179,7 +182,11 @@ class BatchKafkaSource(KafkaTopicSource):
         timestamp: str | None = None,
         watermarks: Watermarks | None = None,
         framing: str | None = None,
+        registry: RegistryConfig | None = None,
     ):
+        reader = dict(schema)
+        if registry is not None:
+            schema = channel_schema(reader)
         super().__init__(topic, parallelism, bounded, schema, None, watermarks)
         flat = arrow_schema(dict(schema))
         if flat is None:
@@ -191,7 +198,11 @@ class BatchKafkaSource(KafkaTopicSource):
         self._arrow = flat
         self._ts_column = timestamp
         self._batch_origins: Origins = Chained([])
-        self._columns = None if framing is None else AvroDecoder(dict(schema), framing)
+        self._columns: AvroDecoder | RegistryAvroBatches | None = None
+        if registry is not None:
+            self._columns = RegistryAvroBatches(reader, registry)
+        elif framing is not None:
+            self._columns = AvroDecoder(reader, framing)
 
     def read(self, max_records: int) -> list[pa.RecordBatch] | None:
         """One batch of the next committed messages' values, up to

@@ -17,7 +17,8 @@ from __future__ import annotations
 import io
 import json
 import typing
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import fastavro
 from fastavro.read import SchemaResolutionError
@@ -34,6 +35,15 @@ from spillway.spark_jobs.records.lines import LineError
 MAGIC = 0
 HEADER_BYTES = 5
 _REASON_CHARS = 300
+
+
+class SchemaSource(Protocol):
+    """What a decoder asks of a registry: the schema text of an id
+    (:class:`~spillway.spark_jobs.connectors.registry.RegistryClient` is one)."""
+
+    def schema(self, schema_id: SchemaId) -> str:
+        """The schema text of ``schema_id``; ``SchemaNotFound`` if there is none."""
+        ...
 
 
 def subject_name(topic: str) -> str:
@@ -54,26 +64,34 @@ def split_header(value: bytes | None) -> tuple[SchemaId, bytes]:
 class RegistryAvroRecords:
     """The record path's decoder of registry-framed Avro values into ``schema``'s records.
 
-    Picklable before its first :meth:`read` (the client is made on first use).
+    Picklable before its first :meth:`read` (the client is made on first use, by
+    ``connect``: a module-level callable, :class:`RegistryClient` unless a test fakes it).
     """
 
-    def __init__(self, schema: dict[str, Any], registry: RegistryConfig) -> None:
+    def __init__(
+        self,
+        schema: dict[str, Any],
+        registry: RegistryConfig,
+        connect: Callable[[RegistryConfig], SchemaSource] = RegistryClient,
+    ) -> None:
         self.schema = schema
         self.registry = registry
+        self.connect = connect
         fastavro.parse_schema(schema, named_schemas={})  # a clear error now, not per record
-        self._client: RegistryClient | None = None
+        self._client: SchemaSource | None = None
         self._pairs: dict[SchemaId, tuple[Any, Any]] = {}
+        self._writers: dict[SchemaId, Any] = {}
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"schema": self.schema, "registry": self.registry}
+        return {"schema": self.schema, "registry": self.registry, "connect": self.connect}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["schema"], state["registry"])  # type: ignore[misc]
+        self.__init__(state["schema"], state["registry"], state["connect"])  # type: ignore[misc]
 
     def read(self, value: bytes | None) -> dict[str, Any]:
         """``value`` as a record of the reader's schema; ``LineError`` saying why not."""
         schema_id, body = split_header(value)
-        writer, reader = self._resolution(schema_id)
+        writer, reader = self.resolution(schema_id)
         stream = io.BytesIO(body)
         try:
             record = fastavro.schemaless_reader(stream, writer, reader)
@@ -95,19 +113,31 @@ class RegistryAvroRecords:
             raise LineError(f"schema id {schema_id}: the writer's schema is not a record")
         return record
 
-    def _resolution(self, schema_id: SchemaId) -> tuple[Any, Any]:
-        """The parsed writer's schema of ``schema_id`` and the reader's, cached per id."""
-        pair = self._pairs.get(schema_id)
-        if pair is not None:
-            return pair
+    def writer_schema(self, schema_id: SchemaId) -> Any:
+        """The writer's schema of ``schema_id`` as the registry gives it (parsed JSON),
+        cached per id; ``LineError`` if the registry has no such id or it is not JSON."""
+        if schema_id in self._writers:
+            return self._writers[schema_id]
         if self._client is None:
-            self._client = RegistryClient(self.registry)
+            self._client = self.connect(self.registry)
         try:
             text = self._client.schema(schema_id)
         except SchemaNotFound as e:
             raise LineError(f"schema id {schema_id} is not in the schema registry ({e})") from e
         try:
-            writer_schema = json.loads(text)
+            schema = self._writers[schema_id] = json.loads(text)
+        except ValueError as e:
+            raise LineError(f"schema id {schema_id}: its schema cannot be parsed: {e}") from e
+        return schema
+
+    def resolution(self, schema_id: SchemaId) -> tuple[Any, Any]:
+        """The parsed writer's schema of ``schema_id`` and the reader's, cached per id;
+        ``LineError`` if the registry has no such id or its schema cannot be parsed."""
+        pair = self._pairs.get(schema_id)
+        if pair is not None:
+            return pair
+        writer_schema = self.writer_schema(schema_id)
+        try:
             writer = fastavro.parse_schema(writer_schema, named_schemas={})
         except Exception as e:  # a registry serving a schema fastavro refuses
             raise LineError(f"schema id {schema_id}: its schema cannot be parsed: {e}") from e
