@@ -1,8 +1,9 @@
-"""The pipeline of test_schema_registry.py: registry-framed Avro orders (an unbounded
-topic) → a map → registry-framed Avro output.
+"""The pipelines of test_schema_registry.py: registry-framed Avro orders (an unbounded
+topic) → a map → registry-framed Avro output; and the same orders (bounded) read as Arrow
+batches → ``map_batches`` → JSONL.
 
-Environment: ``SPILLWAY_TEST_IN``/``SPILLWAY_TEST_OUT`` (topics),
-``SPILLWAY_TEST_REGISTRY`` (the registry's URL).
+Environment: ``SPILLWAY_TEST_IN``/``SPILLWAY_TEST_OUT`` (topics; for the batches, the
+output directory), ``SPILLWAY_TEST_REGISTRY`` (the registry's URL).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import os
 from typing import Any
 
 from spillway.spark_jobs.api.pipeline import Pipeline
+from spillway.spark_jobs.connectors.batchregistry import channel_schema
 from spillway.spark_jobs.connectors.registry import RegistryConfig
 
 # The reader's schema: version 2 of the producers' (``note`` added, with a default).
@@ -48,4 +50,27 @@ def registry_orders() -> Pipeline:
     orders.map("tax", taxed, schema=TAXED).write_kafka(
         "sink", os.environ["SPILLWAY_TEST_OUT"], value_format="avro", registry=registry
     )
+    return p
+
+
+def taxed_batch(b: Any) -> Any:
+    """:func:`taxed` over an Arrow batch (amounts are positive: ``divide`` truncates as //)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    gross = pc.divide(pc.multiply(b.column("amount"), 6), 5)
+    return pa.RecordBatch.from_arrays([*b.columns, gross], names=[*b.schema.names, "gross"])
+
+
+def registry_orders_batches() -> Pipeline:
+    """The bounded orders topic read as Arrow batches by their schema ids, resolved into
+    version 2; taxed with ``map_batches``; written as JSONL to ``SPILLWAY_TEST_OUT``."""
+    registry = RegistryConfig(os.environ["SPILLWAY_TEST_REGISTRY"])
+    p = Pipeline("registry-orders-batches")
+    orders = p.read_kafka(
+        "orders", os.environ["SPILLWAY_TEST_IN"], schema=ORDER_V2, parallelism=2,
+        bounded=True, batches=True, value_format="avro", registry=registry,
+    )  # fmt: skip
+    tax = orders.map_batches("tax", taxed_batch, schema=channel_schema(TAXED))
+    tax.write_jsonl("out", os.environ["SPILLWAY_TEST_OUT"])
     return p

@@ -7,6 +7,12 @@ its checkpoint; once it has restarted the producer writes version 2 (a field add
 default) and one value with an id the registry does not know. The output, read back with
 confluent-kafka's ``AvroDeserializer``, holds every order exactly once, version 1's with
 the default; the unknown id is dead-lettered with its origin and the id.
+
+The batch path: the same two versions, a value of a third schema that does not resolve
+into the reader's, a value with an unknown id and a truncated one, read by a bounded job
+as Arrow batches (each flat version decoded column by column) and taxed with
+``map_batches``: the output is exact and each bad value is dead-lettered once with its
+origin and its schema id.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -201,3 +208,77 @@ def test_a_schema_the_subjects_rule_refuses_stops_the_pipeline_before_it_starts(
         "sink2", f"{unique}-out", value_format="avro",
         registry=RegistryConfig(schema_registry_url),
     )  # fmt: skip
+
+
+def test_a_batch_job_reads_two_schema_versions_by_id_into_exact_output(
+    kafka_bootstrap: str,
+    schema_registry_url: str,
+    unique: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    topic_in = f"{unique}-in"
+    Admin(KafkaSettings(kafka_bootstrap)).ensure_topics([TopicSpec(topic_in, PARTITIONS)])
+    registry = SchemaRegistryClient({"url": schema_registry_url})
+    registry.set_compatibility(f"{topic_in}-value", "BACKWARD")
+    ctx = SerializationContext(topic_in, MessageField.VALUE)
+    v1 = AvroSerializer(registry, json.dumps(ORDER_V1))
+    v2 = AvroSerializer(registry, json.dumps(ORDER_V2))
+    # A schema of another subject whose "id" is a string and which lacks "amount".
+    clash = {"type": "record", "name": "Order", "fields": [{"name": "id", "type": "string"}]}
+    other = SerializationContext(f"{unique}-other", MessageField.VALUE)
+    clashing = AvroSerializer(registry, json.dumps(clash))({"id": "x"}, other)
+    clash_id = int.from_bytes(clashing[1:5], "big")
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "enable.idempotence": True})
+    expected: list[dict[str, Any]] = []
+    for i in range(2 * PER_VERSION):
+        order = {"id": i, "amount": 100 + i % 1000}
+        if i < PER_VERSION:
+            value = v1(order, ctx)
+            order["note"] = "none"  # version 1 has no note: the reader's default
+        else:
+            order["note"] = f"n{i % 7}"
+            value = v2(order, ctx)
+        producer.produce(topic_in, value, partition=i % PARTITIONS)
+        expected.append(taxed(order))
+    last_v2 = v2({"id": -1, "amount": 1, "note": "cut"}, ctx)
+    bad = {
+        (0, PER_VERSION): b"\x00" + UNKNOWN_ID.to_bytes(4, "big") + b"\x02",
+        (1, PER_VERSION): last_v2[:-2],  # truncated
+        (0, PER_VERSION + 1): clashing,
+    }
+    for (partition, _), value in sorted(bad.items(), key=lambda kv: kv[0][1]):
+        producer.produce(topic_in, value, partition=partition)
+    assert producer.flush(60) == 0
+
+    out = tmp_path / "out"
+    monkeypatch.setenv("SPILLWAY_TEST_IN", topic_in)
+    monkeypatch.setenv("SPILLWAY_TEST_OUT", str(out))
+    monkeypatch.setenv("SPILLWAY_TEST_REGISTRY", schema_registry_url)
+    results = run_on_spark(
+        JobConfig(
+            "tests.integration.registryjobs:registry_orders_batches", unique, kafka_bootstrap,
+            master="local[6,3]", dead_letter=True, checkpoint_interval_s=0.1,
+        )
+    )  # fmt: skip
+    assert {r.status for r in results} == {"finished"}
+    got = [json.loads(line) for f in sorted(out.glob("out/*.jsonl")) for line in f.open()]
+    assert Counter(o["id"] for o in got) == Counter(range(2 * PER_VERSION))  # each exactly once
+    assert sorted(got, key=lambda o: o["id"]) == expected
+
+    dead = read_dlq(kafka_bootstrap, unique)
+    assert sorted((int(d["partition"]), int(d["offset"])) for d in dead) == sorted(bad)
+    errors = {(int(d["partition"]), int(d["offset"])): str(d["error"]) for d in dead}
+    for d in dead:
+        assert (d["operator"], d["stage"], d["topic"]) == ("orders", "source", topic_in)
+        assert d["origin"] == f"{topic_in}[{d['partition']}]@{d['offset']}"
+    assert errors[(0, PER_VERSION)].startswith(
+        f"schema id {UNKNOWN_ID} is not in the schema registry ("
+    )
+    assert errors[(1, PER_VERSION)].startswith(
+        f"schema id {int.from_bytes(last_v2[1:5], 'big')}: not an Avro datum of the schema"
+    )
+    assert errors[(0, PER_VERSION + 1)] == (
+        f"schema id {clash_id}: the writer's schema cannot be resolved into the reader's: "
+        "the writer's field 'id' is string, the reader's 'id' is long"
+    )
