@@ -153,7 +153,8 @@ class RegistryAvroBatches:
             if plan.error is not None:
                 bad += [(i, plan.error) for i in rows.tolist()]
                 continue
-            run = self._columns(plan, sid, group) if plan.decoder else self._one_by_one(group)
+            flat = plan.decoder is not None
+            run = self._columns(plan, sid, group) if flat else self._one_by_one(group)
             batches.append(run.batch)
             kept.append(rows[np.asarray(run.kept, dtype=np.int64)])
             bad += [(int(rows[i]), why) for i, why in run.bad]
