@@ -40,15 +40,8 @@ class EventLog:
     """Appends JSON events for one subtask, and heartbeats from its first event until close."""
 
     def __init__(
-        self,
-        settings: KafkaSettings,
-        subtask: SubtaskId,
-        attempt: int,
-        run_id: str | None = None,
-        extra: Callable[[], Mapping[str, Any]] = dict,
+        self, settings: KafkaSettings, subtask: SubtaskId, attempt: int, run_id: str | None = None
     ) -> None:
-        """``extra``: more heartbeat fields (spillway.recovery.runtime.livestats), called
-        from the heartbeat thread."""
         self.subtask = subtask
         self.attempt = attempt
         self.run_id = run_id
@@ -62,11 +55,13 @@ class EventLog:
             self._producer, heartbeats_topic(subtask.job), str(subtask).encode(), self._beat
         )
         self._beating = False
-        self._extra = extra
+        # More heartbeat fields (spillway.recovery.runtime.livestats); called from the heartbeat
+        # thread.
+        self.extra: Callable[[], Mapping[str, Any]] = dict
 
     def _beat(self) -> dict[str, Any]:
         try:
-            extra = dict(self._extra())
+            extra = dict(self.extra())
         except Exception:  # a beat without figures still says the subtask is alive
             extra = {}
         return {**extra, **self._identity()}
