@@ -156,6 +156,8 @@ class KafkaSettings:
 # within transaction.timeout.ms. Each part is one message of at most
 # max_batch_bytes, so the broker's message.max.bytes, a topic's max.message.bytes, the
 # producer's message.max.bytes and the consumer's fetch sizes need only admit one batch.
+# Keyed state keeps the same bound for a value, split the same way in its changelog
+# (spillway.recovery.restore.state).
 MAX_RECORD_BYTES = 64 * 1024 * 1024
 
 CODECS = ("arrow", "avro")  # channel data encodings (spillway.channels.wire.envelope.writer_codec)

@@ -147,8 +147,9 @@ def _add_checkpoint_options(p: Any) -> None:
         "--max-record-bytes",
         type=int,
         default=MAX_RECORD_BYTES,
-        help="largest record a channel carries, encoded (a record larger than one message "
-        "is split over several; at most and by default 64 MiB); a larger one stops the job",
+        help="largest record, and keyed-state value, a job carries, encoded (one larger "
+        "than a message is split over several, in channels and changelogs; at most and by "
+        "default 64 MiB); a larger one stops the job",
     )
     p.add_argument(
         "--transaction-timeout-ms",

@@ -123,7 +123,7 @@ class ProducerBase:
                 except BufferError:
                     self._produce_waiting(topic, -1, key, value, None, None)
         except KafkaException as e:
-            raise self._translate(e) from e
+            raise self._translate(e, topic) from e
         finally:
             self.txn_bytes += size
 
@@ -151,7 +151,7 @@ class ProducerBase:
                 # librdkafka's queue is full: serve delivery reports to make room.
                 self.poll(0.05)
             except KafkaException as e:
-                raise self._translate(e) from e
+                raise self._translate(e, topic, len(value or b"") + len(key or b"")) from e
         raise TransactionAbortedError(
             f"producer {self.name}: local queue stayed full for 50 s; broker too slow"
         )
@@ -237,17 +237,35 @@ class ProducerBase:
             raise RecordTooLargeError(
                 f"producer {self.name}: the broker refused a message"
                 f"{self._failed_delivery} as too large ({err.str()}); raise that topic's "
-                "max.message.bytes, or make the record smaller"
+                "max.message.bytes (and the broker's message.max.bytes), or make the "
+                "record smaller"
             )
         raise TransactionAbortedError(
             f"producer {self.name}: a message{self._failed_delivery} could not be "
             f"delivered ({err.str()}); transaction aborted"
         )
 
-    def _translate(self, e: KafkaException) -> SpillwayError:
+    def _translate(self, e: KafkaException, topic: str = "", size: int = 0) -> SpillwayError:
+        """The Spillway error for ``e`` (``topic``, ``size``: of the message a produce
+        call failed on, if that is where it came from)."""
         err = kafka_error(e)
         if err is None:
             return SpillwayError(str(e))
+        if err.code() in _TOO_LARGE:
+            # Refused for its size (by this client's message.max.bytes before sending, or
+            # by the broker): deterministic, so the job stops at once rather than retrying.
+            # A produce call refuses before queuing: the transaction stays usable, so the
+            # record can go to the dead letters in it; a refusal seen later spoiled it.
+            if not topic:
+                self._abort_quietly()
+            what = f"a message of {size} bytes" if size else "a message"
+            to = f" to {topic}" if topic else ""
+            limit = self._config.get("message.max.bytes", 1000000)  # librdkafka's default
+            return RecordTooLargeError(
+                f"producer {self.name}: {what}{to} is too large ({err.str()}); raise the "
+                f"producer's message.max.bytes (now {limit}; a client setting) and that "
+                "topic's max.message.bytes, or make the record smaller"
+            )
         if err.code() in (KafkaError._FATAL, KafkaError._STATE):
             # _STATE: a produce refused because the transaction is in a fatal state, e.g.
             # this producer was fenced by a newer incarnation while messages were queued

@@ -15,6 +15,7 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from spillway.channels.config import ChannelSettings
 from spillway.channels.errors import ConfigError
 from spillway.channels.ids import SubtaskId
 from spillway.channels.naming import changelog_topic
@@ -54,8 +55,16 @@ def changelog_partition_of(plan: JobPlan, operator: str) -> Callable[[Any], int]
     return lambda sk: key_group(key_of(sk), m)
 
 
-def owned_state(plan: JobPlan, subtask: SubtaskId, owned: Ownership) -> ChangelogState | None:
+def owned_state(
+    plan: JobPlan,
+    subtask: SubtaskId,
+    owned: Ownership,
+    settings: ChannelSettings | None = None,
+) -> ChangelogState | None:
     """The keyed state of ``subtask`` over its owned changelog partitions (None: stateless).
+
+    ``settings``: the job's channel settings; its changelog messages keep their bounds
+    (defaults when None).
 
     :class:`PipelineDefinitionError` for a stateful operator without key groups
     (:meth:`JobPlan.changelog_partitions`).
@@ -65,7 +74,7 @@ def owned_state(plan: JobPlan, subtask: SubtaskId, owned: Ownership) -> Changelo
         return None
     topic = changelog_topic(plan.job, op.name)
     return ChangelogState.keyed(
-        topic, owned.of_topic(topic), changelog_partition_of(plan, subtask.operator)
+        topic, owned.of_topic(topic), changelog_partition_of(plan, subtask.operator), settings
     )
 
 

@@ -162,7 +162,7 @@ class SubtaskRunner:
         self.result = SubtaskResult(str(subtask), attempt, "created")
         # Partition ownership (recovery/restore/ownership.py): what this subtask reads and restores.
         self.owned = owned_partitions(plan, subtask)
-        self.state = owned_state(plan, subtask, self.owned)
+        self.state = owned_state(plan, subtask, self.owned, options.channel)
         self.ctx = _Ctx(subtask, self.state, settings)
         self.inputs = input_channels(plan, op, self.owned)
         self.dead_letters = DeadLetters(self.producer, subtask) if options.dead_letter else None

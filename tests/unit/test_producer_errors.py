@@ -10,7 +10,12 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from spillway.channels.config import KafkaSettings
-from spillway.channels.errors import ProducerFencedError, SpillwayError, TransactionAbortedError
+from spillway.channels.errors import (
+    ProducerFencedError,
+    RecordTooLargeError,
+    SpillwayError,
+    TransactionAbortedError,
+)
 from spillway.channels.ids import Offset, TopicPartition
 from spillway.channels.kafka import producer as producer_module
 from spillway.channels.kafka.producer import TransactionalProducer, pending_kafka_exception
@@ -188,3 +193,51 @@ def test_send_offsets_retries_a_transport_error() -> None:
     fake = _SendOffsetsTransportThenOk()
     _producer(fake).send_offsets({TopicPartition("t", 0): Offset(5)}, object())
     assert fake.calls == 2
+
+
+class _RefusesLarge:
+    """librdkafka refusing a message bigger than the producer's message.max.bytes, as
+    produce() does before sending it."""
+
+    def __init__(self) -> None:
+        self.aborted = 0
+
+    def produce(self, *args: Any, **kwargs: Any) -> None:
+        raise KafkaException(
+            KafkaError(KafkaError.MSG_SIZE_TOO_LARGE, "Broker: Message size too large")
+        )
+
+    def abort_transaction(self, timeout: float) -> None:
+        self.aborted += 1
+
+
+@pytest.mark.parametrize("call", ["produce", "produce_many"])
+def test_a_message_refused_as_too_large_is_a_deterministic_record_error(call: str) -> None:
+    fake = _RefusesLarge()
+    p = _producer(fake)
+    send = {
+        "produce": lambda: p.produce("spillway.j.changelog.count", 0, b"k", b"x" * 2000),
+        "produce_many": lambda: p.produce_many("out", [(b"k", b"x" * 2000)]),
+    }[call]
+    with pytest.raises(RecordTooLargeError) as info:
+        send()
+    assert info.value.deterministic
+    assert fake.aborted == 0  # refused before queuing: the transaction can still commit
+    text = str(info.value)
+    assert "message.max.bytes (now 1000000; a client setting)" in text
+    assert "topic's max.message.bytes" in text
+    if call == "produce":
+        assert "a message of 2001 bytes to spillway.j.changelog.count is too large" in text
+    else:
+        assert "a message to out is too large" in text
+
+
+def test_a_too_large_refusal_seen_after_sending_aborts_the_transaction() -> None:
+    fake = _RefusesLarge()
+    p = _producer(fake)
+    refused = KafkaException(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE, "Broker: too large"))
+    error = p._translate(refused)  # as flush() or commit() see it
+    assert isinstance(error, RecordTooLargeError)
+    assert error.deterministic
+    assert fake.aborted == 1
+    assert str(error).startswith("producer spillway.j.op.0: a message is too large")
