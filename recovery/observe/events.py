@@ -40,8 +40,15 @@ class EventLog:
     """Appends JSON events for one subtask, and heartbeats from its first event until close."""
 
     def __init__(
-        self, settings: KafkaSettings, subtask: SubtaskId, attempt: int, run_id: str | None = None
+        self,
+        settings: KafkaSettings,
+        subtask: SubtaskId,
+        attempt: int,
+        run_id: str | None = None,
+        extra: Callable[[], Mapping[str, Any]] = dict,
     ) -> None:
+        """``extra``: more heartbeat fields (spillway.recovery.runtime.livestats), called
+        from the heartbeat thread."""
         self.subtask = subtask
         self.attempt = attempt
         self.run_id = run_id
@@ -55,13 +62,11 @@ class EventLog:
             self._producer, heartbeats_topic(subtask.job), str(subtask).encode(), self._beat
         )
         self._beating = False
-        # More heartbeat fields (spillway.recovery.runtime.livestats); called from the heartbeat
-        # thread.
-        self.extra: Callable[[], Mapping[str, Any]] = dict
+        self._extra = extra
 
     def _beat(self) -> dict[str, Any]:
         try:
-            extra = dict(self.extra())
+            extra = dict(self._extra())
         except Exception:  # a beat without figures still says the subtask is alive
             extra = {}
         return {**extra, **self._identity()}

@@ -8,26 +8,17 @@
   messages and even inside one (between chunks of its records); barriers that arrive
   first are honoured too.
 
-The checkpointer (:mod:`spillway.recovery.runtime.checkpointer`) owns the cadence; the task loop and
-the
-processor only call its hooks, so a new mode is a new class here, not a new boolean.
+A cadence decides and never commits: its hooks return the global checkpoint to take (or
+None), the processor reports it in its step's result
+(:mod:`spillway.recovery.runtime.requests`), and the task loop asks the checkpointer to take
+it. The task loop and the processor only call these hooks, so a new mode is a new class
+here, not a new boolean.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
 from typing import Protocol
-
-from spillway.channels.ids import TopicPartition
-from spillway.recovery.job.plan import Record
-
-# (partition, message offset, records of it done) for a checkpoint inside a message.
-Partial = tuple[TopicPartition, int, int]
-TakeGlobal = Callable[[int, Partial | None], None]
-# one message's records: dicts, or spillway.channels.wire.batchread.ArrowRows
-Rows = Sequence[Record]
-Deliver = Callable[[Rows, TopicPartition, int], None]
 
 MODES = ("interval", "aligned", "unaligned")
 
@@ -86,11 +77,22 @@ class GlobalCadence:
 
 
 class Cadence(Protocol):
-    """The hooks through which a checkpoint mode acts."""
+    """The hooks through which a checkpoint mode acts; each returns the global checkpoint
+    to take now (None: none), never takes it."""
 
     is_global: bool  # numbered global checkpoints (kept longer, announced)
     align: bool  # the reader holds channels back at barriers
-    last_global: int | None  # the newest global checkpoint taken (or restored)
+
+    @property
+    def chunk(self) -> int | None:
+        """Records per chunk of a message, a checkpoint may fall between two chunks (None:
+        whole messages, and checkpoints only between messages)."""
+        ...
+
+    @property
+    def last_global(self) -> int | None:
+        """The newest global checkpoint taken (or restored)."""
+        ...
 
     def poll_shape(self, poll_messages: int) -> tuple[int, float, bool]:
         """(messages per poll, wait in seconds, stop after a barrier) for the reader."""
@@ -100,16 +102,22 @@ class Cadence(Protocol):
         """True if global checkpoint ``n`` is newer than the last one taken."""
         ...
 
-    def on_loop(self, reads_channels: bool) -> None:
-        """Once per loop turn while running: take a triggered checkpoint if the mode says so."""
+    def on_loop(self, reads_channels: bool) -> int | None:
+        """Once per loop turn while running: a triggered checkpoint if the mode says so."""
+        ...
 
-    def after_poll(self, reader: AligningReader, barrier: int | None) -> None:
-        """After one poll of the reader; ``barrier``: a newer barrier the poll stopped at."""
+    def between_chunks(self) -> int | None:
+        """Before the next chunk of a message (only when :attr:`chunk` is set): a
+        triggered checkpoint to take inside the message."""
+        ...
 
-    def deliver(
-        self, records: Rows, tp: TopicPartition, offset: int, done: int, deliver: Deliver
-    ) -> None:
-        """Hand one message's records to ``deliver`` (the unaligned mode in chunks)."""
+    def after_poll(self, reader: AligningReader, barrier: int | None) -> int | None:
+        """After one poll of the reader (``barrier``: a newer barrier the poll stopped at):
+        the checkpoint to take there."""
+        ...
+
+    def after_checkpoint(self, reader: AligningReader, n: int) -> None:
+        """Checkpoint ``n`` that :meth:`after_poll` asked for is taken: the reader goes on."""
 
     def interval_waits(self, now: float) -> bool:
         """True if an interval checkpoint due now should leave it to a global one."""
@@ -124,9 +132,10 @@ class IntervalCadence:
 
     is_global = False
     align = False
+    chunk = None
 
-    def __init__(self) -> None:
-        self.last_global: int | None = None
+    def __init__(self, last_global: int | None = None) -> None:
+        self.last_global = last_global
 
     def poll_shape(self, poll_messages: int) -> tuple[int, float, bool]:
         """Several messages per poll, a 50 ms wait."""
@@ -136,17 +145,20 @@ class IntervalCadence:
         """Global checkpoints are never taken in this mode."""
         return False
 
-    def on_loop(self, reads_channels: bool) -> None:
+    def on_loop(self, reads_channels: bool) -> int | None:
         """Interval checkpoints come from the loop's clock check alone."""
+        return None
 
-    def after_poll(self, reader: AligningReader, barrier: int | None) -> None:
+    def between_chunks(self) -> int | None:
+        """Messages are not cut in this mode."""
+        return None
+
+    def after_poll(self, reader: AligningReader, barrier: int | None) -> int | None:
         """Barriers play no part in this mode."""
+        return None
 
-    def deliver(
-        self, records: Rows, tp: TopicPartition, offset: int, done: int, deliver: Deliver
-    ) -> None:
-        """The whole message at once."""
-        deliver(records, tp, offset)
+    def after_checkpoint(self, reader: AligningReader, n: int) -> None:
+        """Not called in this mode."""
 
     def interval_waits(self, now: float) -> bool:
         """Never: the interval is this mode's only clock."""
@@ -161,10 +173,9 @@ class _GlobalCheckpoints:
 
     is_global = True
 
-    def __init__(self, triggers: Triggers, take: TakeGlobal) -> None:
-        self.last_global: int | None = None
+    def __init__(self, triggers: Triggers, last_global: int | None) -> None:
+        self.last_global = last_global
         self._triggers = triggers
-        self._take = take
         self._spacing = GlobalCadence()
 
     def newer(self, n: int) -> bool:
@@ -180,44 +191,45 @@ class _GlobalCheckpoints:
         self.last_global = n
         self._spacing.taken(time.monotonic())
 
-    def _check_trigger(self, partial: Partial | None = None) -> bool:
+    def _triggered(self) -> int | None:
+        """The coordinator's trigger, if it asks for a checkpoint newer than the last."""
         n = self._triggers.trigger()
-        if not self.newer(n):
-            return False
-        self._take(n, partial)
-        return True
+        return n if self.newer(n) else None
 
 
 class AlignedCadence(_GlobalCheckpoints):
     """Global checkpoints at aligned barriers; sources act on the trigger."""
 
     align = True
+    chunk = None
 
     def poll_shape(self, poll_messages: int) -> tuple[int, float, bool]:
         """Several messages per poll: the reader holds channels back at barriers itself."""
         return poll_messages, 0.05, False
 
-    def on_loop(self, reads_channels: bool) -> None:
+    def on_loop(self, reads_channels: bool) -> int | None:
         """Only sources look at the trigger; the others checkpoint at barriers."""
-        if not reads_channels:
-            self._check_trigger()
+        return None if reads_channels else self._triggered()
 
-    def after_poll(self, reader: AligningReader, barrier: int | None) -> None:
-        """Checkpoint at a barrier the poll stopped at, then at an aligned one."""
-        if barrier is not None:
-            self._take(barrier, None)
+    def between_chunks(self) -> int | None:
+        """Messages are not cut in this mode."""
+        return None
+
+    def after_poll(self, reader: AligningReader, barrier: int | None) -> int | None:
+        """Checkpoint at a barrier aligned on every channel (``barrier`` is always None
+        here: an aligning reader returns no barriers, it holds their channels back)."""
         n = reader.aligned()
-        if n is not None:
-            reader.consume_barrier(n)
-            if self.newer(n):
-                self._take(n, None)
-            reader.release(n)
+        if n is None:
+            return None
+        reader.consume_barrier(n)
+        if self.newer(n):
+            return n  # released once it is taken (after_checkpoint)
+        reader.release(n)
+        return None
 
-    def deliver(
-        self, records: Rows, tp: TopicPartition, offset: int, done: int, deliver: Deliver
-    ) -> None:
-        """The whole message at once."""
-        deliver(records, tp, offset)
+    def after_checkpoint(self, reader: AligningReader, n: int) -> None:
+        """Let the channels held back at barrier ``n`` go on."""
+        reader.release(n)
 
 
 class UnalignedCadence(_GlobalCheckpoints):
@@ -225,45 +237,44 @@ class UnalignedCadence(_GlobalCheckpoints):
 
     align = False
 
-    def __init__(self, triggers: Triggers, take: TakeGlobal, chunk: int) -> None:
-        super().__init__(triggers, take)
-        self._chunk = chunk
+    def __init__(self, triggers: Triggers, chunk: int, last_global: int | None = None) -> None:
+        super().__init__(triggers, last_global)
+        self.chunk: int | None = chunk
 
     def poll_shape(self, poll_messages: int) -> tuple[int, float, bool]:
         """One message per poll, so a checkpoint can fall between any two, and a short
         wait, so an idle reader looks for a trigger every 10 ms (not every 50)."""
         return 1, 0.01, True
 
-    def on_loop(self, reads_channels: bool) -> None:
+    def on_loop(self, reads_channels: bool) -> int | None:
         """Every subtask looks at the trigger."""
-        self._check_trigger()
+        return self._triggered()
 
-    def after_poll(self, reader: AligningReader, barrier: int | None) -> None:
-        """A barrier that came before the trigger: checkpoint exactly at it."""
-        if barrier is not None:
-            self._take(barrier, None)
+    def between_chunks(self) -> int | None:
+        """A triggered checkpoint between two chunks of one message.
 
-    def deliver(
-        self, records: Rows, tp: TopicPartition, offset: int, done: int, deliver: Deliver
-    ) -> None:
-        """Take a triggered checkpoint between chunks of one message.
-
-        The checkpoint then records ``offset`` as the input position and how many of the
-        message's records are done (``partial``); a restore skips exactly those. The cut
-        stays consistent: the message was committed upstream before the trigger.
+        The checkpoint then records the message's offset as the input position and how
+        many of its records are done (:class:`~spillway.recovery.runtime.requests.InsideMessage`);
+        a restore skips exactly those. The cut stays consistent: the message was committed
+        upstream before the trigger.
         """
-        for start in range(0, len(records), self._chunk):
-            if start:
-                self._check_trigger((tp, offset, done + start))
-            deliver(records[start : start + self._chunk], tp, offset)
+        return self._triggered()
+
+    def after_poll(self, reader: AligningReader, barrier: int | None) -> int | None:
+        """A barrier that came before the trigger: checkpoint exactly at it."""
+        return barrier
+
+    def after_checkpoint(self, reader: AligningReader, n: int) -> None:
+        """Nothing is held back in this mode."""
 
 
 def make_cadence(
-    mode: str, triggers: Triggers | None, take: TakeGlobal, chunk: int
+    mode: str, triggers: Triggers | None, chunk: int, last_global: int | None = None
 ) -> IntervalCadence | AlignedCadence | UnalignedCadence:
-    """The cadence of ``mode``; interval checkpoints only without a job's triggers."""
+    """The cadence of ``mode``, continuing after global checkpoint ``last_global``;
+    interval checkpoints only without a job's triggers."""
     if triggers is None or mode not in ("aligned", "unaligned"):
-        return IntervalCadence()
+        return IntervalCadence(last_global)
     if mode == "aligned":
-        return AlignedCadence(triggers, take)
-    return UnalignedCadence(triggers, take, chunk)
+        return AlignedCadence(triggers, last_global)
+    return UnalignedCadence(triggers, chunk, last_global)

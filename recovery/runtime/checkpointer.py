@@ -11,8 +11,9 @@ The order of :meth:`Checkpointer.take` is fixed (the comments in it say why):
 6. record, consumer positions and outputs commit in one transaction;
 7. the sink publishes, old checkpoints are pruned, the next transaction opens.
 
-It owns the cadence (spillway.recovery.runtime.cadence): when an interval checkpoint is due, and the
-numbered global checkpoints of the aligned and unaligned modes.
+It says when an interval checkpoint is due; the cadence it is given
+(spillway.recovery.runtime.cadence) hears of the numbered global checkpoints of the aligned
+and unaligned modes as they commit. Only the task loop calls :meth:`Checkpointer.take`.
 """
 
 from __future__ import annotations
@@ -30,11 +31,12 @@ from spillway.channels.progress import ReaderState, Spans
 from spillway.channels.routing.keygroups import Ownership
 from spillway.offsets.checkpoint import Checkpoint, check_forward
 from spillway.offsets.tracker import CheckpointSequence
-from spillway.recovery.runtime.cadence import Partial, Triggers, make_cadence
+from spillway.recovery.runtime.cadence import Cadence, Triggers
 from spillway.recovery.runtime.crashpoints import CrashPoints
 from spillway.recovery.runtime.lifecycle import Lifecycle, Phase
 from spillway.recovery.runtime.livestats import LiveStats
 from spillway.recovery.runtime.options import RunOptions, SubtaskResult
+from spillway.recovery.runtime.requests import CheckpointRequest, InsideMessage, Partial
 
 log = logging.getLogger("spillway.subtask")
 
@@ -152,7 +154,7 @@ class Observers:
 
 
 class Checkpointer:
-    """Builds and commits one subtask's checkpoints; owns their cadence."""
+    """Builds and commits one subtask's checkpoints, continuing after a restored one."""
 
     def __init__(
         self,
@@ -166,7 +168,13 @@ class Checkpointer:
         options: RunOptions,
         triggers: Triggers | None,
         observers: Observers,
+        cadence: Cadence,
+        parts: Parts,
+        restored: Checkpoint | None,
     ) -> None:
+        """``cadence``: the mode's (it hears of each global checkpoint committed);
+        ``parts``: what each checkpoint asks for its contribution; ``restored``: the
+        checkpoint the subtask continues after (None: a fresh start)."""
         self.subtask = subtask
         self._topology = topology
         self._attempt = attempt
@@ -177,14 +185,15 @@ class Checkpointer:
         self._options = options
         self._triggers = triggers
         self._obs = observers
-        self.cadence = make_cadence(
-            options.checkpoint_mode, triggers, self.take_global, options.trigger_chunk
-        )
-        self.parts = Parts()
-        self.seq = CheckpointSequence(None)
+        self.cadence = cadence
+        self.parts = parts
+        self.seq = CheckpointSequence(restored.checkpoint_id if restored else None)
         self.last_time = time.monotonic()
-        self.changelogs: dict[TopicPartition, Offset] = {}  # next offset per owned partition
-        self._last_inputs: dict[TopicPartition, Offset] = {}
+        # next offset per owned partition
+        self.changelogs: dict[TopicPartition, Offset] = (
+            restored.changelog_positions() if restored else {}
+        )
+        self._last_inputs: dict[TopicPartition, Offset] = dict(restored.inputs) if restored else {}
         self._records_in_at_last = 0  # records read when the last checkpoint committed
         # records written as parts (spillway.channels.wire.spanning) until the last commit
         self._spanned = 0
@@ -193,26 +202,30 @@ class Checkpointer:
         self.bytes = (0, 0)
         self._pruning: threading.Thread | None = None
 
-    def restored(self, checkpoint: Checkpoint | None, global_id: int | None) -> None:
-        """Continue after ``checkpoint`` and after global checkpoint ``global_id``."""
-        if checkpoint is not None:
-            self.seq = CheckpointSequence(checkpoint.checkpoint_id)
-            self.changelogs = checkpoint.changelog_positions()
-            self._last_inputs = dict(checkpoint.inputs)
-        self.cadence.last_global = global_id
-
     def due(self, now: float) -> bool:
         """True when an interval checkpoint is due at ``now`` (monotonic seconds)."""
         return now - self.last_time >= self._options.checkpoint_interval_s
 
     def take(
         self,
-        finished: bool,
+        finished: bool = False,
         stopping: bool = False,
-        global_id: int | None = None,
-        partial: Partial | None = None,
+        request: CheckpointRequest | None = None,
     ) -> Checkpoint:
-        """Build and commit one checkpoint, in the order of the module docstring."""
+        """Build and commit one checkpoint, in the order of the module docstring: the final
+        one (``finished``), the last before a stop (``stopping``), global checkpoint
+        ``request`` (neither of those), or else an interval checkpoint."""
+        if request is None:
+            return self._commit_one(finished, stopping, None, None)
+        return self._take_global(request)
+
+    def _commit_one(
+        self,
+        finished: bool,
+        stopping: bool,
+        global_id: int | None,
+        partial: Partial | None,
+    ) -> Checkpoint:
         self._obs.lifecycle.to(Phase.CHECKPOINTING)
         t0 = time.monotonic()
         cid = self.seq.next()
@@ -321,13 +334,15 @@ class Checkpointer:
             set_aside=p.set_aside(),
         )
 
-    def take_global(self, n: int, partial: Partial | None = None) -> None:
+    def _take_global(self, request: CheckpointRequest) -> Checkpoint:
         """Checkpoint ``n`` of the job, with barrier n forwarded in the same transaction."""
+        n = request.n
+        partial = request.at if isinstance(request, InsideMessage) else None
         start, start_mono = time.time(), time.monotonic()
         seen = self._triggers.seen_at(n) if self._triggers is not None else None
         for w in self.parts.writers:
             w.barrier(n)
-        self.take(finished=False, global_id=n, partial=partial)
+        ckpt = self._commit_one(False, False, n, partial)
         self.cadence.taken(n)
         # Wall times of the phases (the coordinator reports them per checkpoint);
         # last_time is set right after the commit returned.
@@ -346,6 +361,7 @@ class Checkpointer:
         )
         if partial is not None:
             self._obs.crash.reached("after-partial-commit")
+        return ckpt
 
     def _prune(self, cid: int) -> None:
         """Every tenth checkpoint, delete the checkpoint records no longer kept.

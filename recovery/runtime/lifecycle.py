@@ -65,6 +65,11 @@ class Lifecycle:
             self._before_checkpoint = self.phase
         self.phase = target
 
+    def fail(self) -> None:
+        """Move to FAILED from any phase: an error may come after the last transition
+        (while the end is reported), where the table allows none."""
+        self.phase = Phase.FAILED
+
     def after_checkpoint(self) -> None:
         """Return from CHECKPOINTING to where the subtask was."""
         self.to(self._before_checkpoint)

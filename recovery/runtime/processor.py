@@ -2,14 +2,17 @@
 
 The processor reads from a source or from a channel reader, runs the operator's logic,
 writes to the channel writers (and a chained sink), forwards watermarks and idleness, and
-fails or dead-letters bad records. When to checkpoint is not its business: it calls the
-cadence's hooks (spillway.recovery.runtime.cadence) where a checkpoint may fall.
+fails or dead-letters bad records. When to checkpoint is not its business: it asks the
+cadence's hooks (spillway.recovery.runtime.cadence) where a checkpoint may fall, and reports
+what they ask for in its step's result (spillway.recovery.runtime.requests); the task loop
+takes it. Everything it works with is given when it is built, after the restore.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 
@@ -24,13 +27,31 @@ from spillway.recovery.job.origins import UNKNOWN, Origins, Same, TopicOffset
 from spillway.recovery.job.plan import Logic, Record, Sink, Source
 from spillway.recovery.restore.progress import ProgressLog, Replay, SourceReplay
 from spillway.recovery.runtime.batchpath import as_batch_logic, count_rows, rows_of, write_batches
-from spillway.recovery.runtime.cadence import Cadence, UnalignedCadence
+from spillway.recovery.runtime.cadence import Cadence
 from spillway.recovery.runtime.crashpoints import CrashPoints
 from spillway.recovery.runtime.deadletter import DeadLetters
 from spillway.recovery.runtime.eventtime import IdleAnnouncer, SetAsides
 from spillway.recovery.runtime.failures import emit_failure, run_diverting, source_failure
 from spillway.recovery.runtime.options import RunOptions, SubtaskResult
 from spillway.recovery.runtime.pollfold import PollFold
+from spillway.recovery.runtime.requests import AtBarrier, CheckpointRequest, InsideMessage, Step
+
+# One poll's work, stopping where a checkpoint falls; returns True when every input ended.
+Turn = Generator[CheckpointRequest, None, bool]
+
+
+@dataclass(frozen=True)
+class Continuation:
+    """Where a processor continues from after the restore (the defaults: a fresh start).
+
+    ``replay``: what its reader re-reads; ``source_replay``: what its source re-reads;
+    ``resume``: records of message (tp, offset) to skip (a checkpoint inside it);
+    ``watermark``: the operator's restored watermark."""
+
+    replay: Replay = field(default_factory=lambda: Replay({}, {}, None))
+    source_replay: SourceReplay = field(default_factory=lambda: SourceReplay(None, None))
+    resume: Mapping[tuple[TopicPartition, int], int] = field(default_factory=dict)
+    watermark: int | None = None
 
 
 class Processor:
@@ -48,7 +69,13 @@ class Processor:
         result: SubtaskResult,
         progress: ProgressLog,
         caught_up: Callable[[], None],
+        reader: ChannelReader | None,
+        writers: Sequence[ChannelWriter],
+        cadence: Cadence,
+        continuation: Continuation,
     ) -> None:
+        """``reader``: None for a source, which reads itself; ``writers``: one per output
+        channel; ``continuation``: what the restore left to continue from."""
         self.subtask = subtask
         self.operator = operator
         self.options = options
@@ -56,31 +83,46 @@ class Processor:
         self.batch_logic = as_batch_logic(self.logic)  # takes Arrow batches (batchpath)
         # A batch logic that folds what one poll returned in one call
         # (spillway.recovery.runtime.pollfold).
-        self._fold = PollFold() if getattr(self.logic, "folds_per_poll", False) else None
+        # Not where a checkpoint may fall inside a poll (between chunks): nothing may be held.
+        folds = getattr(self.logic, "folds_per_poll", False) and cadence.chunk is None
+        self._fold = PollFold() if folds else None
         self.dead_letters = dead_letters
         self.aside = aside
         self.crash = crash
         self.result = result
         self.progress = progress
         self._caught_up = caught_up
-        self.reader: ChannelReader | None = None
-        self.writers: list[ChannelWriter] = []
-        self.cadence: Cadence | None = None
-        self.replay = Replay({}, {}, None)
-        self.source_replay = SourceReplay(None, None)
+        self.reader = reader
+        self.writers = list(writers)
+        self._cadence = cadence
+        self.replay = continuation.replay
+        self.source_replay = continuation.source_replay
         # Records of message (tp, offset) to skip after a restore (mid-message checkpoint).
-        self.resume: dict[tuple[TopicPartition, int], int] = {}
-        self.watermark_out: int | None = None
+        self.resume: dict[tuple[TopicPartition, int], int] = dict(continuation.resume)
+        self.watermark_out: int | None = continuation.watermark
         self._last_wm_check = 0.0
         self._idle = IdleAnnouncer()
+        self._turn: Turn | None = None  # a poll's work stopped at a checkpoint request
 
-    def step(self) -> bool:
-        """Process one batch of input; True when every input has ended."""
+    def step(self) -> Step:
+        """Process one poll of input, or the rest of one stopped at a checkpoint request.
+
+        Returns whether every input has ended and the global checkpoint, if any, to take
+        before the next step (:mod:`spillway.recovery.runtime.requests`)."""
         if self.source is not None:
-            return self._step_source(self.source)
-        assert self.reader is not None
-        assert self.cadence is not None
-        reader, cadence = self.reader, self.cadence
+            return Step(self._step_source(self.source))
+        if self._turn is None:
+            assert self.reader is not None, "a processor without a source reads channels"
+            self._turn = self._poll_turn(self.reader, self._cadence)
+        try:
+            request = next(self._turn)
+        except StopIteration as done:
+            self._turn = None
+            return Step(bool(done.value))
+        return Step(False, request)
+
+    def _poll_turn(self, reader: ChannelReader, cadence: Cadence) -> Turn:
+        """One poll, yielding where a checkpoint must be taken before it goes on."""
         barrier: int | None = None
         batch, wait_s, stop = cadence.poll_shape(self.options.poll_messages)
         for d in reader.poll(batch, wait_s, stop_after_barrier=stop):
@@ -95,7 +137,10 @@ class Processor:
                 self.result.records_in += len(records)
                 if self.replay.pending:
                     self.replay.count(d.tp, d.offset, len(records))
-                cadence.deliver(records, d.tp, d.offset, done, self._deliver)
+                if cadence.chunk is None:
+                    self._deliver(records, d.tp, d.offset)
+                else:
+                    yield from self._deliver_chunks(records, d.tp, d.offset, done, cadence)
         self._run_fold()  # before anything below may checkpoint
         if (
             self.replay.pending
@@ -103,10 +148,32 @@ class Processor:
             and self.replay.done(reader.positions())
         ):
             self._caught_up()
-        cadence.after_poll(reader, barrier)
+        n = cadence.after_poll(reader, barrier)
+        if n is not None:
+            yield AtBarrier(n)
+            cadence.after_checkpoint(reader, n)
         self._maybe_forward_watermark(reader.watermark())
         self._announce_idle(reader.idle())
         return reader.finished()
+
+    def _deliver_chunks(
+        self,
+        records: Sequence[Record],
+        tp: TopicPartition,
+        offset: int,
+        done: int,
+        cadence: Cadence,
+    ) -> Generator[CheckpointRequest, None, None]:
+        """One message in chunks of ``cadence.chunk`` records; between two chunks, a
+        triggered checkpoint inside the message (``done``: its records processed before)."""
+        chunk = cadence.chunk
+        assert chunk is not None
+        for start in range(0, len(records), chunk):
+            if start:
+                n = cadence.between_chunks()
+                if n is not None:
+                    yield InsideMessage(n, (tp, offset, done + start))
+            self._deliver(records[start : start + chunk], tp, offset)
 
     def _step_source(self, source: Source) -> bool:
         recs = source.read(self.options.poll_records)
@@ -156,8 +223,7 @@ class Processor:
         # spillway.recovery.runtime.batchpath
         if isinstance(records, ArrowRows) and batch_logic is not None:
             origins = Same(TopicOffset(tp.topic, tp.partition, offset))
-            # Unaligned checkpoints fall between chunks of a message: nothing may be held.
-            if self._fold is not None and not isinstance(self.cadence, UnalignedCadence):
+            if self._fold is not None:
                 self._fold.add(records.batch, origins)
                 return
             self.emit(batch_logic.run_batch(records.batch, origins, self.dead_letters), origins)
@@ -187,9 +253,7 @@ class Processor:
         from); isolate failures if dead-lettering."""
         assert self.logic is not None
         run: Call = call or self.logic.process
-        return run_diverting(
-            run, records, origins, self.subtask, self.operator, self.dead_letters
-        )
+        return run_diverting(run, records, origins, self.subtask, self.operator, self.dead_letters)
 
     def emit(self, records: Iterable[Record], origins: Origins = UNKNOWN) -> None:
         """Write records to every output (``origins``: where each came from, if known)."""

@@ -7,13 +7,15 @@ incarnation (its open transaction is aborted), rebuilds that state from the chan
 and re-reads its inputs from those offsets. Upstream subtasks never notice: channels are
 durable, and nothing they need comes from this subtask.
 
-The runner wires the parts, each with one job (docs: STYLE "Runtime parts"):
+The runner opens the clients, restores, then has
+:mod:`spillway.recovery.runtime.taskfactory` build the task whole from what was restored.
+The parts each have one job (docs: STYLE "Runtime parts"):
 :mod:`spillway.recovery.restore.restorer` finds what to continue from,
 :mod:`spillway.recovery.runtime.processor` moves
 records, :mod:`spillway.recovery.runtime.collector` is where outputs leave,
 :mod:`spillway.recovery.runtime.checkpointer`
 (with :mod:`spillway.recovery.runtime.cadence`) checkpoints, and
-:mod:`spillway.recovery.runtime.taskloop` only loops.
+:mod:`spillway.recovery.runtime.taskloop` only loops, and alone asks for checkpoints.
 """
 
 from __future__ import annotations
@@ -21,97 +23,54 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from typing import Any
 
 from spillway.channels.config import KafkaSettings
 from spillway.channels.errors import ConfigError
 from spillway.channels.ids import SubtaskId
 from spillway.channels.kafka.consumer import AssignedConsumer
 from spillway.channels.kafka.producer import TransactionalProducer
-from spillway.channels.reader import ChannelReader, InputChannel
-from spillway.channels.routing.keygroups import Ownership
-from spillway.channels.writer import ChannelWriter, OutputChannel
-from spillway.offsets.store import CheckpointStore, check_retention, commit_checkpoint
-from spillway.recovery.job.plan import JobPlan, OperatorPlan
+from spillway.offsets.store import CheckpointStore
+from spillway.recovery.job.plan import JobPlan
 from spillway.recovery.observe.events import EventLog, JobSignals
 from spillway.recovery.observe.phases import PhaseClock
 from spillway.recovery.observe.phases import merge as merge_phases
 from spillway.recovery.restore.ownership import owned_partitions, owned_state
-from spillway.recovery.restore.progress import ProgressLog, Replay, SourceReplay, replay_ends
-from spillway.recovery.restore.rescale import handover_released
+from spillway.recovery.restore.progress import ProgressLog
 from spillway.recovery.restore.restorer import Restored, Restorer
-from spillway.recovery.restore.state import ChangelogState
-from spillway.recovery.runtime.batchpath import reads_batches
 from spillway.recovery.runtime.cadence import GlobalCadence
-from spillway.recovery.runtime.checkpointer import Checkpointer, Observers, Parts
+from spillway.recovery.runtime.checkpointer import Observers
 from spillway.recovery.runtime.collector import make_collector
 from spillway.recovery.runtime.crashpoints import CrashPoints
 from spillway.recovery.runtime.deadletter import PRODUCER_CONFIG, DeadLetters
-from spillway.recovery.runtime.eventtime import SetAsides
 from spillway.recovery.runtime.failures import failure_fields
 from spillway.recovery.runtime.faults import Faults
 from spillway.recovery.runtime.gcpolicy import streaming_collector
 from spillway.recovery.runtime.lifecycle import Lifecycle, Phase
 from spillway.recovery.runtime.livestats import LiveStats
 from spillway.recovery.runtime.options import GUARANTEES, RunOptions, SubtaskResult
-from spillway.recovery.runtime.processor import Processor
-from spillway.recovery.runtime.taskloop import Outcome, TaskLoop
+from spillway.recovery.runtime.taskfactory import (
+    Clients,
+    Hooks,
+    OperatorContext,
+    Task,
+    TaskSpec,
+    build_task,
+    input_channels,
+)
+from spillway.recovery.runtime.taskloop import Outcome
 
 # Re-exported: the driver, the benchmarks and the tests import them from here.
-__all__ = ["GUARANTEES", "GlobalCadence", "RunOptions", "SubtaskResult", "SubtaskRunner"]
+__all__ = [
+    "GUARANTEES",
+    "GlobalCadence",
+    "RunOptions",
+    "SubtaskResult",
+    "SubtaskRunner",
+    "input_channels",
+]
 
 log = logging.getLogger("spillway.subtask")
-
-
-class _Ctx:
-    def __init__(
-        self, subtask: SubtaskId, state: ChangelogState | None, kafka: KafkaSettings
-    ) -> None:
-        self._subtask = subtask
-        self._state = state
-        self._kafka = kafka
-        self.restored_watermark: int | None = None
-
-    @property
-    def kafka(self) -> KafkaSettings:
-        return self._kafka
-
-    @property
-    def watermark(self) -> int | None:
-        """The operator's watermark restored from its checkpoint (None: none yet)."""
-        return self.restored_watermark
-
-    @property
-    def subtask(self) -> SubtaskId:
-        return self._subtask
-
-    @property
-    def state(self) -> ChangelogState:
-        if self._state is None:
-            raise RuntimeError(f"{self._subtask}: operator is not stateful")
-        return self._state
-
-
-def input_channels(
-    plan: JobPlan, op: OperatorPlan, owned: Ownership
-) -> list[InputChannel]:
-    """The input partitions a subtask reads: the partitions of each input it owns."""
-    return [
-        InputChannel(
-            plan.topic_of(e),
-            part,
-            e.schema,
-            plan.operator(e.upstream).parallelism,
-            e.input_name,
-            e.earlier_schemas,
-        )
-        for e in plan.inputs_of(op.name)
-        for part in owned.of_topic(plan.topic_of(e))
-    ]
-
-
-def _padded(values: tuple[int, ...], n: int) -> tuple[int, ...]:
-    """``values`` per partition, with 0 for partitions added since they were recorded."""
-    return values + (0,) * (n - len(values))
 
 
 class SubtaskRunner:
@@ -147,7 +106,6 @@ class SubtaskRunner:
         op = plan.operator(subtask.operator)
         self.op = op
         self.store = CheckpointStore(settings, plan.job, op.name, op.parallelism)
-        self._released = False  # the rescale handover no longer needs old checkpoints
         self.producer = TransactionalProducer(
             settings,
             subtask.transactional_id,
@@ -157,62 +115,34 @@ class SubtaskRunner:
         # Channel and sink outputs leave through the collector; state and checkpoints
         # stay transactional under either guarantee.
         self.out = make_collector(options.guarantee, self.producer, settings, subtask)
-        self.events = EventLog(settings, subtask, attempt, options.run_id)
         self.live = LiveStats()
         self.result = SubtaskResult(str(subtask), attempt, "created")
+        # Built once restored (spillway.recovery.runtime.taskfactory); None until then.
+        self.task: Task | None = None
+        self.events = EventLog(settings, subtask, attempt, options.run_id, extra=self._live_doc)
         # Partition ownership (recovery/restore/ownership.py): what this subtask reads and restores.
         self.owned = owned_partitions(plan, subtask)
         self.state = owned_state(plan, subtask, self.owned, options.channel)
-        self.ctx = _Ctx(subtask, self.state, settings)
-        self.inputs = input_channels(plan, op, self.owned)
         self.dead_letters = DeadLetters(self.producer, subtask) if options.dead_letter else None
         self.progress = ProgressLog(settings, subtask)
         self.crash = CrashPoints(
             Faults(subtask, attempt, generation=options.generation),
             [self.out.flush, self.producer.flush, self.progress.flush],
         )
-        self.processor = self._make_processor(op)
-        self.checkpointer = self._make_checkpointer()
-        self.processor.cadence = self.checkpointer.cadence
-        self.consumer: AssignedConsumer | None = None
-        p = self.processor
-        self.events.extra = lambda: self.live.doc(self.result, p.reader, self.state, p.source)
+        # The operator's objects, made from the plan; opened once restored.
+        self.operator = (
+            op.make_source() if op.make_source else None,
+            op.make_logic() if op.make_logic else None,
+            op.make_sink() if op.make_sink else None,
+        )
         self._started = 0.0
         self.phases.lap("clients")
 
-    def _make_processor(self, op: OperatorPlan) -> Processor:
-        return Processor(
-            self.subtask,
-            op.name,
-            self.options,
-            (
-                op.make_source() if op.make_source else None,
-                op.make_logic() if op.make_logic else None,
-                op.make_sink() if op.make_sink else None,
-            ),
-            self.dead_letters,
-            SetAsides(self.subtask, self.dead_letters),
-            self.crash,
-            self.result,
-            self.progress,
-            self._caught_up,
-        )
-
-    def _make_checkpointer(self) -> Checkpointer:
-        return Checkpointer(
-            self.subtask,
-            self.plan.fingerprint,
-            self.attempt,
-            self.producer,
-            self.out,
-            lambda p, c, meta, reached: commit_checkpoint(
-                self.producer, self.store, c, meta, reached
-            ),
-            self.store,
-            self.options,
-            self._signals,
-            Observers(self.lifecycle, self.live, self.result, self.events, self.crash),
-        )
+    def _live_doc(self) -> dict[str, Any]:
+        """The heartbeat's figures (called from the heartbeat thread)."""
+        task = self.task
+        reader = task.processor.reader if task is not None else None
+        return self.live.doc(self.result, reader, self.state, self.operator[0])
 
     # -- life ----------------------------------------------------------------------------
 
@@ -220,26 +150,20 @@ class SubtaskRunner:
         """Run to the end (bounded), until asked to stop, or until an error is raised."""
         try:
             self.lifecycle.to(Phase.RESTORING)
-            if not self._restore():
+            task = self._restore()
+            if task is None:
                 return self.result
             self.lifecycle.to(Phase.RUNNING)
             self.producer.begin()
-            loop = TaskLoop(
-                self.processor,
-                self.checkpointer,
-                self._should_stop,
-                self.processor.reader is not None,
-                self.lifecycle,
-            )
             with streaming_collector():
-                outcome = loop.run()
+                outcome = task.loop.run()
             if outcome is Outcome.FINISHED:
-                self._finished()
+                self._finished(task)
             else:
-                self._stopped()
+                self._stopped(task)
             return self.result
         except BaseException as e:
-            self.lifecycle.phase = Phase.FAILED
+            self.lifecycle.fail()
             self.result.status = "failed"
             log.exception("%s attempt %d failed", self.subtask, self.attempt)
             try:
@@ -251,8 +175,9 @@ class SubtaskRunner:
         finally:
             self._close()
 
-    def _restore(self) -> bool:
-        """Fence, restore and open every part; False if the subtask finished earlier."""
+    def _restore(self) -> Task | None:
+        """Fence, restore, then build the task from what was restored (None: the subtask
+        finished earlier)."""
         t0 = time.monotonic()
         self.producer.start()  # fences the previous incarnation, aborts its open transaction
         self.phases.mark("fenced")
@@ -274,135 +199,72 @@ class SubtaskRunner:
         ckpt = restored.checkpoint
         if ckpt is not None:
             self.result.restored_from = int(ckpt.checkpoint_id)
-        self.checkpointer.restored(
-            ckpt, restored.global_taken[0] if restored.global_taken else None
-        )
         if restored.finished:
             self._skip(restored)
-            return False
+            return None
         if self.state is not None:
             restorer.state(self.state, restored)
         self.phases.lap("state")
         self.crash.reached("restore")
-        self._open_inputs(restored)
-        self._open_writers(restored)
-        self.phases.lap("inputs")
-        self._open_operator(restored)
+        task = self._build(restored)
         self.result.restore_s = time.monotonic() - t0
         self._started = time.monotonic()
         self.phases.lap("opened")
         self.phases.mark("restored")
-        p = self.processor
+        p = task.processor
+        self.result.replay, self.result.replay_basis = p.replay.figure, p.replay.basis
+        self.result.source_replay = p.source_replay.span
         if not p.replay.pending and not p.source_replay.pending:
             self.result.catchup_s = 0.0 if ckpt else None
             if ckpt is not None:
                 self.phases.mark("caught_up", self.phases.times["restored"])
-        self._announce_started(restored)
-        return True
+        self._announce_started(restored, task)
+        return task
+
+    def _build(self, restored: Restored) -> Task:
+        """The task, built whole from what was restored (spillway.recovery.runtime.taskfactory)."""
+        self.task = build_task(
+            TaskSpec(
+                self.plan,
+                self.subtask,
+                self.options,
+                self.attempt,
+                self.owned,
+                self.state,
+                self.operator,
+            ),
+            restored,
+            Clients(
+                self.settings,
+                self.producer,
+                self.out,
+                self.store,
+                self.progress,
+                self._signals,
+                self.dead_letters,
+                lambda: AssignedConsumer(self.settings, self.subtask.group_id),
+            ),
+            Observers(self.lifecycle, self.live, self.result, self.events, self.crash),
+            Hooks(self._caught_up, self.phases.lap, self._should_stop),
+        )
+        return self.task
 
     def _skip(self, restored: Restored) -> None:
         """The subtask finished earlier: publish what its sink may not have, skip it."""
         ckpt = restored.checkpoint
         assert ckpt is not None
-        sink = self.processor.sink
+        sink = self.operator[2]
         if sink is not None:
             # The final commit may have happened without its files being published
             # (crash between commit and rename): publish them now.
-            sink.open(self.ctx, restored.sink_position, self.out)
+            ctx = OperatorContext(self.subtask, self.state, self.settings, None)
+            sink.open(ctx, restored.sink_position, self.out)
         self.lifecycle.to(Phase.FINISHED)
         self.result.status = "skipped"
         log.info("%s finished earlier (checkpoint %s); skipping", self.subtask, ckpt.checkpoint_id)
         self.events.emit("skipped", checkpoint=int(ckpt.checkpoint_id))
 
-    def _open_inputs(self, restored: Restored) -> None:
-        """The channel reader, from the restored positions; what the replay will cover."""
-        if not self.inputs:
-            return
-        self.consumer = AssignedConsumer(self.settings, self.subtask.group_id)
-        reader = ChannelReader(
-            self.consumer,
-            self.inputs,
-            tolerate_bad=self.dead_letters is not None,
-            align=self.checkpointer.cadence.align,
-            batches=reads_batches(self.processor.logic, self.processor.sink),
-            resends=self.options.guarantee == "at-least-once",
-        )
-        start = restored.start(ch.tp for ch in self.inputs)
-        marks = {ch.tp: self.consumer.watermarks(ch.tp) for ch in self.inputs}
-        check_retention(self.subtask, start, marks)
-        reader.start(start, restored.reader_state())
-        ckpt = restored.checkpoint
-        ends, basis = replay_ends(
-            start, {tp: m[1] for tp, m in marks.items()}, restored.mark, ckpt is not None
-        )
-        p = self.processor
-        p.reader = reader
-        p.resume = restored.resume()
-        p.replay = Replay(start, ends, basis)
-        self.result.replay, self.result.replay_basis = p.replay.figure, basis
-
-    def _open_writers(self, restored: Restored) -> None:
-        """One channel writer per output edge, continuing the restored counts and marks."""
-        for e in self.plan.outputs_of(self.op.name):
-            p = self.plan.partitions_of(e)  # key groups on a keyed edge (ownership.py)
-            topic = self.plan.topic_of(e)
-            route = self.plan.partitioner_of(e, self.subtask.index)  # by slot: a batch at a time
-            w = ChannelWriter(
-                self.out,
-                OutputChannel(topic, e.schema, route, p),
-                self.subtask.index,
-                self.options.channel,
-            )
-            counts, marks = restored.output(topic)
-            # A topic grown by a rescale (spillway.recovery.restore.rescale): its new partitions
-            # start at 0.
-            if counts is not None:
-                w.restore_counts(_padded(counts, p))
-            if marks is not None:
-                w.restore_marks(_padded(marks, p))
-            self.processor.writers.append(w)
-
-    def _open_operator(self, restored: Restored) -> None:
-        """Source, sink and logic continue from the restored positions and watermark."""
-        p = self.processor
-        self.ctx.restored_watermark = restored.watermark
-        p.aside.restore(restored.set_aside)
-        if p.source is not None:
-            p.source.open(self.ctx, restored.source_position)
-            p.source_replay = SourceReplay(
-                p.source, restored.mark.source if restored.mark else None
-            )
-            self.result.source_replay = p.source_replay.span
-        if p.sink is not None:
-            p.sink.open(self.ctx, restored.sink_position, self.out)
-        if p.logic is not None:
-            p.logic.open(self.ctx)
-        p.watermark_out = restored.watermark
-        self.checkpointer.parts = Parts(
-            reader=p.reader,
-            writers=p.writers,
-            state=self.state,
-            source=p.source,
-            sink=p.sink,
-            watermark=lambda: p.watermark_out,
-            set_aside=p.aside.counts,
-            group_metadata=lambda: self.consumer.group_metadata() if self.consumer else None,
-            mark=p.mark,
-            owned=self.owned,
-            prunable=self._handover_released,
-            handing_over=self._signals.handing_over if self._signals else (lambda: False),
-        )
-
-    def _handover_released(self) -> bool:
-        """Whether old checkpoints may be pruned
-        (:func:`spillway.recovery.restore.rescale.handover_released`);
-        once True, for good."""
-        self._released = self._released or handover_released(
-            self.options.rescale, self.op.name, self.op.parallelism, self.store.latest
-        )
-        return self._released
-
-    def _announce_started(self, restored: Restored) -> None:
+    def _announce_started(self, restored: Restored, task: Task) -> None:
         mark = restored.mark
         self.result.phases = self._phases()
         self.events.emit(
@@ -416,7 +278,7 @@ class SubtaskRunner:
             source_replay=self.result.source_replay,
             replay_read_by={"attempt": mark.attempt, "time": mark.time} if mark else None,
             # A checkpoint taken inside a message: how many of its records were done.
-            resumed_mid_message={str(tp): [o, d] for (tp, o), d in self.processor.resume.items()},
+            resumed_mid_message={str(tp): [o, d] for (tp, o), d in task.processor.resume.items()},
             handover_unmarked=restored.unmarked.to_json() if restored.unmarked else None,
         )
         if restored.global_taken is not None:
@@ -454,15 +316,15 @@ class SubtaskRunner:
             source_replay=self.result.source_replay,
         )
 
-    def _stopped(self) -> None:
+    def _stopped(self, task: Task) -> None:
         self.result.status = "stopped"
-        self.result.set_aside = self.processor.aside.counts()
+        self.result.set_aside = task.processor.aside.counts()
         self.events.emit(
-            "stopped", checkpoint=self.checkpointer.seq.last, set_aside=self.result.set_aside
+            "stopped", checkpoint=task.checkpointer.seq.last, set_aside=self.result.set_aside
         )
 
-    def _finished(self) -> None:
-        p = self.processor
+    def _finished(self, task: Task) -> None:
+        p = task.processor
         self.result.status = "finished"
         self.result.set_aside = p.aside.counts()
         if self.result.catchup_s is None and (p.replay.pending or p.source_replay.pending):
@@ -470,7 +332,7 @@ class SubtaskRunner:
         self.result.phases = self._phases()  # Spark's phases, if they came after caught_up
         self.events.emit(
             "finished",
-            checkpoint=self.checkpointer.seq.last,
+            checkpoint=task.checkpointer.seq.last,
             records_in=self.result.records_in,
             records_out=self.result.records_out,
             replay=self.result.replay,
@@ -482,7 +344,9 @@ class SubtaskRunner:
         )
 
     def _close(self) -> None:
-        self.checkpointer.close(self.settings.request_timeout_s)  # before its store closes
+        task = self.task
+        if task is not None:
+            task.checkpointer.close(self.settings.request_timeout_s)  # before its store closes
         closers = [
             self.events.close,
             self.producer.close,
@@ -497,8 +361,8 @@ class SubtaskRunner:
                 closer()
             except Exception:  # closing must not hide the real outcome
                 log.warning("closing %s failed", self.subtask, exc_info=True)
-        if self.processor.reader is not None:
+        if task is not None and task.processor.reader is not None:
             try:
-                self.processor.reader.close()
+                task.processor.reader.close()
             except Exception:
                 log.warning("closing reader of %s failed", self.subtask, exc_info=True)

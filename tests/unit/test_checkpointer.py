@@ -1,10 +1,12 @@
-"""The checkpointer and its cadences with fake parts: order, contents, global checkpoints."""
+"""The checkpointer and its cadences with fake parts, every one given at construction:
+order, contents, global checkpoints (asked for by the cadence, taken as the task loop
+takes them)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -18,15 +20,25 @@ from spillway.channels.ids import (
     TopicPartition,
 )
 from spillway.channels.progress import ReaderState
+from spillway.channels.reader import Delivery
+from spillway.channels.wire.envelope import Kind
 from spillway.offsets.checkpoint import Checkpoint
 from spillway.recovery.runtime import faults
-from spillway.recovery.runtime.cadence import AlignedCadence, IntervalCadence, UnalignedCadence
+from spillway.recovery.runtime.cadence import (
+    AlignedCadence,
+    IntervalCadence,
+    UnalignedCadence,
+    make_cadence,
+)
 from spillway.recovery.runtime.checkpointer import Checkpointer, Observers, Parts
 from spillway.recovery.runtime.crashpoints import CrashPoints
+from spillway.recovery.runtime.eventtime import SetAsides
 from spillway.recovery.runtime.faults import Faults
 from spillway.recovery.runtime.lifecycle import Lifecycle, Phase
 from spillway.recovery.runtime.livestats import LiveStats
 from spillway.recovery.runtime.options import RunOptions, SubtaskResult
+from spillway.recovery.runtime.processor import Continuation, Processor
+from spillway.recovery.runtime.requests import AtBarrier, InsideMessage, Step
 
 SUB = SubtaskId(JobId("j"), OperatorName("count"), 1)
 IN = TopicPartition("spillway.j.ch.a.count", 1)
@@ -172,8 +184,16 @@ class World:
 
 
 def world(
-    mode: str = "interval", triggers: FakeTriggers | None = None, crash: str = ""
+    mode: str = "interval",
+    triggers: FakeTriggers | None = None,
+    crash: str = "",
+    restored: Checkpoint | None = None,
+    global_id: int | None = None,
+    prunable: Callable[[], bool] = lambda: True,
+    handing_over: Callable[[], bool] = lambda: False,
+    polls: list[list[Delivery]] | None = None,
 ) -> World:
+    """``polls``: the reader is one a processor can poll too (:class:`ScriptedReader`)."""
     calls = Calls()
     committed: list[Checkpoint] = []
 
@@ -193,6 +213,20 @@ def world(
         CrashPoints(Faults(SUB, 0, crash)),
     )
     options = RunOptions(checkpoint_mode=mode, trigger_chunk=2)
+    reader = FakeReader(calls) if polls is None else ScriptedReader(calls, polls=polls)
+    writer, sink = FakeWriter(calls), FakeSink(calls)
+    parts = Parts(
+        reader=reader,
+        writers=[writer],
+        state=FakeState(calls),
+        source=FakeSource(calls),
+        sink=sink,
+        watermark=lambda: 900,
+        set_aside=lambda: {"late": 2},
+        mark=lambda: calls.append("mark"),
+        prunable=prunable,
+        handing_over=handing_over,
+    )
     ckpt = Checkpointer(
         SUB,
         "fp",
@@ -204,17 +238,9 @@ def world(
         options,
         triggers,
         obs,
-    )
-    reader, writer, sink = FakeReader(calls), FakeWriter(calls), FakeSink(calls)
-    ckpt.parts = Parts(
-        reader=reader,
-        writers=[writer],
-        state=FakeState(calls),
-        source=FakeSource(calls),
-        sink=sink,
-        watermark=lambda: 900,
-        set_aside=lambda: {"late": 2},
-        mark=lambda: calls.append("mark"),
+        make_cadence(mode, triggers, options.trigger_chunk, global_id),
+        parts,
+        restored,
     )
     return World(calls, ckpt, committed, events, lc, sink, writer, reader)
 
@@ -294,14 +320,12 @@ def test_restored_checkpoint_continues_ids_and_bounds_positions() -> None:
     before = Checkpoint(
         SUB, CheckpointId(6), "fp", inputs={IN: Offset(11)}, changelogs={LOG: Offset(3)}
     )
-    w = world()
-    w.ckpt.restored(before, global_id=4)
+    w = world(restored=before, global_id=4)
     assert w.ckpt.cadence.last_global == 4
     with pytest.raises(PositionRegressionError):
         w.ckpt.take(finished=False)  # the reader says 10, the checkpoint restored 11
     assert w.committed == []  # (the subtask fails; its next incarnation restores again)
-    w = world()
-    w.ckpt.restored(before, global_id=None)
+    w = world(restored=before, global_id=None)
     w.reader.pos = {IN: Offset(11)}
     assert w.ckpt.take(finished=False).checkpoint_id == CheckpointId(7)
 
@@ -309,27 +333,79 @@ def test_restored_checkpoint_continues_ids_and_bounds_positions() -> None:
 def test_interval_mode_has_no_global_checkpoints() -> None:
     w = world("unaligned", triggers=None)  # no job signals: interval only
     assert isinstance(w.ckpt.cadence, IntervalCadence)
-    w.ckpt.cadence.on_loop(True)
+    assert w.ckpt.cadence.on_loop(True) is None
     assert w.committed == []
+
+
+@dataclass
+class ScriptedReader(FakeReader):
+    """The reader the processor polls and the checkpointer asks: one poll, then ended."""
+
+    polls: list[list[Delivery]] = field(default_factory=list)
+
+    def poll(self, n: int, wait_s: float, *, stop_after_barrier: bool = False) -> list[Delivery]:
+        out = self.polls.pop(0) if self.polls else []
+        if out:
+            self.pos = {IN: Offset(out[-1].offset + 1)}
+        return out
+
+    def watermark(self) -> int | None:
+        return None
+
+    def idle(self) -> bool:
+        return False
+
+    def finished(self) -> bool:
+        return not self.polls
+
+
+@dataclass
+class Chunks:
+    delivered: list[list[Any]] = field(default_factory=list)
+
+    def process(self, records: Sequence[Any]) -> list[Any]:
+        self.delivered.append(list(records))
+        return []
+
+    def set_aside(self) -> list[Any]:
+        return []
 
 
 def test_unaligned_trigger_inside_a_message_records_what_was_done() -> None:
     triggers = FakeTriggers()
-    w = world("unaligned", triggers)
+    w = world("unaligned", triggers, polls=[[Delivery(IN, 20, 0, Kind.DATA, [0, 1, 2, 3, 4, 5])]])
     cadence = w.ckpt.cadence
     assert isinstance(cadence, UnalignedCadence)
-    w.reader.pos = {IN: Offset(21)}  # the reader has returned the message at 20
-    delivered: list[list[Any]] = []
+    logic = Chunks()
+    p = Processor(
+        SUB,
+        SUB.operator,
+        RunOptions(trigger_chunk=2),
+        (None, cast(Any, logic), None),
+        None,
+        SetAsides(SUB, None),
+        CrashPoints(Faults(SUB, 0, "")),
+        SubtaskResult(str(SUB), 0, "running"),
+        cast(Any, None),
+        lambda: None,
+        cast(Any, w.reader),
+        [],
+        cadence,
+        Continuation(resume={(IN, 20): 1}),  # its first record was done before a restore
+    )
     triggers.n = 3
-    cadence.deliver([1, 2, 3, 4, 5], IN, 20, 1, lambda r, tp, off: delivered.append(r))
-    assert delivered == [[1, 2], [3, 4], [5]]
+    step = p.step()
+    assert step == Step(False, InsideMessage(3, (IN, 20, 3)))  # stopped inside the message
+    w.ckpt.take(request=step.request)  # as the task loop does, then steps on at once
+    assert p.step().request is None
+    assert logic.delivered == [[1, 2], [3, 4], [5]]
     [c] = w.committed  # one checkpoint, after the first chunk (trigger 3 is then taken)
     assert c.global_id == 3
     assert c.inputs[IN] == Offset(20)
     assert c.partial == {IN: (20, 3)}
     assert w.writer.barriers == [3]
     assert [k for k, _ in w.events.emitted] == ["checkpointed"]
-    cadence.on_loop(True)  # the same trigger again: nothing new
+    assert cadence.on_loop(True) is None  # the same trigger again: nothing new
     assert len(w.committed) == 1
 
 
@@ -339,9 +415,11 @@ def test_aligned_mode_sources_act_on_the_trigger_readers_on_barriers() -> None:
     cadence = w.ckpt.cadence
     assert isinstance(cadence, AlignedCadence)
     assert cadence.align
-    cadence.on_loop(reads_channels=True)
+    assert cadence.on_loop(reads_channels=True) is None
     assert w.committed == []
-    cadence.on_loop(reads_channels=False)
+    n = cadence.on_loop(reads_channels=False)
+    assert n is not None
+    w.ckpt.take(request=AtBarrier(n))  # as the task loop does
     assert [c.global_id for c in w.committed] == [2]
 
     @dataclass
@@ -358,19 +436,21 @@ def test_aligned_mode_sources_act_on_the_trigger_readers_on_barriers() -> None:
             self.log.append(f"release {n}")
 
     r = Aligning()
-    cadence.after_poll(r, None)
+    n = cadence.after_poll(r, None)
+    assert n is not None
+    w.ckpt.take(request=AtBarrier(n))  # asked for by the processor's step, taken by the loop
+    cadence.after_checkpoint(r, n)  # the processor's next step
     assert [c.global_id for c in w.committed] == [2, 3]
     assert r.log == ["consume 3", "release 3"]
-    cadence.after_poll(r, None)  # aligned again at 3: released, no second checkpoint
+    assert cadence.after_poll(r, None) is None  # aligned again at 3: released, no checkpoint
     assert [c.global_id for c in w.committed] == [2, 3]
 
 
 def test_no_prune_while_a_rescale_handover_is_still_needed() -> None:
-    w = world()
+    released = [False]
+    w = world(prunable=lambda: released[0])
     store = w.ckpt._store
     assert isinstance(store, FakeStore)
-    released = [False]
-    w.ckpt.parts.prunable = lambda: released[0]
     w.ckpt._prune_now()
     assert store.pruned == []
     released[0] = True
@@ -382,8 +462,7 @@ def test_a_stop_that_hands_the_subtask_over_marks_its_checkpoint() -> None:
     whole_job = world()
     whole_job.ckpt.take(finished=False, stopping=True)  # SIGTERM: every subtask stops
     assert not whole_job.committed[-1].handed_over
-    w = world()
-    w.ckpt.parts.handing_over = lambda: True  # this operator alone asked to stop
+    w = world(handing_over=lambda: True)  # this operator alone asked to stop
     w.ckpt.take(finished=False)  # a checkpoint before the stop one: not the last word
     w.ckpt.take(finished=False, stopping=True)
     assert [c.handed_over for c in w.committed] == [False, True]

@@ -13,13 +13,13 @@ from spillway.channels.ids import TopicPartition
 from spillway.channels.reader import Delivery
 from spillway.channels.wire.envelope import Kind
 from spillway.recovery.job.inputs import input_call
-from spillway.recovery.runtime.cadence import UnalignedCadence
+from spillway.recovery.runtime.requests import Step
 from spillway.spark_jobs.api.coprocess import CoProcessLogic
 from spillway.spark_jobs.api.pipeline import Pipeline, connect
 from spillway.spark_jobs.operators.process import ProcessContext
 from tests.unit.test_multi_input import EVENT, OTHER, gen
 from tests.unit.test_process import restored
-from tests.unit.test_processor import FakeTriggers, ScriptedReader, processor
+from tests.unit.test_processor import ScriptedReader, processor
 from tests.unit.test_windows import Ctx
 
 
@@ -126,13 +126,11 @@ def test_the_processor_gives_each_message_to_the_function_of_its_input() -> None
             [Delivery(TA, 1, 0, Kind.DATA, [{"k": "x", "seq": 2}, {"k": "x", "bad": True}])],
         ]
     )
-    p, _caught, writer = processor(reader)
     logic, ctx = co(), Ctx()
     logic.open(ctx)
-    p.logic = logic
-    p.cadence = UnalignedCadence(FakeTriggers(), lambda n, part: None, 2)
-    assert p.step() is False
-    assert p.step() is False
+    p, _caught, writer = processor(reader, logic=logic)
+    assert p.step() == Step(ended=False)
+    assert p.step() == Step(ended=False)
     assert writer.written == [{"k": "x", "seq": 1, "v": "X"}]
     # A failing record is named with its input's channel and offset; nothing of the
     # failed call is applied or written.

@@ -20,7 +20,7 @@ from spillway.recovery.runtime.eventtime import SetAsides
 from spillway.recovery.runtime.faults import Faults
 from spillway.recovery.runtime.options import RunOptions, SubtaskResult
 from spillway.recovery.runtime.pollfold import PollFold, Spans
-from spillway.recovery.runtime.processor import Processor
+from spillway.recovery.runtime.processor import Continuation, Processor
 from spillway.spark_jobs.operators.batchops import process_batch
 from tests.unit.test_processor import FakeTriggers, ScriptedReader
 
@@ -120,6 +120,7 @@ def run(
     cadence: Any, polls: list[list[Delivery]], dead: DeadLetters | None = None
 ) -> tuple[FoldingSum, BatchWriter]:
     logic = FoldingSum()
+    writer = BatchWriter()
     p = Processor(
         SUB,
         SUB.operator,
@@ -131,12 +132,12 @@ def run(
         SubtaskResult(str(SUB), 1, "running"),
         cast(Any, None),
         lambda: None,
+        cast(Any, ScriptedReader(polls)),
+        [cast(Any, writer)],
+        cadence,
+        Continuation(),
     )
-    writer = BatchWriter()
-    p.reader = cast(Any, ScriptedReader(polls))
-    p.writers = [cast(Any, writer)]
-    p.cadence = cadence
-    while not p.step():
+    while not p.step().ended:
         pass
     return logic, writer
 
@@ -159,6 +160,6 @@ def test_a_bad_row_of_a_fold_is_dead_lettered_with_its_own_message_as_origin() -
 
 def test_the_unaligned_mode_does_not_fold() -> None:
     polls = [[arrow(10, 1, 2)], [arrow(11, 3)]]
-    logic, writer = run(UnalignedCadence(FakeTriggers(), lambda n, part: None, 100), polls)
+    logic, writer = run(UnalignedCadence(FakeTriggers(), 100), polls)
     assert [c[0] for c in logic.calls] == [[1, 2], [3]]
     assert writer.written == [3, 3]

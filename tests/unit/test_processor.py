@@ -1,5 +1,6 @@
-"""The processor with fake neighbours: a scripted reader, fake logic and writers, the real
-unaligned cadence (its checkpoints recorded, not committed)."""
+"""The processor with fake neighbours, every one given at construction: a scripted reader,
+fake logic and writers, the real unaligned cadence (the checkpoints its steps ask for are
+recorded, not committed)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,13 @@ from spillway.channels.ids import JobId, Offset, OperatorName, SubtaskId, TopicP
 from spillway.channels.reader import Delivery
 from spillway.channels.wire.envelope import Kind
 from spillway.recovery.restore.progress import Replay
-from spillway.recovery.runtime.cadence import Partial, UnalignedCadence
+from spillway.recovery.runtime.cadence import Cadence, UnalignedCadence
 from spillway.recovery.runtime.crashpoints import CrashPoints
 from spillway.recovery.runtime.eventtime import SetAsides
 from spillway.recovery.runtime.faults import Faults
 from spillway.recovery.runtime.options import RunOptions, SubtaskResult
-from spillway.recovery.runtime.processor import Processor
+from spillway.recovery.runtime.processor import Continuation, Processor
+from spillway.recovery.runtime.requests import InsideMessage, Partial, Step
 
 SUB = SubtaskId(JobId("j"), OperatorName("double"), 0)
 TP = TopicPartition("spillway.j.ch.a.double", 0)
@@ -80,36 +82,59 @@ def data(offset: int, records: list[int]) -> Delivery:
     return Delivery(TP, offset, 0, Kind.DATA, records)
 
 
-def processor(reader: ScriptedReader) -> tuple[Processor, list[str], FakeWriter]:
+def processor(
+    reader: ScriptedReader,
+    logic: Any = None,
+    cadence: Cadence | None = None,
+    continuation: Continuation | None = None,
+) -> tuple[Processor, list[str], FakeWriter]:
     caught: list[str] = []
     result = SubtaskResult(str(SUB), 1, "running")
+    writer = FakeWriter()
     p = Processor(
         SUB,
         SUB.operator,
         RunOptions(trigger_chunk=2),
-        (None, cast(Any, Doubling()), None),
+        (None, logic if logic is not None else cast(Any, Doubling()), None),
         None,
         SetAsides(SUB, None),
         CrashPoints(Faults(SUB, 1, "")),
         result,
         cast(Any, None),  # no read marks in this test (tick is not called)
         lambda: caught.append("caught up"),
+        cast(Any, reader),
+        [cast(Any, writer)],
+        cadence if cadence is not None else UnalignedCadence(FakeTriggers(), 2),
+        continuation if continuation is not None else Continuation(),
     )
-    writer = FakeWriter()
-    p.reader = cast(Any, reader)
-    p.writers = [cast(Any, writer)]
     return p, caught, writer
+
+
+def steps(
+    p: Processor, taken: list[tuple[int, Partial | None]], cadence: Cadence | None = None
+) -> Step:
+    """Step as the task loop does: record each checkpoint asked for (and tell ``cadence``
+    it was taken, as the checkpointer does once it committed), go on at once inside a
+    message, until a step ends between messages."""
+    while True:
+        step = p.step()
+        if step.request is not None:
+            at = step.request.at if isinstance(step.request, InsideMessage) else None
+            taken.append((step.request.n, at))
+            if cadence is not None:
+                cadence.taken(step.request.n)
+        if not step.inside_message:
+            return step
 
 
 def test_records_flow_through_the_logic_to_the_writers_and_replay_is_counted() -> None:
     reader = ScriptedReader([[data(0, [1, 2])], [data(1, [3])]])
-    p, caught, writer = processor(reader)
+    replay = Replay({TP: Offset(0)}, {TP: 2}, "read")
+    p, caught, writer = processor(reader, continuation=Continuation(replay=replay))
     taken: list[tuple[int, Partial | None]] = []
-    p.cadence = UnalignedCadence(FakeTriggers(), lambda n, part: taken.append((n, part)), 2)
-    p.replay = Replay({TP: Offset(0)}, {TP: 2}, "read")
-    assert p.step() is False
+    assert steps(p, taken) == Step(ended=False)
     assert caught == []
-    assert p.step() is True  # the reader has ended
+    assert steps(p, taken) == Step(ended=True)  # the reader has ended
     assert writer.written == [2, 4, 6]
     assert (p.result.records_in, p.result.records_out) == (3, 3)
     assert p.replay.figure == {str(TP): [0, 2, 3]}
@@ -120,20 +145,14 @@ def test_records_flow_through_the_logic_to_the_writers_and_replay_is_counted() -
 
 def test_a_restored_mid_message_checkpoint_skips_what_was_done_and_a_trigger_cuts_in() -> None:
     reader = ScriptedReader([[data(7, [1, 2, 3, 4, 5, 6])]])
-    p, _, writer = processor(reader)
     triggers = FakeTriggers()
+    cadence = UnalignedCadence(triggers, 2)
+    # Its first record was processed before the restore.
+    resumed = Continuation(resume={(TP, 7): 1})
+    p, _, writer = processor(reader, cadence=cadence, continuation=resumed)
     taken: list[tuple[int, Partial | None]] = []
-
-    def take(n: int, part: Partial | None) -> None:
-        taken.append((n, part))
-        triggers.n = -1 if n == 5 else triggers.n
-        cadence.last_global = n
-
-    cadence = UnalignedCadence(triggers, take, 2)
-    p.cadence = cadence
-    p.resume = {(TP, 7): 1}  # its first record was processed before the restore
     triggers.n = 5
-    p.step()
+    steps(p, taken, cadence)
     assert writer.written == [4, 6, 8, 10, 12]
     # After the first chunk (records 2-3 of the message): 1 + 2 done.
     assert taken == [(5, (TP, 7, 3))]
@@ -162,10 +181,12 @@ def test_a_sink_reports_the_rows_it_wrote_as_records_out() -> None:
         SubtaskResult(str(SUB), 1, "running"),
         cast(Any, None),
         lambda: None,
+        cast(Any, ScriptedReader([[data(0, [1, 2])], [data(1, [3])]])),
+        [],
+        UnalignedCadence(FakeTriggers(), 2),
+        Continuation(),
     )
-    p.reader = cast(Any, ScriptedReader([[data(0, [1, 2])], [data(1, [3])]]))
-    p.cadence = UnalignedCadence(FakeTriggers(), lambda n, part: None, 2)
-    while not p.step():
+    while not p.step().ended:
         pass
     assert sink.rows == [1, 2, 3]
     assert (p.result.records_in, p.result.records_out) == (3, 3)

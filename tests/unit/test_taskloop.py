@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from spillway.recovery.runtime.lifecycle import Lifecycle, Phase
+from spillway.recovery.runtime.requests import CheckpointRequest, Step
 from spillway.recovery.runtime.taskloop import Outcome, TaskLoop
 
 
@@ -16,10 +17,10 @@ class FakeTask:
     log: list[str] = field(default_factory=list)
     done: int = 0
 
-    def step(self) -> bool:
+    def step(self) -> Step:
         self.done += 1
         self.log.append(f"step {self.done}")
-        return self.done >= self.steps
+        return Step(self.done >= self.steps)
 
     def tick(self, ended: bool) -> None:
         self.log.append(f"tick ended={ended}")
@@ -33,8 +34,9 @@ class FakeCadence:
     waits: bool = False
     loops: list[bool] = field(default_factory=list)
 
-    def on_loop(self, reads_channels: bool) -> None:
+    def on_loop(self, reads_channels: bool) -> int | None:
         self.loops.append(reads_channels)
+        return None
 
     def interval_waits(self, now: float) -> bool:
         return self.waits
@@ -54,7 +56,12 @@ class FakeCheckpointer:
         self.asked += 1
         return self.asked >= self.due_from
 
-    def take(self, finished: bool, stopping: bool = False) -> object:
+    def take(
+        self,
+        finished: bool = False,
+        stopping: bool = False,
+        request: CheckpointRequest | None = None,
+    ) -> object:
         # What the real checkpointer does to the phase table
         # (spillway.recovery.runtime.checkpointer).
         self.lifecycle.to(Phase.CHECKPOINTING)
@@ -76,7 +83,7 @@ def running() -> Lifecycle:
 def test_loop_finishes_with_one_final_checkpoint_when_inputs_end() -> None:
     lc = running()
     task, ckpt = FakeTask(steps=3), FakeCheckpointer(lc)
-    outcome = TaskLoop(task, ckpt, lambda: False, True, lc, clock=lambda: 0.0).run()
+    outcome = TaskLoop(task, ckpt, ckpt.cadence, lambda: False, True, lc, clock=lambda: 0.0).run()
     assert outcome is Outcome.FINISHED
     assert ckpt.taken == [(True, False)]
     assert task.log == [
@@ -96,7 +103,7 @@ def test_loop_finishes_with_one_final_checkpoint_when_inputs_end() -> None:
 def test_loop_takes_interval_checkpoints_and_goes_on() -> None:
     lc = running()
     task, ckpt = FakeTask(steps=5), FakeCheckpointer(lc, due_from=2)
-    assert TaskLoop(task, ckpt, lambda: False, False, lc).run() is Outcome.FINISHED
+    assert TaskLoop(task, ckpt, ckpt.cadence, lambda: False, False, lc).run() is Outcome.FINISHED
     # Due at turns 2, 3, 4 (turn 5 ended): three interval checkpoints, then the final one.
     assert ckpt.taken == [(False, False)] * 3 + [(True, False)]
     assert ckpt.cadence.loops == [False] * 4
@@ -111,7 +118,7 @@ def test_stop_is_asked_only_at_a_due_checkpoint_and_follows_one() -> None:
         return True
 
     task, ckpt = FakeTask(steps=100), FakeCheckpointer(lc, due_from=4)
-    assert TaskLoop(task, ckpt, should_stop, True, lc).run() is Outcome.STOPPED
+    assert TaskLoop(task, ckpt, ckpt.cadence, should_stop, True, lc).run() is Outcome.STOPPED
     assert task.done == 4
     assert len(asked) == 1
     assert ckpt.taken == [(False, True)]
@@ -120,16 +127,14 @@ def test_stop_is_asked_only_at_a_due_checkpoint_and_follows_one() -> None:
 
 def test_interval_checkpoint_leaves_it_to_global_ones_while_they_come() -> None:
     lc = running()
-    task, ckpt = FakeTask(steps=6), FakeCheckpointer(lc, due_from=1)
-    ckpt.cadence.waits = True
-    assert TaskLoop(task, ckpt, lambda: False, True, lc).run() is Outcome.FINISHED
+    task, ckpt = FakeTask(steps=6), FakeCheckpointer(lc, due_from=1, cadence=FakeCadence(True))
+    assert TaskLoop(task, ckpt, ckpt.cadence, lambda: False, True, lc).run() is Outcome.FINISHED
     assert ckpt.taken == [(True, False)]  # only the final one
 
 
 def test_a_stop_request_beats_a_global_checkpoint_expected_soon() -> None:
     lc = running()
-    task, ckpt = FakeTask(steps=6), FakeCheckpointer(lc, due_from=2)
-    ckpt.cadence.waits = True
-    assert TaskLoop(task, ckpt, lambda: True, True, lc).run() is Outcome.STOPPED
+    task, ckpt = FakeTask(steps=6), FakeCheckpointer(lc, due_from=2, cadence=FakeCadence(True))
+    assert TaskLoop(task, ckpt, ckpt.cadence, lambda: True, True, lc).run() is Outcome.STOPPED
     assert ckpt.taken == [(False, True)]
     assert task.done == 2
