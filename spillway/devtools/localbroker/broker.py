@@ -162,14 +162,7 @@ class LocalBroker(process.StartedHere):
                 self._format_storage(java, lib)
             started = time.monotonic()
             proc = self._spawn(java, lib)
-            try:
-                self._wait_ready(proc)
-            except BaseException:
-                # Never leave a half-started broker behind (also on Ctrl-C).
-                if proc.poll() is None:
-                    self._terminate(proc.pid)
-                config.pid_file.unlink(missing_ok=True)
-                raise
+            process.wait_or_reap(proc, self._wait_ready, self._terminate, config.pid_file)
             self._started_here = True
             log.info(
                 "Local Kafka broker ready at %s (pid %d) in %.1f s",

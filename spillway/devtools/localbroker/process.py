@@ -12,7 +12,8 @@ import contextlib
 import errno
 import os
 import socket
-from collections.abc import Sequence
+import subprocess
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Self
@@ -136,6 +137,24 @@ def _state(pid: int) -> str | None:
         return None
     # The state follows the parenthesised command name, which may contain spaces.
     return stat.rpartition(")")[2].split()[0]
+
+
+def wait_or_reap(
+    proc: subprocess.Popen[bytes],
+    wait_ready: Callable[[subprocess.Popen[bytes]], None],
+    terminate: Callable[[int], object],
+    pid_file: Path,
+) -> None:
+    """Wait until the server just spawned as ``proc`` answers (``wait_ready``). If that
+    fails in any way, Ctrl-C included, stop it (``terminate``) and forget its PID file
+    before re-raising: a half-started server is never left behind."""
+    try:
+        wait_ready(proc)
+    except BaseException:
+        if proc.poll() is None:
+            terminate(proc.pid)
+        pid_file.unlink(missing_ok=True)
+        raise
 
 
 class StartedHere(abc.ABC):

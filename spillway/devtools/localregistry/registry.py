@@ -121,13 +121,7 @@ class LocalRegistry(process.StartedHere):
             (self.dir / "registry.port").write_text(f"{self.port}\n", encoding="ascii")
             started = time.monotonic()
             proc = self._spawn(java, jar)
-            try:
-                self._wait_ready(proc)
-            except BaseException:
-                if proc.poll() is None:
-                    self._terminate(proc.pid)
-                self.pid_file.unlink(missing_ok=True)
-                raise
+            process.wait_or_reap(proc, self._wait_ready, self._terminate, self.pid_file)
             self._started_here = True
             log.info(
                 "Local schema registry ready at %s (pid %d) in %.1f s",
