@@ -206,16 +206,20 @@ def started(settings: KafkaSettings, job: JobId, subtasks: Iterable[str], attemp
 
 
 def committed(
-    settings: KafkaSettings, job: JobId, operator: str, index: int, attempt: int, width: int
+    settings: KafkaSettings, job: JobId, subtasks: Iterable[str], attempt: int, width: int
 ) -> bool:
-    """True once attempt ``attempt`` of ``operator[index]`` (of ``width`` subtasks), or a
-    later one, committed a checkpoint."""
-    store = CheckpointStore(settings, job, OperatorName(operator), width)
-    try:
-        latest = store.latest(index)
-    finally:
-        store.close()
-    return latest is not None and latest.attempt >= attempt
+    """True once each of ``subtasks`` (named ``operator[index]``, of operators with
+    ``width`` subtasks) committed a checkpoint in attempt ``attempt`` or a later one."""
+    for name in subtasks:
+        operator, _, index = name.rstrip("]").partition("[")
+        store = CheckpointStore(settings, job, OperatorName(operator), width)
+        try:
+            latest = store.latest(int(index))
+        finally:
+            store.close()
+        if latest is None or latest.attempt < attempt:
+            return False
+    return True
 
 
 Step = tuple[str, Callable[[], bool]]
