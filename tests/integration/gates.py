@@ -21,7 +21,7 @@ generates as :meth:`Pipeline.generate` does.
 A bounded Kafka source (``read_kafka(bounded=True)``, records or batches) can be held too
 (:func:`hold`): there a gate's index counts the offsets each subtask has read of its own
 partitions, so each source subtask stops reading once it has read that many (a read may
-pass the index by one poll's worth of messages).
+pass the index by one read's worth of messages: up to 1,000 records, or one batch).
 
 The test waits for its events and opens the gates from a thread of its own
 (:meth:`Gates.start`): each step waits for one event (:func:`started`, :func:`committed`)
@@ -129,8 +129,10 @@ class HeldKafkaSource(KafkaTopicSource):
         self._closed = list(gates)
 
     def read(self, max_records: int) -> list[dict[str, Any]] | None:
-        """As :meth:`KafkaTopicSource.read`; ``[]`` while held."""
+        """As :meth:`KafkaTopicSource.read`; ``[]`` while held (and nothing rejected: the
+        runtime dead-letters what :meth:`rejected` reports after every read)."""
         if _holding(self._closed, self.progress()):
+            self._rejected = []
             time.sleep(HOLD_POLL_S)
             return []
         return super().read(max_records)
@@ -144,8 +146,9 @@ class HeldBatchKafkaSource(BatchKafkaSource):
         self._closed = list(gates)
 
     def read(self, max_records: int) -> Any:
-        """As :meth:`BatchKafkaSource.read`; ``[]`` while held."""
+        """As :meth:`BatchKafkaSource.read`; ``[]`` while held, nothing rejected."""
         if _holding(self._closed, self.progress()):
+            self._rejected = []
             time.sleep(HOLD_POLL_S)
             return []
         return super().read(max_records)

@@ -165,7 +165,9 @@ def test_a_held_kafka_source_reads_until_it_has_read_the_gate_index_of_its_offse
     src._next, src._low, src._ends = {0: 0}, {0: 0}, {0: 10}
     assert src.read(100) == [{"i": 0}]
     assert src.read(100) == [{"i": 3}]  # 3 read, below 5: reads on (and passes 5)
+    src._rejected = [object()]  # type: ignore[list-item]  # what the last read rejected
     assert src.read(100) == []  # 6 read: held
+    assert src.rejected() == []  # a held read rejects nothing (else dead-lettered twice)
     gates.open(0)
     assert src.read(100) == [{"i": 6}]
     assert src.read(100) == []  # 9 read: at the second gate
