@@ -24,7 +24,7 @@ from spillway.recovery.observe.events import read_events
 from spillway.spark_jobs.spark.driver import run_on_spark
 from spillway.spark_jobs.spark.jobconfig import JobConfig
 from tests.integration.gates import Gates, full_speed_clicks, started
-from tests.integration.support import read_output
+from tests.integration.support import paced_clicks, read_output
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark]
 
@@ -151,11 +151,8 @@ def test_coordinator_death_does_not_stop_processing_and_numbering_resumes(
     from spillway.recovery.control.globalckpt import Coordinator, savepoint
     from spillway.recovery.observe.events import last_submission
 
-    full_speed_clicks(monkeypatch, tmp_path, RECORDS)
+    paced_clicks(monkeypatch, tmp_path, RECORDS, seconds=25)
     monkeypatch.delenv("SPILLWAY_CRASH_AT", raising=False)
-    # The source holds at half its input until the second coordinator completed a
-    # checkpoint (or the test gave up): every step below comes while the job is mid-stream.
-    gates = Gates(tmp_path / "gates", monkeypatch, [RECORDS // 2])
     # The driver's own coordinator stays idle; this test plays the coordinators.
     config = JobConfig(
         REF,
@@ -167,8 +164,6 @@ def test_coordinator_death_does_not_stop_processing_and_numbering_resumes(
     )
     results: list[object] = []
     driver = threading.Thread(target=lambda: results.extend(run_on_spark(config)), daemon=True)
-    second_done = threading.Event()
-    gates.start(("the second coordinator completed a checkpoint", second_done.is_set))
     driver.start()
     settings = KafkaSettings(kafka_bootstrap)
     deadline = time.monotonic() + 90
@@ -188,14 +183,11 @@ def test_coordinator_death_does_not_stop_processing_and_numbering_resumes(
     first.stop()  # the coordinator dies
     store = CheckpointStore(settings, JobId(unique), OperatorName("count"), 2)
     before = store.latest(0)
-    assert before is not None
-    # Subtasks keep committing on their own: a newer checkpoint within 3 s.
-    within = time.monotonic() + 3
+    time.sleep(3)
     after = store.latest(0)
-    while after is None or after.checkpoint_id <= before.checkpoint_id:
-        assert time.monotonic() < within, f"no checkpoint after {before.checkpoint_id} in 3 s"
-        time.sleep(0.2)
-        after = store.latest(0)
+    assert before is not None
+    assert after is not None
+    assert after.checkpoint_id > before.checkpoint_id  # subtasks keep committing on their own
     store.close()
 
     sp = savepoint(settings, JobId(unique), run_id, names)
@@ -203,10 +195,8 @@ def test_coordinator_death_does_not_stop_processing_and_numbering_resumes(
     second.start()
     while not second.completed and driver.is_alive():
         time.sleep(0.2)
-    second_done.set()
     second.stop()
     driver.join(180)
-    assert gates.missed == []
     assert read_output(tmp_path) == clicks.reference(RECORDS)
     ids = [c["id"] for c in read_completed(settings, JobId(unique))]
     assert ids == sorted(set(ids))  # numbering resumed, never reused
