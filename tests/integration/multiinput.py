@@ -1,7 +1,7 @@
 """The pipelines of the multi-input kill tests (executors import them by reference).
 
 Two event generators of one schema, ``a`` (p=2) and ``b`` (p=1), are united: a keyed count
-per key reads both. The union is also connected with ``prices`` (one price per key,
+per key reads both. The union is also connected with ``prices`` (one price per key, slowly,
 and none for the last ``UNPRICED`` keys): the co-process ``enrich`` keeps each key's price
 in keyed state and emits every event with it, keeping events that came before their
 key's price in list state until it does; events of a key that never gets a price are
@@ -21,7 +21,6 @@ from typing import Any
 from spillway.spark_jobs.api.pipeline import Pipeline, connect, union
 from spillway.spark_jobs.operators.process import ProcessContext
 from spillway.spark_jobs.records.watermarks import Watermarks
-from tests.integration.gates import held_generate
 
 KEYS = 40
 UNPRICED = 3  # the last keys get no price
@@ -97,13 +96,14 @@ def pipeline() -> Pipeline:
     """a ∪ b → count per key; (a ∪ b) ⋈ prices → enriched."""
     env = os.environ
     n_a, n_b = int(env["SPILLWAY_TEST_A"]), int(env["SPILLWAY_TEST_B"])
+    rate = float(env["SPILLWAY_TEST_RATE"])
     out = env["SPILLWAY_TEST_OUT"]
     p = Pipeline("multi-input")
-    # The events are held at the test's gates (tests/integration/gates.py), each source at
-    # the same indices; the prices come at full speed.
-    a = held_generate(p, "a", make=event_a, schema=EVENT, count=n_a, parallelism=2)
-    b = held_generate(p, "b", make=event_b, schema=EVENT, count=n_b, parallelism=1)
-    prices = p.generate("prices", make=price, schema=PRICE, count=KEYS - UNPRICED)
+    a = p.generate("a", make=event_a, schema=EVENT, count=n_a, parallelism=2, rate=rate)
+    b = p.generate("b", make=event_b, schema=EVENT, count=n_b, parallelism=1, rate=rate)
+    prices = p.generate(
+        "prices", make=price, schema=PRICE, count=KEYS - UNPRICED, rate=KEYS / (n_a / 2 / rate)
+    )
     events = union(a, b)
     events.key_by(lambda r: r["key"]).aggregate(
         "count", init=lambda: 0, add=lambda n, r: n + 1,
