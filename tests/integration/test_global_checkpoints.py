@@ -23,11 +23,13 @@ from spillway.recovery.job.loader import load_plan
 from spillway.recovery.observe.events import read_events
 from spillway.spark_jobs.spark.driver import run_on_spark
 from spillway.spark_jobs.spark.jobconfig import JobConfig
+from tests.integration.gates import Gates, full_speed_clicks, started
 from tests.integration.support import paced_clicks, read_output
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark]
 
-REF = "spillway.examples.clicks:pipeline"
+# The clicks example, its source held at the tests' gates (tests/integration/gates.py).
+REF = "tests.integration.gates:held_clicks"
 RECORDS = 40_000
 
 
@@ -60,8 +62,12 @@ def test_global_checkpoints_are_consistent_and_exact_with_a_kill(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    paced_clicks(monkeypatch, tmp_path, RECORDS, seconds=8)
+    full_speed_clicks(monkeypatch, tmp_path, RECORDS)
     monkeypatch.setenv("SPILLWAY_CRASH_AT", "count:0:after-commit:0:3")
+    # The source holds at half its input until count[0] died and restarted and two global
+    # checkpoints completed: the kill comes mid-stream however fast the machine.
+    gates = Gates(tmp_path / "gates", monkeypatch, [RECORDS // 2])
+    settings = KafkaSettings(kafka_bootstrap)
     config = JobConfig(
         REF,
         unique,
@@ -71,11 +77,22 @@ def test_global_checkpoints_are_consistent_and_exact_with_a_kill(
         global_interval_s=1.0,
         keep_global=3,  # older completed records and subtask checkpoints get pruned
     )
-    results = run_on_spark(config)
+    results = run_on_spark(
+        config,
+        on_running=gates.on_running(
+            (
+                "count[0] restarted, two global checkpoints completed",
+                lambda: (
+                    started(settings, JobId(unique), ["count[0]"], 1)
+                    and len(read_completed(settings, JobId(unique))) >= 2
+                ),
+            )
+        ),
+    )
+    assert gates.missed == []
     assert read_output(tmp_path) == clicks.reference(RECORDS)
     assert {r.subtask.split("/")[1]: r.attempt for r in results}["count[0]"] == 1
 
-    settings = KafkaSettings(kafka_bootstrap)
     completed = read_completed(settings, JobId(unique))
     assert 2 <= len(completed) <= 3, completed  # the last 3 are kept
     ids = [c["id"] for c in completed]
