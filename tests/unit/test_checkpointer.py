@@ -414,7 +414,7 @@ def test_aligned_mode_sources_act_on_the_trigger_readers_on_barriers() -> None:
     w = world("aligned", triggers)
     cadence = w.ckpt.cadence
     assert isinstance(cadence, AlignedCadence)
-    assert cadence.align
+    assert cadence.mode == "aligned"
     assert cadence.on_loop(reads_channels=True) is None
     assert w.committed == []
     n = cadence.on_loop(reads_channels=False)
