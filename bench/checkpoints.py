@@ -235,13 +235,13 @@ class Run:
             except SpillwayError:
                 continue
             for c in history:
-                if c.global_id is None:
+                if c.meta.global_id is None:
                     continue
                 if name == "generate":
-                    value = int(c.source.get("next", 0))
+                    value = int((c.source or {}).get("next", 0))
                 else:
-                    value = sum(c.outputs.get(self.slow_out, ()))
-                self._cuts[name].setdefault(int(c.global_id), value)
+                    value = sum(c.writers.outputs.get(self.slow_out, ()))
+                self._cuts[name].setdefault(int(c.meta.global_id), value)
 
     def _in_flight(self, n: int) -> int | None:
         """Generator position minus records ``slow`` output, both at checkpoint ``n``."""
