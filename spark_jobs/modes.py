@@ -26,6 +26,10 @@ BATCH_EMITS: tuple[BatchEmit, ...] = get_args(BatchEmit)
 ValueFormat = Literal["json", "avro", "avro-confluent"]
 VALUE_FORMATS: tuple[ValueFormat, ...] = get_args(ValueFormat)
 
+# How write_kafka writes a value: JSON, or Avro in the Confluent wire format (with a registry).
+SinkValueFormat = Literal["json", "avro"]
+SINK_VALUE_FORMATS: tuple[SinkValueFormat, ...] = get_args(SinkValueFormat)
+
 # The files read_files reads; as Arrow batches (batches=True) only CSV and Parquet.
 FileFormat = Literal["jsonl", "csv", "parquet"]
 FILE_FORMATS: tuple[FileFormat, ...] = get_args(FileFormat)

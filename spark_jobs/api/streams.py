@@ -12,6 +12,7 @@ from functools import partial
 from typing import Any
 
 from spillway.channels.errors import PipelineDefinitionError
+from spillway.channels.modes import choose
 from spillway.channels.routing.batchkey import BatchKey
 from spillway.channels.routing.batchwrite import ColumnKey
 from spillway.channels.wire.arrowcodec import arrow_schema
@@ -23,7 +24,14 @@ from spillway.spark_jobs.connectors.confluentavro import RegistryAvroWriter, sub
 from spillway.spark_jobs.connectors.registry import RegistryConfig, check_registry_format
 from spillway.spark_jobs.connectors.sinks import ConsoleSink, JsonlFileSink, KafkaTopicSink
 from spillway.spark_jobs.connectors.tablesinks import columnar_sink
-from spillway.spark_jobs.modes import BatchEmit, Emit, batch_emit_of, emit_of
+from spillway.spark_jobs.modes import (
+    SINK_VALUE_FORMATS,
+    BatchEmit,
+    Emit,
+    SinkValueFormat,
+    batch_emit_of,
+    emit_of,
+)
 from spillway.spark_jobs.operators.batchagg import Agg, Derive
 from spillway.spark_jobs.operators.operators import (
     FilterLogic,
@@ -275,7 +283,7 @@ class Stream:
         *,
         key: Callable[[Record], Any] | str | None = None,
         parallelism: int | None = None,
-        value_format: str = "json",
+        value_format: SinkValueFormat = "json",
         registry: RegistryConfig | None = None,
         subject: str | None = None,
     ) -> None:
@@ -294,8 +302,14 @@ class Stream:
         """
         # Without a key function, alone in its subtask, a flat channel is read as Arrow
         # batches and written column by column (spillway.channels.wire.arrowjson).
+        fmt = choose(
+            value_format,
+            SINK_VALUE_FORMATS,
+            f"write_kafka {name!r}: value_format",
+            PipelineDefinitionError,
+        )
         schema = self._schema()
-        encoder = _registry_writer(name, topic, schema, value_format, registry, subject)
+        encoder = _registry_writer(name, topic, schema, fmt, registry, subject)
         flat = arrow_schema(schema) if schema is not None else None
         description: dict[str, Any] = {"sink": "kafka"}
         if isinstance(key, str):
@@ -329,7 +343,7 @@ def _registry_writer(
     name: str,
     topic: str,
     schema: Schema | None,
-    value_format: str,
+    value_format: SinkValueFormat,
     registry: RegistryConfig | None,
     subject: str | None,
 ) -> RegistryAvroWriter | None:
@@ -337,12 +351,9 @@ def _registry_writer(
     ``None`` for JSON values."""
     where = f"write_kafka {name!r}"
     if registry is None:
-        if value_format != "json" or subject is not None:
+        if value_format == "avro" or subject is not None:
             raise PipelineDefinitionError(
                 f'{where}: value_format="avro" and subject= need registry=RegistryConfig(...)'
-                if value_format == "avro" or subject is not None
-                else f'{where}: value_format must be "json", or "avro" with a registry, '
-                f"got {value_format!r}"
             )
         return None
     check_registry_format(where, value_format, registry, "written")

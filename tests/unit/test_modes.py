@@ -120,3 +120,17 @@ def test_aggregate_batches_refuses_an_unknown_emit() -> None:
     assert str(info.value) == (
         "operator 'a': emit must be one of 'final', 'updates', 'rows', got 'sometimes'"
     )
+
+
+def test_write_kafka_refuses_an_unknown_value_format() -> None:
+    src = Pipeline("m").read_kafka("src", "t", schema=SCHEMA)
+    with pytest.raises(PipelineDefinitionError) as info:
+        src.write_kafka("out", "o", value_format="avro-confluent")  # type: ignore[arg-type]
+    assert str(info.value) == (
+        "write_kafka 'out': value_format must be one of 'json', 'avro', got 'avro-confluent'"
+    )
+    with pytest.raises(PipelineDefinitionError) as info:
+        src.write_kafka("out", "o", value_format="avro")
+    assert str(info.value) == (
+        """write_kafka 'out': value_format="avro" and subject= need registry=RegistryConfig(...)"""
+    )
