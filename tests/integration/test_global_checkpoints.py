@@ -122,16 +122,18 @@ def test_global_checkpoints_are_consistent_and_exact_with_a_kill(
         if any(f is None for f in found.values()):
             continue  # older than the last few checkpoints each subtask retains
         cut = {sub: f for sub, f in found.items() if f is not None}
-        assert all(f.global_id in (c["id"], None) or f.finished for f in cut.values())
+        assert all(f.meta.global_id in (c["id"], None) or f.meta.finished for f in cut.values())
         checked += 1
         for edge in plan.edges:
             topic = plan.topic_of(edge)
             for j in range(plan.operator(edge.downstream).parallelism):
                 down = cut[f"{edge.downstream}[{j}]"]
                 tp = TopicPartition(topic, j)
-                consumed = records_per_writer(settings, tp, edge.schema, down.inputs.get(tp, 0))
+                consumed = records_per_writer(
+                    settings, tp, edge.schema, down.reader.inputs.get(tp, 0)
+                )
                 for i in range(plan.operator(edge.upstream).parallelism):
-                    produced = cut[f"{edge.upstream}[{i}]"].outputs.get(topic, ())
+                    produced = cut[f"{edge.upstream}[{i}]"].writers.outputs.get(topic, ())
                     assert consumed[i] <= (produced[j] if produced else 0), (
                         f"checkpoint {c['id']}: {edge.downstream}[{j}] consumed {consumed[i]} "
                         f"records of {edge.upstream}[{i}], which had produced {produced} then"
