@@ -9,6 +9,10 @@ wrote it). ``python -m chaos.forensics --batches SEGMENT.log FIRST LAST`` prints
 batches of one stopped broker's log segment between two offsets: producer id and epoch,
 transactional or not, and each control record's type (COMMIT or ABORT); that tells a
 transaction left open on a partition (no marker after its data) from one aborted late.
+``python -m chaos.forensics --txn-state DATA_DIR ID`` prints, from a stopped broker's
+``__transaction_state`` logs, every state the coordinator recorded for the transactional ids
+containing ``ID``: producer id and epoch, state, and the partitions of the transaction
+(which partitions a PrepareAbort or PrepareCommit promised markers to).
 """
 
 from __future__ import annotations
@@ -34,6 +38,8 @@ from spillway.devtools.localbroker import BrokerConfig, LocalBroker
 
 _LISTENERS = re.compile(r"listeners=PLAINTEXT://127\.0\.0\.1:(\d+),CONTROLLER://127\.0\.0\.1:(\d+)")
 _CONTROL = {0: "ABORT", 1: "COMMIT"}
+_TXN_STATES = ("Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "CompleteCommit",
+               "CompleteAbort", "Dead", "PrepareEpochFence")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -68,6 +74,101 @@ def batches(segment: bytes) -> Iterator[Batch]:
             control = _CONTROL.get(struct.unpack(">hh", b[j : j + 4])[1], "?")
         yield Batch(base, base + last_delta, pid, epoch, bool(attrs & 0x10), control, leader_epoch)
         i += 12 + length
+
+
+@dataclass(frozen=True)
+class TxnState:
+    """One record of the transaction coordinator's log (``__transaction_state``)."""
+
+    offset: int
+    time_ms: int
+    transactional_id: str
+    producer_id: int
+    epoch: int
+    state: str
+    partitions: tuple[tuple[str, tuple[int, ...]], ...]
+
+
+def _varint(b: bytes, i: int, zigzag: bool = True) -> tuple[int, int]:
+    shift = result = 0
+    while True:
+        x = b[i]
+        i += 1
+        result |= (x & 0x7F) << shift
+        if not x & 0x80:
+            break
+        shift += 7
+    return ((result >> 1) ^ -(result & 1) if zigzag else result), i
+
+
+def txn_states(segment: bytes, want: str) -> Iterator[TxnState]:
+    """The records of a ``__transaction_state`` log segment whose transactional id
+    contains ``want`` (value versions 0 and 1; uncompressed batches)."""
+    for b, base, time_ms in _raw_batches(segment):
+        count = struct.unpack(">i", b[57:61])[0]
+        j = 61
+        for _ in range(count):
+            length, j = _varint(b, j)
+            end = j + length
+            j += 1  # attributes
+            _, j = _varint(b, j)  # timestamp delta
+            delta, j = _varint(b, j)
+            klen, j = _varint(b, j)
+            key = b[j : j + klen]
+            j += klen
+            vlen, j = _varint(b, j)
+            value = b[j : j + vlen] if vlen >= 0 else None
+            j = end
+            tid = key[4 : 4 + struct.unpack(">h", key[2:4])[0]].decode()
+            if want in tid and value is not None:
+                yield _txn_state(base + delta, time_ms, tid, value)
+
+
+def _raw_batches(segment: bytes) -> Iterator[tuple[bytes, int, int]]:
+    i = 0
+    while i + 61 <= len(segment):
+        base, length = struct.unpack(">qi", segment[i : i + 12])
+        if length <= 0:
+            return
+        b = segment[i : i + 12 + length]
+        i += 12 + length
+        if not struct.unpack(">h", b[21:23])[0] & 0x07:  # compressed batches are skipped
+            yield b, base, struct.unpack(">q", b[27:35])[0]
+
+
+def _txn_state(offset: int, time_ms: int, tid: str, v: bytes) -> TxnState:
+    version = struct.unpack(">h", v[:2])[0]
+    pid, epoch, _timeout, state = struct.unpack(">qhib", v[2:17])
+    k = 17
+    parts: list[tuple[str, tuple[int, ...]]] = []
+    if version == 0:
+        n = struct.unpack(">i", v[k : k + 4])[0]
+        k += 4
+    else:  # flexible: compact arrays and strings (length + 1), tagged fields
+        n, k = _varint(v, k, zigzag=False)
+        n -= 1
+    for _ in range(max(n, 0)):
+        if version == 0:
+            tlen = struct.unpack(">h", v[k : k + 2])[0]
+            k += 2
+        else:
+            tlen, k = _varint(v, k, zigzag=False)
+            tlen -= 1
+        topic = v[k : k + tlen].decode()
+        k += tlen
+        if version == 0:
+            m = struct.unpack(">i", v[k : k + 4])[0]
+            k += 4
+        else:
+            m, k = _varint(v, k, zigzag=False)
+            m -= 1
+        ids = struct.unpack(f">{m}i", v[k : k + 4 * m])
+        k += 4 * m
+        if version != 0:
+            _, k = _varint(v, k, zigzag=False)  # tagged fields
+        parts.append((topic, tuple(sorted(ids))))
+    name = _TXN_STATES[state] if 0 <= state < len(_TXN_STATES) else str(state)
+    return TxnState(offset, time_ms, tid, pid, epoch, name, tuple(parts))
 
 
 def _skip_varints(b: bytes, i: int, n: int) -> int:
@@ -147,7 +248,16 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m chaos.forensics", description=__doc__)
     ap.add_argument("rundir", nargs="?", type=Path)
     ap.add_argument("--batches", nargs=3, metavar=("SEGMENT", "FIRST", "LAST"))
+    ap.add_argument("--txn-state", nargs=2, metavar=("DATA_DIR", "ID"))
     args = ap.parse_args(argv)
+    if args.txn_state:
+        data_dir, want = Path(args.txn_state[0]), args.txn_state[1]
+        for log in sorted(data_dir.glob("__transaction_state-*/*.log")):
+            for t in txn_states(log.read_bytes(), want):
+                when = time.strftime("%H:%M:%S", time.gmtime(t.time_ms / 1000))
+                who = f"{t.transactional_id} producer {t.producer_id} epoch {t.epoch}"
+                print(f"{log.parent.name}@{t.offset} {when} {who} {t.state} {t.partitions}")
+        return 0
     if args.batches:
         path, first, last = Path(args.batches[0]), int(args.batches[1]), int(args.batches[2])
         for b in batches(path.read_bytes()):
