@@ -220,7 +220,7 @@ def committed(
             latest = store.latest(int(index))
         finally:
             store.close()
-        if latest is None or latest.attempt < attempt:
+        if latest is None or latest.meta.attempt < attempt:
             return False
     return True
 

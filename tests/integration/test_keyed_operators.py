@@ -258,7 +258,7 @@ def test_windows_and_process_function_survive_kills_exactly_once(
     assert all(c is not None and c.operator.watermark == final for c in ckpts.values())
     hop = ckpts["hop"]
     assert hop is not None
-    assert hop.set_aside == {"late": late["too-late"]}  # counted exactly, checkpointed
+    assert hop.operator.set_aside == {"late": late["too-late"]}  # counted exactly, checkpointed
     for sink, rows in want.items():  # exactly once: equal to the reference, no repeats
         assert committed(out, sink) == rows
         assert len(rows) >= 20
