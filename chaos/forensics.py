@@ -57,23 +57,19 @@ class Batch:
 
 def batches(segment: bytes) -> Iterator[Batch]:
     """The record batches of a log segment's bytes, in offset order."""
-    i = 0
-    while i + 61 <= len(segment):
-        base, length = struct.unpack(">qi", segment[i : i + 12])
-        if length <= 0:
-            return
-        b = segment[i : i + 12 + length]
+    for b, base in _raw_batches(segment):
         leader_epoch = struct.unpack(">i", b[12:16])[0]
         attrs = struct.unpack(">h", b[21:23])[0]
         last_delta = struct.unpack(">i", b[23:27])[0]
         pid, epoch = struct.unpack(">qh", b[43:53])
         control = ""
         if attrs & 0x20:  # a control batch: its one record's key is (version, type)
-            j = _skip_varints(b, 61, 1) + 1  # record length, then its attributes byte
-            j = _skip_varints(b, j, 3)  # timestamp delta, offset delta, key length
+            _, j = _varint(b, 61)  # record length
+            _, j = _varint(b, j + 1)  # past the attributes byte: timestamp delta
+            _, j = _varint(b, j)  # offset delta
+            _, j = _varint(b, j)  # key length
             control = _CONTROL.get(struct.unpack(">hh", b[j : j + 4])[1], "?")
         yield Batch(base, base + last_delta, pid, epoch, bool(attrs & 0x10), control, leader_epoch)
-        i += 12 + length
 
 
 @dataclass(frozen=True)
@@ -104,7 +100,10 @@ def _varint(b: bytes, i: int, zigzag: bool = True) -> tuple[int, int]:
 def txn_states(segment: bytes, want: str) -> Iterator[TxnState]:
     """The records of a ``__transaction_state`` log segment whose transactional id
     contains ``want`` (value versions 0 and 1; uncompressed batches)."""
-    for b, base, time_ms in _raw_batches(segment):
+    for b, base in _raw_batches(segment):
+        if struct.unpack(">h", b[21:23])[0] & 0x07:  # compressed: its records are not read
+            continue
+        time_ms = struct.unpack(">q", b[27:35])[0]
         count = struct.unpack(">i", b[57:61])[0]
         j = 61
         for _ in range(count):
@@ -124,16 +123,15 @@ def txn_states(segment: bytes, want: str) -> Iterator[TxnState]:
                 yield _txn_state(base + delta, time_ms, tid, value)
 
 
-def _raw_batches(segment: bytes) -> Iterator[tuple[bytes, int, int]]:
+def _raw_batches(segment: bytes) -> Iterator[tuple[bytes, int]]:
+    """Each batch's bytes (from its base offset field on) and its base offset."""
     i = 0
     while i + 61 <= len(segment):
         base, length = struct.unpack(">qi", segment[i : i + 12])
         if length <= 0:
             return
-        b = segment[i : i + 12 + length]
+        yield segment[i : i + 12 + length], base
         i += 12 + length
-        if not struct.unpack(">h", b[21:23])[0] & 0x07:  # compressed batches are skipped
-            yield b, base, struct.unpack(">q", b[27:35])[0]
 
 
 def _txn_state(offset: int, time_ms: int, tid: str, v: bytes) -> TxnState:
@@ -169,14 +167,6 @@ def _txn_state(offset: int, time_ms: int, tid: str, v: bytes) -> TxnState:
         parts.append((topic, tuple(sorted(ids))))
     name = _TXN_STATES[state] if 0 <= state < len(_TXN_STATES) else str(state)
     return TxnState(offset, time_ms, tid, pid, epoch, name, tuple(parts))
-
-
-def _skip_varints(b: bytes, i: int, n: int) -> int:
-    for _ in range(n):
-        while b[i] & 0x80:
-            i += 1
-        i += 1
-    return i
 
 
 def _read_all(consumer: Consumer, topic: str, partitions: list[int]) -> Iterator[Message]:

@@ -8,19 +8,6 @@ import struct
 from chaos.forensics import Batch, TxnState, batches, txn_states
 
 
-def _varint(n: int) -> bytes:
-    z = (n << 1) ^ (n >> 63)  # zigzag
-    out = bytearray()
-    while True:
-        byte = z & 0x7F
-        z >>= 7
-        if z:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
 def _uvarint(n: int) -> bytes:
     out = bytearray()
     while True:
@@ -31,6 +18,10 @@ def _uvarint(n: int) -> bytes:
         else:
             out.append(byte)
             return bytes(out)
+
+
+def _varint(n: int) -> bytes:
+    return _uvarint((n << 1) ^ (n >> 63))  # zigzag, as record fields are written
 
 
 def _record(key: bytes, value: bytes | None, delta: int = 0) -> bytes:
