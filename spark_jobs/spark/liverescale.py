@@ -20,7 +20,9 @@ served in a thread of its own, one at a time:
    record the new shape (``rescaled``: plan and rescale record, what a later ``spillway
    run`` and ``spillway status`` read), then announce the new writer count in-band
    downstream (:func:`spillway.recovery.control.liverescale.announce_width`);
-4. start the operator's new subtasks, each restoring from the handover.
+4. start the operator's new subtasks, each restoring from the handover;
+5. record the driver's phases of the rescale (``rescale-phases``,
+   :mod:`spillway.recovery.observe.rescalephases`).
 
 Nothing else restarts. A request refused at step 1 or failing before step 3 records
 ``rescale-failed`` and, if the operator was stopped, starts it again as it was.
@@ -51,6 +53,7 @@ from spillway.recovery.control.upgrade import check_upgrade
 from spillway.recovery.job.plan import JobPlan
 from spillway.recovery.job.plandoc import PlanDoc
 from spillway.recovery.observe.events import record_job_event
+from spillway.recovery.observe.rescalephases import driver_phases
 from spillway.recovery.restore.handover import live_handover
 from spillway.recovery.restore.rescale import PlanShape, Rescale, check_rescalable, with_parallelism
 from spillway.spark_jobs.spark.opruns import OperatorRuns
@@ -207,11 +210,15 @@ class LiveRescaler:
             check_live(new, op, previous, self._mode, slots)
             t0 = time.monotonic()
             log.info("rescaling %s of %s: %d -> %d subtasks", op, job, previous, n)
+            clock, stop_requested = _Clock(), time.time()
             self._runs.stop_operator(op)
             stopped = True
+            last_checkpoint = time.time()
+            clock.lap("stop")
             rescale = prepare_rescale(self._settings, new, {op: previous}, self.rescale)
             assert rescale is not None
             rescale = live_handover(rescale, op)  # its new subtasks check the marks
+            clock.lap("prepare")
         except Exception as e:  # refused, or failed before anything changed
             self._refused("rescale", request, e, stopped)
             return
@@ -222,12 +229,17 @@ class LiveRescaler:
             previous=previous, parallelism=n, plan=PlanDoc.of(new).to_json(),
             rescale=rescale.to_json(), stopped_s=round(time.monotonic() - t0, 3),
         )  # fmt: skip
+        clock.lap("record")
         try:
             announce_width(self._settings, new, op)
+            clock.lap("announce")
+            handover = time.time()
             self._shape[0] = PlanShape.of(new, rescale)
             self._runs.reshape(new.subtasks(), [(o.name, o.parallelism) for o in new.operators])
             self.plan, self.rescale = new, rescale
             self._runs.start_operator(op)
+            scheduled = time.time()
+            clock.lap("schedule")
         except Exception:
             # The new shape is recorded but not in force: end the run; the next one
             # (spillway run, same job id) starts in the recorded shape.
@@ -235,3 +247,31 @@ class LiveRescaler:
             self._runs.cancel_all()
             return
         log.info("%s of %s runs with %d subtasks (%.1f s)", op, job, n, time.monotonic() - t0)
+        phases = driver_phases(
+            float(request.get("time", stop_requested)),
+            stop_requested,
+            last_checkpoint,
+            handover,
+            scheduled,
+        )
+        try:  # for the record only: the rescale is done whether or not this is written
+            record_job_event(
+                self._settings, job, "rescale-phases", run=self._run_id, request=rid,
+                target=op, previous=previous, parallelism=n, phases=phases, steps=clock.steps,
+            )  # fmt: skip
+        except Exception:
+            log.exception("the phases of rescale %s were not recorded", rid)
+
+
+class _Clock:
+    """Seconds spent in each of the driver's steps of a rescale (where the time goes)."""
+
+    def __init__(self) -> None:
+        self.steps: dict[str, float] = {}
+        self._lap = time.monotonic()
+
+    def lap(self, name: str) -> None:
+        """Record the time since the previous lap as step ``name``."""
+        now = time.monotonic()
+        self.steps[name] = round(now - self._lap, 3)
+        self._lap = now
