@@ -15,11 +15,11 @@ served in a thread of its own, one at a time:
 2. stop only that operator (:meth:`OperatorRuns.stop_operator`): each subtask commits a
    last checkpoint and stops; upstream keeps writing into the durable channels and
    downstream keeps reading what was committed;
-3. fence every old subtask and record the handover
-   (:func:`spillway.recovery.control.savepoint.prepare_rescale`),
-   record the new shape (``rescaled``: plan and rescale record, what a later ``spillway
-   run`` and ``spillway status`` read), then announce the new writer count in-band
-   downstream (:func:`spillway.recovery.control.liverescale.announce_width`);
+3. fence every old subtask, take the handover and announce the new writer count in-band
+   downstream (:func:`spillway.recovery.control.savepoint.prepare_rescale`,
+   :func:`spillway.recovery.control.liverescale.announce_width`), then record the new
+   shape (``rescaled``: plan and rescale record, what a later ``spillway run`` and
+   ``spillway status`` read);
 4. start the operator's new subtasks, each restoring from the handover;
 5. record the driver's phases of the rescale (``rescale-phases``,
    :mod:`spillway.recovery.observe.rescalephases`).
@@ -45,9 +45,11 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from confluent_kafka import Producer
+
 from spillway.channels.config import KafkaSettings
 from spillway.channels.errors import RescaleError, UpgradeError
-from spillway.recovery.control.liverescale import announce_width
+from spillway.channels.kafka.clients import idempotent_producer
 from spillway.recovery.control.savepoint import prepare_rescale
 from spillway.recovery.control.upgrade import check_upgrade
 from spillway.recovery.job.plan import JobPlan
@@ -126,6 +128,14 @@ class LiveRescaler:
         self._thread = threading.Thread(target=self._serve, name="live-rescale", daemon=True)
         self._deployed: Deployed | None = None
         self._code: list[ModuleCode | None] = [None]
+        # The answers' producer, made once: a new client per event (connect, producer id)
+        # lay on the path of every rescale.
+        self._events: Producer | None = None
+
+    def _producer(self) -> Producer:
+        if self._events is None:
+            self._events = idempotent_producer(self._settings, linger_ms=0)
+        return self._events
 
     def upgrades(self, deployed: Deployed, code: list[ModuleCode | None]) -> None:
         """Serve upgrade requests too: ``deployed`` loads the code now deployed; ``code``
@@ -148,6 +158,7 @@ class LiveRescaler:
         self._thread.join(60)
 
     def _serve(self) -> None:
+        self._producer()  # connected before the first request
         while (request := self._requests.get()) is not None:
             if request.get("event") == "upgrade-requested":
                 self._upgrade(request)
@@ -160,7 +171,7 @@ class LiveRescaler:
         log.warning("%s request %s for %s refused: %s", what, rid, op, e)
         record_job_event(
             self._settings, self.plan.job, f"{what}-failed", run=self._run_id, request=rid,
-            target=op, error=f"{type(e).__name__}: {e}",
+            target=op, error=f"{type(e).__name__}: {e}", producer=self._producer(),
         )  # fmt: skip
         if stopped:
             self._runs.start_operator(op)
@@ -187,7 +198,7 @@ class LiveRescaler:
             record_job_event(
                 self._settings, job, "upgraded", run=self._run_id, request=rid, target=op,
                 module=code.module, path=code.path, parallelism=new.operator(op).parallelism,
-                stopped_s=round(time.monotonic() - t0, 3),
+                stopped_s=round(time.monotonic() - t0, 3), producer=self._producer(),
             )  # fmt: skip
             self._runs.start_operator(op)
         except Exception:
@@ -228,11 +239,11 @@ class LiveRescaler:
             self._settings, job, "rescaled", run=self._run_id, request=rid, target=op,
             previous=previous, parallelism=n, plan=PlanDoc.of(new).to_json(),
             rescale=rescale.to_json(), stopped_s=round(time.monotonic() - t0, 3),
+            producer=self._producer(),
         )  # fmt: skip
         clock.lap("record")
         try:
-            announce_width(self._settings, new, op)
-            clock.lap("announce")
+            # prepare_rescale announced the new writer count downstream already.
             handover = time.time()
             self._shape[0] = PlanShape.of(new, rescale)
             self._runs.reshape(new.subtasks(), [(o.name, o.parallelism) for o in new.operators])
@@ -258,6 +269,7 @@ class LiveRescaler:
             record_job_event(
                 self._settings, job, "rescale-phases", run=self._run_id, request=rid,
                 target=op, previous=previous, parallelism=n, phases=phases, steps=clock.steps,
+                producer=self._producer(),
             )  # fmt: skip
         except Exception:
             log.exception("the phases of rescale %s were not recorded", rid)
