@@ -13,6 +13,12 @@ A live rescale of one operator passes these phases, in this order:
 * ``restored`` — the last new subtask restored its state and positions;
 * ``processing`` — the last new subtask announced ``started``: every new subtask processes.
 
+The driver launches the new subtasks before it takes the handover (they wait for it,
+:mod:`spillway.spark_jobs.spark.handoverwait`), so ``scheduled`` and ``python_started``
+usually come before ``handover``: the steps (:meth:`RescalePhases.durations`) follow the
+time order, and :meth:`RescalePhases.since_request` gives each phase's time from the
+request whatever the order.
+
 The driver records the first five in one ``rescale-phases`` event (with the request id);
 the last three are the latest of the new subtasks' own phases (their ``started`` events,
 :mod:`spillway.recovery.observe.phases`), since the pause ends with the slowest. Wall
@@ -65,9 +71,18 @@ class RescalePhases:
         return self.times["processing"] - self.times["requested"]
 
     def durations(self) -> dict[str, float]:
-        """Per phase after the first, the seconds since the previous recorded phase."""
-        known = [(p, self.times[p]) for p in RESCALE_PHASES if p in self.times]
-        return {p: round(t - prev, 3) for (_, prev), (p, t) in pairwise(known)}
+        """Per phase after the first in time order, the seconds since the one before it."""
+        known = sorted(
+            (self.times[p], RESCALE_PHASES.index(p), p) for p in RESCALE_PHASES if p in self.times
+        )
+        return {p: round(t - prev, 3) for (prev, _, _), (t, _, p) in pairwise(known)}
+
+    def since_request(self) -> dict[str, float]:
+        """Per phase after the request, the seconds since the request."""
+        t0 = self.times.get("requested")
+        if t0 is None:
+            return {}
+        return {p: round(self.times[p] - t0, 3) for p in RESCALE_PHASES[1:] if p in self.times}
 
     def to_json(self) -> dict[str, Any]:
         """JSON form (``spillway status --json``, benchmarks)."""
@@ -78,6 +93,7 @@ class RescalePhases:
             "parallelism": self.parallelism,
             "times": {p: round(self.times[p], 3) for p in RESCALE_PHASES if p in self.times},
             "durations": self.durations(),
+            "since_request": self.since_request(),
             "steps": dict(self.steps),
             "pause_s": None if (s := self.pause_s()) is None else round(s, 3),
         }

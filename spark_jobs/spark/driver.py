@@ -50,6 +50,7 @@ from spillway.recovery.runtime.failures import abort_message
 from spillway.recovery.runtime.runner import SubtaskResult, SubtaskRunner
 from spillway.spark_jobs.spark.attempts import AttemptWatcher
 from spillway.spark_jobs.spark.failfast import FailureWatch
+from spillway.spark_jobs.spark.handoverwait import await_handover
 from spillway.spark_jobs.spark.jobconfig import JobConfig
 from spillway.spark_jobs.spark.liverescale import LiveRescaler
 from spillway.spark_jobs.spark.observe import observed
@@ -415,6 +416,14 @@ def _task(
     subtask = plan.subtasks()[index]
     phases.mark("imported")  # this module, the pipeline's and their imports
     phases.lap("plan")
+    if shape.awaiting is not None:  # launched ahead of a live rescale's handover
+        ready = await_handover(
+            config.settings(), plan.job, shape, run_id, (subtask.operator, generation)
+        )
+        phases.lap("handover")
+        if ready is None:
+            return  # the handover failed: the operator starts again as it was
+        shape = ready
     runner = SubtaskRunner(
         plan,
         subtask,

@@ -15,17 +15,20 @@ served in a thread of its own, one at a time:
 2. stop only that operator (:meth:`OperatorRuns.stop_operator`): each subtask commits a
    last checkpoint and stops; upstream keeps writing into the durable channels and
    downstream keeps reading what was committed;
-3. fence every old subtask, take the handover and announce the new writer count in-band
-   downstream (:func:`spillway.recovery.control.savepoint.prepare_rescale`,
+3. launch the operator's new subtasks: Spark schedules them and their Python workers
+   start and build the pipeline, then each waits for the handover
+   (:mod:`spillway.spark_jobs.spark.handoverwait`);
+4. meanwhile fence every old subtask, take the handover and announce the new writer
+   count in-band downstream (:func:`spillway.recovery.control.savepoint.prepare_rescale`,
    :func:`spillway.recovery.control.liverescale.announce_width`), then record the new
    shape (``rescaled``: plan and rescale record, what a later ``spillway run`` and
-   ``spillway status`` read);
-4. start the operator's new subtasks, each restoring from the handover;
+   ``spillway status`` read, and what the waiting new subtasks restore from);
 5. record the driver's phases of the rescale (``rescale-phases``,
    :mod:`spillway.recovery.observe.rescalephases`).
 
-Nothing else restarts. A request refused at step 1 or failing before step 3 records
-``rescale-failed`` and, if the operator was stopped, starts it again as it was.
+Nothing else restarts. A request refused at step 1 or failing before the ``rescaled``
+record records ``rescale-failed``, stops the waiting new subtasks if they were launched
+(they end without running), and, if the operator was stopped, starts it again as it was.
 
 An upgrade request (``upgrade-requested``, ``spillway upgrade``) takes the same path at
 the same width: read and run the pipeline module as now deployed
@@ -211,7 +214,8 @@ class LiveRescaler:
     def _handle(self, request: Mapping[str, Any]) -> None:
         op, n, rid = str(request.get("target")), request.get("parallelism"), request.get("request")
         job = self.plan.job
-        stopped = False
+        stopped = launched = False
+        before = self._shape[0]
         try:
             if not isinstance(n, int):
                 raise RescaleError(f"rescale request {rid}: parallelism {n!r} is not a number")
@@ -226,35 +230,48 @@ class LiveRescaler:
             stopped = True
             last_checkpoint = time.time()
             clock.lap("stop")
+            # The new subtasks are launched now, each waiting for the handover
+            # (spillway.spark_jobs.spark.handoverwait): Spark schedules them and their
+            # Python workers start while the handover below is taken.
+            self._in_shape(new, PlanShape.of(new, None, awaiting=str(rid)))
+            self._runs.start_operator(op)
+            launched = True
+            scheduled = time.time()
+            clock.lap("schedule")
             rescale = prepare_rescale(self._settings, new, {op: previous}, self.rescale)
             assert rescale is not None
             rescale = live_handover(rescale, op)  # its new subtasks check the marks
             clock.lap("prepare")
-        except Exception as e:  # refused, or failed before anything changed
+        except Exception as e:  # refused, or failed before the new shape was recorded
+            if stopped:
+                try:
+                    if launched:  # the waiting new subtasks end without running
+                        self._runs.stop_operator(op)
+                    self._in_shape(self.plan, before)
+                except Exception:
+                    log.exception("rescale of %s failed and not undone: stopping the job", op)
+                    self._runs.cancel_all()
+                    return
             self._refused("rescale", request, e, stopped)
             return
-        # From here on the new shape is recorded first: a driver that dies before the
-        # rest leaves a job whose next run takes the recorded shape.
-        record_job_event(
-            self._settings, job, "rescaled", run=self._run_id, request=rid, target=op,
-            previous=previous, parallelism=n, plan=PlanDoc.of(new).to_json(),
-            rescale=rescale.to_json(), stopped_s=round(time.monotonic() - t0, 3),
-            producer=self._producer(),
-        )  # fmt: skip
-        clock.lap("record")
         try:
-            # prepare_rescale announced the new writer count downstream already.
+            # The new subtasks go on once this is recorded: it carries their rescale
+            # record. A driver that dies after it leaves a job whose next run takes the
+            # recorded shape. prepare_rescale announced the new writer count already.
+            record_job_event(
+                self._settings, job, "rescaled", run=self._run_id, request=rid, target=op,
+                previous=previous, parallelism=n, plan=PlanDoc.of(new).to_json(),
+                rescale=rescale.to_json(), stopped_s=round(time.monotonic() - t0, 3),
+                producer=self._producer(),
+            )  # fmt: skip
             handover = time.time()
-            self._shape[0] = PlanShape.of(new, rescale)
-            self._runs.reshape(new.subtasks(), [(o.name, o.parallelism) for o in new.operators])
+            clock.lap("record")
+            self._shape[0] = PlanShape.of(new, rescale)  # for operators launched later
             self.plan, self.rescale = new, rescale
-            self._runs.start_operator(op)
-            scheduled = time.time()
-            clock.lap("schedule")
         except Exception:
-            # The new shape is recorded but not in force: end the run; the next one
-            # (spillway run, same job id) starts in the recorded shape.
-            log.exception("rescale of %s recorded but not completed: stopping the job", op)
+            # Not known whether the new shape was recorded: end the run; the next one
+            # (spillway run, same job id) starts in the shape last recorded.
+            log.exception("rescale of %s not completed: stopping the job", op)
             self._runs.cancel_all()
             return
         log.info("%s of %s runs with %d subtasks (%.1f s)", op, job, n, time.monotonic() - t0)
@@ -273,6 +290,11 @@ class LiveRescaler:
             )  # fmt: skip
         except Exception:
             log.exception("the phases of rescale %s were not recorded", rid)
+
+    def _in_shape(self, plan: JobPlan, shape: PlanShape) -> None:
+        """Launch operators from now on with ``plan``'s subtasks and ``shape``."""
+        self._shape[0] = shape
+        self._runs.reshape(plan.subtasks(), [(o.name, o.parallelism) for o in plan.operators])
 
 
 class _Clock:

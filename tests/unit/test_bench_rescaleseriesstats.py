@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from bench import rescaleseriesstats as rss
 
 
@@ -14,6 +16,7 @@ def rescale(previous: int, n: int, pause: float, dip: float, stop: float) -> dic
         "pause_s": pause,
         "dip": {"dip": dip},
         "durations": {"stop_requested": 0.1, "last_checkpoint": stop},
+        "since_request": {"stop_requested": 0.1, "last_checkpoint": 0.1 + stop},
     }
 
 
@@ -39,6 +42,9 @@ def test_summary_per_direction_and_over_all() -> None:
         "runs": 3,
     }
     assert list(s["all"]["phases_s"]) == ["stop_requested", "last_checkpoint"]
+    assert s["4→2"]["since_request_s"]["last_checkpoint"] == pytest.approx(
+        {"median": 0.7, "low": 0.6, "high": 0.8, "runs": 2}
+    )
 
 
 def test_render_names_each_direction_and_phase() -> None:
@@ -46,14 +52,20 @@ def test_render_names_each_direction_and_phase() -> None:
     assert lines == [
         "2→4 (1 rescales): pause 3.00 s (3.00–3.00), dip of the operators not rescaled "
         "10.00 % (10.00–10.00)",
-        "  stop_requested: +0.10 s (0.10–0.10)",
-        "  last_checkpoint: +1.00 s (1.00–1.00)",
+        "  stop_requested: 0.10 s (0.10–0.10) after the request, +0.10 s (0.10–0.10) after "
+        "the phase before",
+        "  last_checkpoint: 1.10 s (1.10–1.10) after the request, +1.00 s (1.00–1.00) after "
+        "the phase before",
         "4→2 (1 rescales): pause 2.00 s (2.00–2.00), dip of the operators not rescaled "
         "0.00 % (0.00–0.00)",
-        "  stop_requested: +0.10 s (0.10–0.10)",
-        "  last_checkpoint: +0.50 s (0.50–0.50)",
+        "  stop_requested: 0.10 s (0.10–0.10) after the request, +0.10 s (0.10–0.10) after "
+        "the phase before",
+        "  last_checkpoint: 0.60 s (0.60–0.60) after the request, +0.50 s (0.50–0.50) after "
+        "the phase before",
         "all (2 rescales): pause 2.50 s (2.00–3.00), dip of the operators not rescaled "
         "5.00 % (0.00–10.00)",
-        "  stop_requested: +0.10 s (0.10–0.10)",
-        "  last_checkpoint: +0.75 s (0.50–1.00)",
+        "  stop_requested: 0.10 s (0.10–0.10) after the request, +0.10 s (0.10–0.10) after "
+        "the phase before",
+        "  last_checkpoint: 0.85 s (0.60–1.10) after the request, +0.75 s (0.50–1.00) after "
+        "the phase before",
     ]

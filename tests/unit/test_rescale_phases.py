@@ -86,3 +86,32 @@ def test_a_later_rescale_of_the_operator_takes_the_starts_after_its_handover() -
         "handover +0.40s → scheduled +0.10s → python_started +0.20s → restored +0.60s → "
         "processing +0.20s; pause 2.00 s"
     )
+
+
+def test_new_subtasks_launched_before_the_handover_are_timed_in_time_order() -> None:
+    ahead = {
+        **phases_event("r1", 2, 4, 10.0),
+        # Launched right after the last checkpoint, before the handover is taken.
+        "phases": driver_phases(10.0, 10.1, 10.5, 10.9, 10.6),
+    }
+    events = [ahead, *(started(j, 11.2, 10.7, 11.1) for j in range(4))]
+    (r,) = fold_rescales(events)
+    assert list(r.durations()) == [
+        "stop_requested",
+        "last_checkpoint",
+        "scheduled",
+        "python_started",
+        "handover",
+        "restored",
+        "processing",
+    ]
+    assert r.since_request() == {
+        "stop_requested": 0.1,
+        "last_checkpoint": 0.5,
+        "handover": 0.9,
+        "scheduled": 0.6,
+        "python_started": 0.7,
+        "restored": 1.1,
+        "processing": 1.2,
+    }
+    assert min(r.durations().values()) >= 0
