@@ -258,13 +258,14 @@ class LiveRescaler:
             # The new subtasks go on once this is recorded: it carries their rescale
             # record. A driver that dies after it leaves a job whose next run takes the
             # recorded shape. prepare_rescale announced the new writer count already.
+            # Timed before the record: no new subtask can start before it exists.
+            handover = time.time()
             record_job_event(
                 self._settings, job, "rescaled", run=self._run_id, request=rid, target=op,
                 previous=previous, parallelism=n, plan=PlanDoc.of(new).to_json(),
                 rescale=rescale.to_json(), stopped_s=round(time.monotonic() - t0, 3),
                 producer=self._producer(),
             )  # fmt: skip
-            handover = time.time()
             clock.lap("record")
             self._shape[0] = PlanShape.of(new, rescale)  # for operators launched later
             self.plan, self.rescale = new, rescale
