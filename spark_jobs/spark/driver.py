@@ -30,6 +30,7 @@ from spillway.channels.errors import (
     ProducerFencedError,
     SpillwayError,
 )
+from spillway.channels.kafka.clients import idempotent_producer
 from spillway.recovery.control.globalckpt import Coordinator
 from spillway.recovery.control.savepoint import last_run_shape, shape_for_run
 from spillway.recovery.job import jobconf
@@ -338,11 +339,18 @@ def _operator_runs(
         ).collect()
         return rows
 
+    # One producer for the stop requests: a new client for each (connect, producer id)
+    # lay on the path of every live rescale and upgrade.
+    announcer: list[Any] = []
+
     def announce_stop(operator: str, generation: int) -> None:
+        if not announcer:
+            announcer.append(idempotent_producer(settings, linger_ms=0))
         record_job_event(
             settings,
             plan.job,
             "operator-stop-requested",
+            producer=announcer[0],
             run=run_id,
             # Not "operator": readers take events with that key for a subtask's own.
             target=operator,
