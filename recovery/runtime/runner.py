@@ -9,7 +9,7 @@ durable, and nothing they need comes from this subtask.
 
 The runner opens the clients, restores, then has
 :mod:`spillway.recovery.runtime.taskfactory` build the task whole from what was restored.
-The parts each have one job (docs: STYLE "Runtime parts"):
+The parts each have one job (docs/architecture.md, A subtask's parts):
 :mod:`spillway.recovery.restore.restorer` finds what to continue from,
 :mod:`spillway.recovery.runtime.processor` moves
 records, :mod:`spillway.recovery.runtime.collector` is where outputs leave,
