@@ -37,7 +37,7 @@ from spillway.recovery.job import jobconf
 from spillway.recovery.job.evolution import channel_history, with_earlier_schemas
 from spillway.recovery.job.jobconf import forwarded_env
 from spillway.recovery.job.loader import load_plan
-from spillway.recovery.job.plan import JobPlan
+from spillway.recovery.job.plan import JobPlan, NodeKind
 from spillway.recovery.job.plandoc import PlanDoc
 from spillway.recovery.observe.events import (
     newer_incarnation,
@@ -206,7 +206,7 @@ def run_on_spark(
     return results
 
 
-def _ends_of(plan: JobPlan, kind: str, at: int) -> list[str]:
+def _ends_of(plan: JobPlan, kind: NodeKind, at: int) -> list[str]:
     """Operators of ``kind`` (source or sink), or chains that start (``at`` 0) or end
     (``at`` -1) with one."""
     out = []
