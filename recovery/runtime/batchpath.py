@@ -72,6 +72,19 @@ def reads_batches(logic: object, sink: object) -> bool:
     return isinstance(sink, BatchSink) and sink.takes_batches
 
 
+class BatchSource(Protocol):
+    """A source whose ``read`` returns Arrow record batches, not records."""
+
+    returns_batches: bool
+
+
+def source_reads_batches(source: object) -> bool:
+    """True if ``source`` declares that its ``read`` returns record batches
+    (:class:`BatchSource`). Asked as an attribute, not by ``isinstance``, so a source
+    wrapped by one that forwards its attributes answers as the one it wraps."""
+    return getattr(source, "returns_batches", False) is True
+
+
 def as_batch_logic(logic: object) -> BatchLogic | None:
     """``logic`` if it takes Arrow batches, else ``None``."""
     return logic if isinstance(logic, BatchLogic) else None
@@ -84,13 +97,6 @@ def write_batches(writers: Sequence[ChannelWriter], batches: Sequence[pa.RecordB
     for w in writers:
         w.write_batch(batch)
     return int(batch.num_rows)
-
-
-def count_rows(records: Sequence[Any]) -> int:
-    """Rows in what a source read: records, or record batches (a batch source)."""
-    if records and isinstance(records[0], pa.RecordBatch):
-        return sum(int(b.num_rows) for b in records)
-    return len(records)
 
 
 def rows_of(batches: Sequence[pa.RecordBatch]) -> list[Any]:

@@ -1,39 +1,38 @@
 """One step of a subtask: poll its input, run the operator, emit to its outputs.
 
-The processor reads from a source or from a channel reader, runs the operator's logic,
-writes to the channel writers (and a chained sink), forwards watermarks and idleness, and
-fails or dead-letters bad records. When to checkpoint is not its business: it asks the
-cadence's hooks (spillway.recovery.runtime.cadence) where a checkpoint may fall, and reports
-what they ask for in its step's result (spillway.recovery.runtime.requests); the task loop
-takes it. Everything it works with is given when it is built, after the restore.
+The processor reads from a source or from a channel reader and hands each message (or
+read) to the subtask's path (spillway.recovery.runtime.path): records or Arrow batches
+through the operator's logic to the channel writers (and a chained sink), chosen once when
+the processor is built (spillway.recovery.runtime.pathchoice); it forwards watermarks and
+idleness, and fails or dead-letters what cannot be decoded or read. When to checkpoint is
+not its business: it asks the cadence's hooks (spillway.recovery.runtime.cadence) where a
+checkpoint may fall, and reports what they ask for in its step's result
+(spillway.recovery.runtime.requests); the task loop takes it. Everything it works with is
+given when it is built, after the restore.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 
-import pyarrow as pa
-
-from spillway.channels.errors import RecordError
 from spillway.channels.ids import SubtaskId, TopicPartition
 from spillway.channels.reader import ChannelReader
-from spillway.channels.wire.batchread import ArrowRows, one_batch
 from spillway.channels.wire.envelope import Kind
 from spillway.channels.writer import ChannelWriter
-from spillway.recovery.job.inputs import Call, input_call
-from spillway.recovery.job.origins import UNKNOWN, Origins, Same, TopicOffset
+from spillway.recovery.job.origins import TopicOffset
 from spillway.recovery.job.plan import Logic, Record, Sink, Source
 from spillway.recovery.restore.progress import ProgressLog, Replay, SourceReplay
-from spillway.recovery.runtime.batchpath import as_batch_logic, count_rows, rows_of, write_batches
 from spillway.recovery.runtime.cadence import Cadence
 from spillway.recovery.runtime.crashpoints import CrashPoints
 from spillway.recovery.runtime.deadletter import DeadLetters
 from spillway.recovery.runtime.eventtime import IdleAnnouncer, SetAsides
-from spillway.recovery.runtime.failures import emit_failure, run_diverting, source_failure
+from spillway.recovery.runtime.failures import source_failure
 from spillway.recovery.runtime.options import RunOptions, SubtaskResult
-from spillway.recovery.runtime.pollfold import PollFold
+from spillway.recovery.runtime.outputs import Outputs
+from spillway.recovery.runtime.path import Path, PathParts
+from spillway.recovery.runtime.pathchoice import choose_path
 from spillway.recovery.runtime.requests import AtBarrier, CheckpointRequest, InsideMessage, Step
 
 # One poll's work, stopping where a checkpoint falls; returns True when every input ended.
@@ -74,18 +73,22 @@ class Processor:
         cadence: Cadence,
         continuation: Continuation,
     ) -> None:
-        """``reader``: None for a source, which reads itself; ``writers``: one per output
-        channel; ``continuation``: what the restore left to continue from."""
+        """``parts``: the operator's source, logic and sink (each may be absent), from which
+        its path is chosen here, once; ``reader``: None for a source, which reads itself;
+        ``writers``: one per output channel; ``continuation``: what the restore left to
+        continue from."""
         self.subtask = subtask
         self.operator = operator
         self.options = options
-        self.source, self.logic, self.sink = parts
-        self.batch_logic = as_batch_logic(self.logic)  # takes Arrow batches (batchpath)
-        # A batch logic that folds what one poll returned in one call
-        # (spillway.recovery.runtime.pollfold).
-        # Not where a checkpoint may fall inside a poll (between chunks): nothing may be held.
-        folds = getattr(self.logic, "folds_per_poll", False) and cadence.chunk is None
-        self._fold = PollFold() if folds else None
+        source, logic, sink = parts
+        self.source = source
+        make_path = choose_path(source, logic, sink, chunked=cadence.chunk is not None)
+        outputs = Outputs(subtask, operator, writers, sink, dead_letters, crash, result)
+        # Asked only of a message for a multi-input operator (input_call), so bound late.
+        input_of = (lambda tp: reader.input_of(tp)) if reader is not None else None
+        self.path: Path = make_path(
+            PathParts(subtask, operator, logic, sink, outputs, aside, dead_letters, input_of)
+        )
         self.dead_letters = dead_letters
         self.aside = aside
         self.crash = crash
@@ -138,10 +141,10 @@ class Processor:
                 if self.replay.pending:
                     self.replay.count(d.tp, d.offset, len(records))
                 if cadence.chunk is None:
-                    self._deliver(records, d.tp, d.offset)
+                    self.path.message(records, d.tp, d.offset)
                 else:
                     yield from self._deliver_chunks(records, d.tp, d.offset, done, cadence)
-        self._run_fold()  # before anything below may checkpoint
+        self.path.poll_done()  # before anything below may checkpoint
         if (
             self.replay.pending
             and self.result.catchup_s is None
@@ -173,9 +176,10 @@ class Processor:
                 n = cadence.between_chunks()
                 if n is not None:
                     yield InsideMessage(n, (tp, offset, done + start))
-            self._deliver(records[start : start + chunk], tp, offset)
+            self.path.message(records[start : start + chunk], tp, offset)
 
     def _step_source(self, source: Source) -> bool:
+        """One read of the source, through the path."""
         recs = source.read(self.options.poll_records)
         for bad in source.rejected():  # read past: fail, or divert in this transaction
             if self.dead_letters is None:
@@ -183,18 +187,11 @@ class Processor:
             self.dead_letters.send(stage="source", error=bad.error, raw=bad.raw, origin=bad.origin)
         if recs is None:
             return True
-        self.result.records_in += count_rows(recs)  # a batch source returns batches
+        self.result.records_in += self.path.rows(recs)  # a batch source returns batches
         if self.source_replay.pending and self.source_replay.caught_up():
             self._caught_up()
-        # A source chained with transforms: they run here, before anything is written
-        # (their outputs have no per-record origin: a function may emit 0..n per input).
-        if self.batch_logic is not None and recs and isinstance(recs[0], pa.RecordBatch):
-            batch = one_batch(recs, recs[0].schema)  # a batch source with a batch operator
-            self.emit(self.batch_logic.run_batch(batch, source.origins(), self.dead_letters))
-        elif self.logic is not None:
-            self.emit(self._process(recs, source.origins()))
-        else:
-            self.emit(recs, source.origins())
+        # A source chained with transforms: they run here, before anything is written.
+        self.path.read(recs, source.origins())
         self._maybe_forward_watermark(source.watermark())
         self._announce_idle(source.idle())
         return False
@@ -202,10 +199,8 @@ class Processor:
     def tick(self, ended: bool) -> None:
         """Between steps: processing-time timers fire, the read mark is written when due,
         writers send what lingered."""
-        # Processing-time timers (keyed process functions) need the clock, not input.
-        timer = getattr(self.logic, "on_processing_time", None)
-        if timer is not None and not ended:
-            self.emit(timer(int(time.time() * 1000)))
+        if not ended:
+            self.path.timers()
         if self.progress.due(time.monotonic()):
             self.mark()
         for w in self.writers:
@@ -213,97 +208,9 @@ class Processor:
 
     def end(self) -> None:
         """Every input ended: the operator's last outputs, then end-of-stream downstream."""
-        if self.logic is not None:
-            self.emit(self.logic.on_end())
+        self.path.end()
         for w in self.writers:
             w.end_of_stream()
-
-    def _deliver(self, records: Sequence[Record], tp: TopicPartition, offset: int) -> None:
-        batch_logic = self.batch_logic
-        # spillway.recovery.runtime.batchpath
-        if isinstance(records, ArrowRows) and batch_logic is not None:
-            origins = Same(TopicOffset(tp.topic, tp.partition, offset))
-            if self._fold is not None:
-                self._fold.add(records.batch, origins)
-                return
-            self.emit(batch_logic.run_batch(records.batch, origins, self.dead_letters), origins)
-        elif self.logic is not None:
-            origins = Same(TopicOffset(tp.topic, tp.partition, offset))
-            reader = self.reader
-            call = input_call(self.logic, (lambda: reader.input_of(tp)) if reader else None)
-            self.emit(self._process(records, origins, call), origins)
-        elif self.sink is not None:
-            if self.crash.armed and records:
-                self.crash.before_output()
-            self.sink.write(records)
-            self.result.records_out += len(records)  # a sink's output: the rows it wrote
-
-    def _run_fold(self) -> None:
-        """The batches of this poll held by :class:`PollFold`, in one call."""
-        taken = self._fold.take() if self._fold is not None else None
-        if taken is not None and self.batch_logic is not None:
-            batch, rows, outputs = taken
-            self.emit(self.batch_logic.run_batch(batch, rows, self.dead_letters), outputs)
-
-    def _process(
-        self, records: Sequence[Record], origins: Origins, call: Call | None = None
-    ) -> list[Record]:
-        """Run the operator (``call``, default its ``process``) on one input message's
-        records, or on what the chained source just read (``origins``: where each came
-        from); isolate failures if dead-lettering."""
-        assert self.logic is not None
-        run: Call = call or self.logic.process
-        return run_diverting(run, records, origins, self.subtask, self.operator, self.dead_letters)
-
-    def emit(self, records: Iterable[Record], origins: Origins = UNKNOWN) -> None:
-        """Write records to every output (``origins``: where each came from, if known)."""
-        recs = records if isinstance(records, list) else list(records)
-        if self.logic is not None:  # what it set aside comes from the same input message
-            self.aside.take(
-                self.logic.set_aside(), origins.origin if isinstance(origins, Same) else None
-            )
-        if not recs:
-            return
-        if self.crash.armed:
-            self.crash.before_output()
-        if isinstance(recs[0], pa.RecordBatch):  # a batch operator's output, as Arrow
-            batch = one_batch(recs, recs[0].schema)
-            try:
-                self.result.records_out += write_batches(self.writers, [batch])
-            except RecordError:  # name or divert the rows a writer refuses, one by one
-                recs = rows_of(recs)
-            else:
-                if self.sink is not None:  # a sink chained behind a batch operator
-                    self.sink.write(ArrowRows(batch))
-                return
-        try:
-            for w in self.writers:
-                w.write_many(recs)  # all-or-nothing per call
-        except RecordError as e:
-            if self.dead_letters is None:
-                raise emit_failure(
-                    self.subtask, self.operator, recs, origins, e, self._write_all
-                ) from e
-            recs = self._write_good(recs, origins, self.dead_letters)
-        self.result.records_out += len(recs)
-        if self.sink is not None:  # the end of a chain (a sink alone is fed by _deliver)
-            self.sink.write(recs)
-
-    def _write_good(
-        self, recs: list[Record], origins: Origins, dead_letters: DeadLetters
-    ) -> list[Record]:
-        good = []
-        for k, r in enumerate(recs):
-            try:
-                self._write_all([r])
-                good.append(r)
-            except RecordError as e1:
-                dead_letters.send(stage="emit", error=e1, origin=origins.at(k), record=r)
-        return good
-
-    def _write_all(self, records: list[Record]) -> None:
-        for w in self.writers:
-            w.write_many(records)
 
     def _maybe_forward_watermark(self, wm: int | None) -> None:
         now = time.monotonic()
@@ -313,8 +220,7 @@ class Processor:
         if self.watermark_out is not None and wm <= self.watermark_out:
             return
         self.watermark_out = wm
-        if self.logic is not None:
-            self.emit(self.logic.on_watermark(wm))
+        self.path.watermark(wm)
         for w in self.writers:
             w.watermark(wm)
 

@@ -96,6 +96,9 @@ def column_max(batch: pa.RecordBatch, column: str) -> int | None:
 class BatchFileSource(FileSource):
     """CSV or Parquet files as Arrow batches of the schema (flat); file i → subtask i % p."""
 
+    # Its subtask writes what it reads as Arrow (spillway.recovery.runtime.batchpath).
+    returns_batches = True
+
     def __init__(
         self,
         pattern: str,
@@ -172,6 +175,9 @@ class BatchKafkaSource(KafkaTopicSource):
     by a schema registry: ``registry``, :mod:`spillway.spark_jobs.connectors.batchregistry`)
     values of an existing Kafka topic as Arrow batches of the (flat) schema. With a
     registry the schema's defaults serve resolution only: the batches' schema has none."""
+
+    # Its subtask writes what it reads as Arrow (spillway.recovery.runtime.batchpath).
+    returns_batches = True
 
     def __init__(
         self,

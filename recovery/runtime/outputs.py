@@ -1,0 +1,124 @@
+"""Where one subtask's outputs go: its channel writers, then a chained sink.
+
+Every path through a subtask (:mod:`spillway.recovery.runtime.path`) writes through one
+:class:`Outputs`; only the form differs — records, or Arrow record batches (a batch
+operator's output, or a batch source's read) — and each path knows its form when it is
+built, so nothing here looks at what it is given to tell the form.
+
+The contract, the same for both forms:
+
+* a call writes one operator call's (or one read's) output; an empty one writes nothing
+  and passes no crash point;
+* before anything is written, the crash point ``before_output`` is passed (where an
+  injected crash falls: after the input was consumed, before any output);
+* ``result.records_out`` grows by the rows the channel writers took; a sink chained at the
+  end of the subtask then writes the same rows;
+* rows a writer refuses (a :class:`~spillway.channels.errors.RecordError`) fail the
+  subtask with an error naming the first refused one and its origin, or, with dead
+  letters, are diverted (stage ``emit``, with their origins) while the rest is written. A
+  batch a writer refuses is split into rows for that.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pyarrow as pa
+
+from spillway.channels.errors import RecordError
+from spillway.channels.ids import SubtaskId
+from spillway.channels.wire.batchread import ArrowRows, one_batch
+from spillway.channels.writer import ChannelWriter
+from spillway.recovery.job.origins import Origins
+from spillway.recovery.job.plan import Record, Sink
+from spillway.recovery.runtime.batchpath import rows_of, write_batches
+from spillway.recovery.runtime.crashpoints import CrashPoints
+from spillway.recovery.runtime.deadletter import DeadLetters
+from spillway.recovery.runtime.failures import emit_failure
+from spillway.recovery.runtime.options import SubtaskResult
+
+
+class Outputs:
+    """Writes one subtask's outputs to its channel writers and its chained sink."""
+
+    def __init__(
+        self,
+        subtask: SubtaskId,
+        operator: str,
+        writers: Sequence[ChannelWriter],
+        sink: Sink | None,
+        dead_letters: DeadLetters | None,
+        crash: CrashPoints,
+        result: SubtaskResult,
+    ) -> None:
+        """``writers``: one per output channel; ``sink``: the chain's end, if any;
+        ``dead_letters``: where refused rows go (None: they fail the subtask)."""
+        self._subtask = subtask
+        self._operator = operator
+        self._writers = list(writers)
+        self._sink = sink
+        self._dead_letters = dead_letters
+        self._crash = crash
+        self.result = result
+
+    def records(self, recs: list[Record], origins: Origins) -> None:
+        """Write ``recs`` (``origins``: where each came from, if known)."""
+        if not recs:
+            return
+        if self._crash.armed:
+            self._crash.before_output()
+        self._write_records(recs, origins)
+
+    def batches(self, batches: list[pa.RecordBatch], origins: Origins) -> None:
+        """Write ``batches`` (one call's output, one schema) as one Arrow batch
+        (``origins``: where each row came from, if known)."""
+        if not batches:
+            return
+        if self._crash.armed:
+            self._crash.before_output()
+        batch = one_batch(batches, batches[0].schema)
+        try:
+            self.result.records_out += write_batches(self._writers, [batch])
+        except RecordError:  # name or divert the rows a writer refuses, one by one
+            self._write_records(rows_of(batches), origins)
+            return
+        if self._sink is not None:  # a sink chained behind a batch operator
+            self._sink.write(ArrowRows(batch))
+
+    def sink_alone(self, records: Sequence[Record]) -> None:
+        """A sink alone in its subtask writes one message's ``records`` as they arrived
+        (:class:`ArrowRows` for a sink that takes batches); they are its output."""
+        if self._crash.armed and records:
+            self._crash.before_output()
+        assert self._sink is not None, "a sink alone has a sink"
+        self._sink.write(records)
+        self.result.records_out += len(records)  # a sink's output: the rows it wrote
+
+    def _write_records(self, recs: list[Record], origins: Origins) -> None:
+        try:
+            self._write_all(recs)  # all-or-nothing per writer call
+        except RecordError as e:
+            if self._dead_letters is None:
+                raise emit_failure(
+                    self._subtask, self._operator, recs, origins, e, self._write_all
+                ) from e
+            recs = self._write_good(recs, origins, self._dead_letters)
+        self.result.records_out += len(recs)
+        if self._sink is not None:  # the end of a chain
+            self._sink.write(recs)
+
+    def _write_good(
+        self, recs: list[Record], origins: Origins, dead_letters: DeadLetters
+    ) -> list[Record]:
+        good = []
+        for k, r in enumerate(recs):
+            try:
+                self._write_all([r])
+                good.append(r)
+            except RecordError as e1:
+                dead_letters.send(stage="emit", error=e1, origin=origins.at(k), record=r)
+        return good
+
+    def _write_all(self, records: list[Record]) -> None:
+        for w in self._writers:
+            w.write_many(records)
