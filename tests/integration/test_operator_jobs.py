@@ -63,6 +63,11 @@ def test_stopped_operator_restarts_alone_while_the_others_keep_running(
         try:
             wait_until("count's first checkpoints", lambda: None not in latest_ids(count))
             seen["stopped"] = runs.stop_operator("count")
+            # The stop checkpoints' commit markers may still be on their way when the
+            # subtasks have ended: wait until no transaction on their partitions is
+            # undecided, as a restoring subtask does, before reading them.
+            for i in range(2):
+                count.settle(i)
             seen["stop_checkpoints"] = latest_ids(count)
             at_stop = latest_ids(enrich)
             # While count is stopped, enrich keeps running and commits newer checkpoints.
