@@ -15,6 +15,7 @@ from spillway.channels.config import KafkaSettings, parse_client_settings, read_
 from spillway.channels.errors import ConfigError
 from spillway.channels.kafka.admin import Admin
 from spillway.channels.naming import job_id
+from spillway.recovery.control.autopolicy import describe_decisions
 from spillway.recovery.control.globalckpt import read_completed, savepoint
 from spillway.recovery.control.liverescale import (
     await_answer,
@@ -287,7 +288,8 @@ def _status(args: argparse.Namespace) -> int:
         rescale = Rescale.from_json(submitted["rescale"], f"the submitted event of job {job}")
         print(describe(rescale, {op.name: op.parallelism for op in plan.operators}))
     if not args.json:
-        for line in describe_upgrades(events) + describe_unmarked(events):
+        lines = describe_upgrades(events) + describe_decisions(events) + describe_unmarked(events)
+        for line in lines:
             print(line)
     return 0
 

@@ -219,6 +219,13 @@ class Processor:
             w.end_of_stream()
 
     def _deliver(self, records: Sequence[Record], tp: TopicPartition, offset: int) -> None:
+        start = time.perf_counter()
+        try:
+            self._deliver_now(records, tp, offset)
+        finally:
+            self.result.busy_s += time.perf_counter() - start
+
+    def _deliver_now(self, records: Sequence[Record], tp: TopicPartition, offset: int) -> None:
         batch_logic = self.batch_logic
         # spillway.recovery.runtime.batchpath
         if isinstance(records, ArrowRows) and batch_logic is not None:
@@ -242,8 +249,10 @@ class Processor:
         """The batches of this poll held by :class:`PollFold`, in one call."""
         taken = self._fold.take() if self._fold is not None else None
         if taken is not None and self.batch_logic is not None:
+            start = time.perf_counter()
             batch, rows, outputs = taken
             self.emit(self.batch_logic.run_batch(batch, rows, self.dead_letters), outputs)
+            self.result.busy_s += time.perf_counter() - start
 
     def _process(
         self, records: Sequence[Record], origins: Origins, call: Call | None = None
