@@ -30,7 +30,7 @@ from typing import Any
 
 from spillway.channels.config import KafkaSettings
 from spillway.channels.ids import JobId
-from spillway.recovery.control.autopolicy import AutoscalePolicy, Decision
+from spillway.recovery.control.autopolicy import AutoscalePolicy, Decision, Measurement
 from spillway.recovery.control.autorates import measure
 from spillway.recovery.control.liverescale import await_answer, latest_shape, request_rescale
 from spillway.recovery.job.plandoc import PlanDoc
@@ -56,7 +56,8 @@ class _Shape:
 class Autoscaler:
     """Scales the operators ``policy`` has bounds for, in the newest run of ``job``.
 
-    ``on_decision``: called with each decision and its request id (the command prints it).
+    ``on_decision``: called with each decision and its request id (the command prints it);
+    ``on_measure``: with each measurement, before the policy sees it.
     """
 
     def __init__(
@@ -69,6 +70,7 @@ class Autoscaler:
         every_s: float = 1.0,
         answer_timeout_s: float = 300.0,
         on_decision: Callable[[Decision, str], None] | None = None,
+        on_measure: Callable[[Measurement], None] | None = None,
     ) -> None:
         if window_s <= 0 or every_s <= 0:
             raise ValueError("the window and the interval must be positive")
@@ -79,6 +81,7 @@ class Autoscaler:
         self.every_s = every_s
         self.answer_timeout_s = answer_timeout_s
         self._on_decision = on_decision
+        self._on_measure = on_measure
         self.decisions: list[Decision] = []
 
     def run(self, stop: threading.Event) -> None:
@@ -120,6 +123,8 @@ class Autoscaler:
                 continue
             for m in measure(str(self.job), shape.plan, samples[0], snap).values():
                 log.debug("measured %s", m)
+                if self._on_measure is not None:
+                    self._on_measure(m)
                 decision = self.policy.observe(m)
                 if decision is not None:
                     return decision
