@@ -60,18 +60,35 @@ def add_parser(subparsers: Any) -> None:
         metavar="N",
         help="no scale-down while an operator's lag exceeds N offsets (default %(default)s)",
     )
-    p.add_argument("--window", type=float, default=10.0, metavar="S", help="measure over S seconds")
+    p.add_argument(
+        "--window",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="measure over S s (default %(default)s)",
+    )
     add_bootstrap(p)
     p.set_defaults(run=_autoscale)
 
 
+def parse_bounds(items: list[str]) -> dict[str, Bounds]:
+    """``["OP=MIN:MAX", ...]`` as ``{OP: Bounds}``; :class:`ConfigError` naming a malformed one."""
+    bounds: dict[str, Bounds] = {}
+    for text in items:
+        try:
+            name, b = Bounds.parse(text)
+        except ValueError as e:
+            raise ConfigError(f"autoscale: {e}") from None
+        if name in bounds:
+            raise ConfigError(f"autoscale: bounds name operator {name!r} twice")
+        bounds[name] = b
+    return bounds
+
+
 def policy_of(args: argparse.Namespace) -> AutoscalePolicy:
     """The policy the options describe; :class:`ConfigError` for malformed bounds."""
-    bounds: dict[str, Bounds] = {}
+    bounds = parse_bounds(args.bounds)
     try:
-        for text in args.bounds:
-            name, b = Bounds.parse(text)
-            bounds[name] = b
         settings = Settings(args.target_utilisation, args.cooldown, args.down_after,
                             args.lag_target)  # fmt: skip
     except ValueError as e:
