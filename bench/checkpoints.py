@@ -73,9 +73,10 @@ from typing import Any
 from bench.channels import BenchError, machine, start_local_broker
 from bench.pipelines import BacklogConfig, read_progress
 from spillway.channels.config import KafkaSettings
-from spillway.channels.errors import SpillwayError
+from spillway.channels.errors import ConfigError, SpillwayError
 from spillway.channels.ids import JobId, OperatorName
 from spillway.channels.kafka.admin import Admin
+from spillway.channels.modes import CheckpointMode, choose
 from spillway.channels.naming import channel_topic
 from spillway.offsets.store import CheckpointStore
 from spillway.recovery.control.globalckpt import Coordinator, GlobalProgress, read_completed
@@ -87,7 +88,7 @@ from spillway.recovery.observe.events import (
 )
 
 REF = "bench.pipelines:backlog"
-MODES = ("unaligned", "aligned")
+MODES: tuple[CheckpointMode, ...] = ("unaligned", "aligned")
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 BOOTSTRAP_ENV = "SPILLWAY_BOOTSTRAP"
 MASTER = "local[3,1]"  # a task slot per subtask (the job is unbounded), no task retries
@@ -102,7 +103,7 @@ class Settings:
 
     bootstrap: str
     backlogs: tuple[int, ...]
-    modes: tuple[str, ...]
+    modes: tuple[CheckpointMode, ...]
     rate: float
     slow_rate: float
     global_interval_s: float
@@ -170,7 +171,9 @@ def count_at(samples: Sequence[tuple[float, int, bool]], t: float) -> float:
 class Run:
     """One job: one checkpoint mode, one target backlog."""
 
-    def __init__(self, s: Settings, mode: str, target: int, job: str, workdir: Path) -> None:
+    def __init__(
+        self, s: Settings, mode: CheckpointMode, target: int, job: str, workdir: Path
+    ) -> None:
         self.s, self.mode, self.target, self.job = s, mode, target, job
         self.jid = JobId(job)
         self.workdir = workdir
@@ -232,13 +235,13 @@ class Run:
             except SpillwayError:
                 continue
             for c in history:
-                if c.global_id is None:
+                if c.meta.global_id is None:
                     continue
                 if name == "generate":
-                    value = int(c.source.get("next", 0))
+                    value = int((c.source or {}).get("next", 0))
                 else:
-                    value = sum(c.outputs.get(self.slow_out, ()))
-                self._cuts[name].setdefault(int(c.global_id), value)
+                    value = sum(c.writers.outputs.get(self.slow_out, ()))
+                self._cuts[name].setdefault(int(c.meta.global_id), value)
 
     def _in_flight(self, n: int) -> int | None:
         """Generator position minus records ``slow`` output, both at checkpoint ``n``."""
@@ -810,10 +813,13 @@ def parse_args(argv: Sequence[str] | None) -> tuple[Settings, str | None]:
         backlogs = tuple(int(x) for x in a.backlogs.split(",") if x.strip())
     except ValueError:
         p.error(f"--backlogs must be comma-separated integers, got {a.backlogs!r}")
-    modes = tuple(m.strip() for m in a.modes.split(",") if m.strip())
+    try:
+        modes = tuple(choose(m.strip(), MODES, "--modes") for m in a.modes.split(",") if m.strip())
+    except ConfigError as e:
+        p.error(str(e))
     if not backlogs or any(b < 0 for b in backlogs):
         p.error("--backlogs needs at least one value, none negative")
-    if not modes or any(m not in MODES for m in modes):
+    if not modes:
         p.error(f"--modes must be among {', '.join(MODES)}")
     slow_rate = a.slow_rate if a.slow_rate is not None else a.rate / 10
     if not 0 < slow_rate < a.rate:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from spillway.channels.errors import ConfigError
+from spillway.channels.modes import Codec
 
 _SECRET_HINTS = ("password", "secret", "key", "token", "jaas")
 _MASK = "***"
@@ -160,8 +161,6 @@ class KafkaSettings:
 # (spillway.recovery.restore.state).
 MAX_RECORD_BYTES = 64 * 1024 * 1024
 
-CODECS = ("arrow", "avro")  # channel data encodings (spillway.channels.wire.envelope.writer_codec)
-
 
 @dataclass(frozen=True)
 class ChannelSettings:
@@ -180,7 +179,7 @@ class ChannelSettings:
     linger_s: float = 0.05
     # "arrow": Arrow IPC batches where the channel's schema is flat, Avro elsewhere;
     # "avro": Avro everywhere. Readers decode both (spillway.channels.wire.envelope).
-    codec: str = "arrow"
+    codec: Codec = "arrow"
     max_record_bytes: int = MAX_RECORD_BYTES
 
     def __post_init__(self) -> None:
@@ -195,7 +194,3 @@ class ChannelSettings:
             )
         if not 0 <= self.linger_s <= 60:
             raise ConfigError(f"linger_s must be between 0 and 60 seconds, got {self.linger_s}")
-        if self.codec not in CODECS:
-            raise ConfigError(
-                f"channel codec must be one of {', '.join(CODECS)}, got {self.codec!r}"
-            )

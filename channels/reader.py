@@ -21,6 +21,8 @@ from spillway.channels.errors import RecordError, SchemaMismatchError
 from spillway.channels.ids import Offset, TopicPartition
 from spillway.channels.inputmarks import InputMark, WriterMark, combine, input_mark
 from spillway.channels.kafka.consumer import AssignedConsumer
+from spillway.channels.modes import DEFAULT_READER_MODES
+from spillway.channels.modes import ReaderModes as ReaderModes  # re-exported
 from spillway.channels.progress import ReaderState as ReaderState  # re-exported
 from spillway.channels.progress import Spans as Spans
 from spillway.channels.wire.batchread import BatchDecoders
@@ -78,38 +80,24 @@ class ChannelReader:
         self,
         consumer: AssignedConsumer,
         inputs: Sequence[InputChannel],
-        *,
-        tolerate_bad: bool = False,
-        align: bool = False,
-        batches: bool = False,
-        resends: bool = False,
+        modes: ReaderModes = DEFAULT_READER_MODES,
     ) -> None:
-        """``tolerate_bad``: return undecodable messages as deliveries with ``error`` set
-        (for a dead-letter channel) instead of raising :class:`RecordError`.
-
-        ``align``: aligned checkpoints. A channel (partition, writer) that delivers barrier
-        n is held back — its later messages stay unprocessed — until barrier n has come
-        on every channel; then :meth:`aligned` returns n.
-
-        ``batches``: data messages as :class:`spillway.channels.wire.batchread.ArrowRows` (one Arrow
-        batch each, for batch operators), not dicts.
-
-        ``resends``: the upstream writers write without transactions (at-least-once), so
-        a restarted writer may leave a record's parts incomplete and send it again
-        (spillway.channels.wire.spanning.Assembler); under exactly-once that is an error."""
-        self._align = align
+        """Reads ``inputs`` through ``consumer``, as ``modes`` says (:class:`ReaderModes`:
+        undecodable messages delivered or raised, aligned checkpoints, Arrow batches, the
+        upstream writers' guarantee)."""
+        self._align = modes.aligned
         self._barriers: dict[tuple[TopicPartition, int], tuple[int, int]] = {}  # -> (n, offset)
         self._consumed: set[int] = set()  # barrier ids already checkpointed, channels still held
         self._held: dict[tuple[TopicPartition, int], list[Any]] = {}
         self._last: dict[TopicPartition, dict[int, int]] = {}  # last offset processed per writer
         self._consumer = consumer
-        self._tolerate_bad = tolerate_bad
+        self._tolerate_bad = modes.bad == "deliver"
         self._inputs = {i.tp: i for i in inputs}
-        decoders = BatchDecoders if batches else Decoders
+        decoders = BatchDecoders if modes.form == "batches" else Decoders
         self._codecs = {i.tp: decoders(i.schema, i.earlier_schemas) for i in inputs}
         self._positions: dict[TopicPartition, Offset] = {}
         self._pending: list[Any] = []  # consumed, not yet returned (after a barrier)
-        self._parts = Assembler(resends=resends)  # records that span messages
+        self._parts = Assembler(resends=modes.resends)  # records that span messages
         self.state = ReaderState()
 
     @property

@@ -58,6 +58,7 @@ FAULTS = (*CHANGES, "broker-kill", "broker-term", "broker-stop", "subtask-stop",
 # (transaction.abort.timed.out.transaction.cleanup.interval.ms): a stop must outlast the
 # transaction timeout plus that.
 ABORT_CHECK_S = 10.0
+BROKER_START_S = 180.0
 STEADY_S = 3.0  # a subtask this long past its start is processing, not restoring
 
 
@@ -142,7 +143,11 @@ class ChaosRun:
             upgradable=UPGRADABLE,
         )  # fmt: skip
         self._widths: dict[str, int] = {}  # operators rescaled live so far: their widths
-        self.broker = LocalBroker(BrokerConfig.with_free_ports(workdir / "broker"))
+        # A restart after SIGKILL recovers every log first (hundreds of partitions): on a
+        # loaded machine that outlasts the default minute before the listener opens.
+        self.broker = LocalBroker(
+            BrokerConfig.with_free_ports(workdir / "broker"), start_timeout=BROKER_START_S
+        )
         self.settings = KafkaSettings(self.broker.bootstrap)
         self.report = Report(profile.name, seed, guarantee, profile.records, self.job)
         self._driver: subprocess.Popen[bytes] | None = None

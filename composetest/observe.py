@@ -82,7 +82,7 @@ def latest_checkpoints(job: str, parallelism: int) -> dict[str, tuple[int, float
             for i in range(store.parallelism):
                 ckpt = store.latest(i)
                 found[f"{op}[{i}]"] = (
-                    None if ckpt is None else (int(ckpt.checkpoint_id), ckpt.wall_time)
+                    None if ckpt is None else (int(ckpt.checkpoint_id), ckpt.meta.wall_time)
                 )
     return found
 

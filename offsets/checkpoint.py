@@ -1,4 +1,14 @@
-"""The per-subtask checkpoint record, format version 2.
+"""The per-subtask checkpoint record, format version 3.
+
+A record is keyed by ``subtask`` and ``checkpoint_id``; the rest is grouped by the part
+that contributes it: ``meta`` (:class:`CheckpointMeta`: ``topology``, ``attempt``,
+``wall_time``, ``global_id``, ``finished``, ``handed_over``, ``rewound_from``, ``owned``),
+``reader`` (:class:`ReaderPositions`: ``inputs``, ``skip``, ``partial``, ``ended``,
+``channel_watermarks``, ``widths``, ``discard``), ``writers`` (:class:`WriterCounts`:
+``outputs``, ``output_marks``), ``state`` (:class:`StatePositions`: ``changelogs``,
+``rewrite_state``), ``operator`` (:class:`OperatorProgress`: ``watermark``, ``set_aside``),
+and the ``source``'s and ``sink``'s own positions. The serialised form has one JSON object
+per part under the same names.
 
 Contract:
 
@@ -9,8 +19,8 @@ Contract:
   since the job began (output sequence numbers).
 * ``ended`` / ``channel_watermarks``: end-of-stream and watermarks already received per
   input partition and upstream writer, which a restart would otherwise not see again.
-* ``source_position``: a source's own position (generator count, file row, ...);
-  ``sink_position``: what a sink's prepare phase recorded (files to publish, ...). Each is
+* ``source``: a source's own position (generator count, file row, ...);
+  ``sink``: what a sink's prepare phase recorded (files to publish, ...). Each is
   ``None`` for an operator without a source or sink.
 * ``finished``: the final checkpoint of a subtask whose inputs all ended (FLIP-147); a
   restarted job does not run it again.
@@ -49,10 +59,12 @@ Contract:
 * ``handed_over``: the last checkpoint of a subtask whose operator alone was stopped
   while the job ran, for a live rescale or upgrade (docs/architecture.md, Handover): its owner's
   last word on its partitions, which the new subtasks continue from. False on every
-  other checkpoint, and in records written before the mark existed.
+  other checkpoint.
 
-The record is JSON so that ``kafka-console-consumer`` shows it. A reader accepts the
-versions in :data:`READS` and refuses others with a message naming them.
+The record is JSON so that ``kafka-console-consumer`` shows it. A reader accepts format
+:data:`VERSION` only: nothing of an older format is converted. Another version is refused
+with a message naming the version found and the one read, and what to do (reset the job,
+or run it under a new job id).
 """
 
 from __future__ import annotations
@@ -79,183 +91,244 @@ from spillway.channels.ids import (
 from spillway.channels.progress import ReaderState, Spans
 from spillway.channels.routing.keygroups import Ownership
 
-VERSION = 2
-READS = (VERSION,)  # format versions this code reads
+VERSION = 3  # the format this code writes, and the only one it reads
+
+
+@dataclass(frozen=True)
+class CheckpointMeta:
+    """What the checkpoint is: the graph that took it, when, and where it stands in the job's
+    life (``topology``, ``attempt``, ``wall_time``, ``global_id``, ``finished``,
+    ``handed_over``, ``rewound_from``, ``owned``; see the module docstring)."""
+
+    topology: str
+    attempt: int = 0
+    wall_time: float = 0.0
+    global_id: int | None = None  # the global checkpoint this belongs to, if any
+    finished: bool = False
+    handed_over: bool = False
+    rewound_from: int | None = None
+    owned: Ownership = field(default_factory=Ownership)
+
+
+@dataclass(frozen=True)
+class ReaderPositions:
+    """Where the subtask's reader stands on its input partitions (``inputs``, ``skip``,
+    ``partial``, ``ended``, ``channel_watermarks``, ``widths``, ``discard``)."""
+
+    inputs: Mapping[TopicPartition, Offset] = field(default_factory=dict)
+    skip: Mapping[TopicPartition, Mapping[int, int]] = field(default_factory=dict)
+    partial: Mapping[TopicPartition, tuple[int, int]] = field(default_factory=dict)
+    ended: Mapping[TopicPartition, frozenset[int]] = field(default_factory=dict)
+    channel_watermarks: Mapping[TopicPartition, Mapping[int, int]] = field(default_factory=dict)
+    widths: Mapping[TopicPartition, int] = field(default_factory=dict)
+    discard: Mapping[TopicPartition, Mapping[int, Spans]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class WriterCounts:
+    """What the subtask's writers have written per output channel (``outputs``,
+    ``output_marks``)."""
+
+    outputs: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    output_marks: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StatePositions:
+    """Where the operator's keyed state lies in its changelog (``changelogs``,
+    ``rewrite_state``)."""
+
+    changelogs: Mapping[TopicPartition, Offset] = field(default_factory=dict)
+    rewrite_state: bool = False
+
+
+@dataclass(frozen=True)
+class OperatorProgress:
+    """The operator's own progress (``watermark``, ``set_aside``)."""
+
+    watermark: int | None = None
+    set_aside: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class Checkpoint:
-    """A subtask's committed snapshot of positions (never of in-flight data)."""
+    """A subtask's committed snapshot of positions (never of in-flight data), grouped by the
+    part that contributes each: ``meta``, ``reader``, ``writers``, ``state``, ``operator``,
+    and the ``source``'s and ``sink``'s own positions (``None`` without one)."""
 
     subtask: SubtaskId
     checkpoint_id: CheckpointId
-    topology: str
-    inputs: Mapping[TopicPartition, Offset] = field(default_factory=dict)
-    outputs: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
-    ended: Mapping[TopicPartition, frozenset[int]] = field(default_factory=dict)
-    channel_watermarks: Mapping[TopicPartition, Mapping[int, int]] = field(default_factory=dict)
-    watermark: int | None = None
-    source_position: Mapping[str, Any] | None = None
-    sink_position: Mapping[str, Any] | None = None
-    finished: bool = False
-    wall_time: float = 0.0
-    attempt: int = 0
-    global_id: int | None = None  # the global checkpoint this belongs to, if any
-    skip: Mapping[TopicPartition, Mapping[int, int]] = field(default_factory=dict)
-    output_marks: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
-    discard: Mapping[TopicPartition, Mapping[int, Spans]] = field(default_factory=dict)
-    rewound_from: int | None = None
-    rewrite_state: bool = False
-    partial: Mapping[TopicPartition, tuple[int, int]] = field(default_factory=dict)
-    set_aside: Mapping[str, int] = field(default_factory=dict)
-    owned: Ownership = field(default_factory=Ownership)
-    changelogs: Mapping[TopicPartition, Offset] = field(default_factory=dict)
-    widths: Mapping[TopicPartition, int] = field(default_factory=dict)
-    handed_over: bool = False
+    meta: CheckpointMeta
+    reader: ReaderPositions = field(default_factory=ReaderPositions)
+    writers: WriterCounts = field(default_factory=WriterCounts)
+    state: StatePositions = field(default_factory=StatePositions)
+    operator: OperatorProgress = field(default_factory=OperatorProgress)
+    source: Mapping[str, Any] | None = None
+    sink: Mapping[str, Any] | None = None
 
     def changelog_positions(self) -> dict[TopicPartition, Offset]:
-        """Next offset per owned changelog partition (a copy of ``changelogs``)."""
-        return dict(self.changelogs)
-
-    @property
-    def source(self) -> Mapping[str, Any]:
-        """The source's position (empty for an operator without a source)."""
-        return self.source_position or {}
+        """Next offset per owned changelog partition (a copy of ``state.changelogs``)."""
+        return dict(self.state.changelogs)
 
     def to_bytes(self) -> bytes:
-        """Serialize (versioned JSON)."""
+        """Serialize (versioned JSON, one object per part)."""
+        m, r, w, st, op = self.meta, self.reader, self.writers, self.state, self.operator
         doc = {
             "v": VERSION,
-            "job": self.subtask.job,
-            "operator": self.subtask.operator,
-            "index": self.subtask.index,
+            "subtask": {
+                "job": self.subtask.job,
+                "operator": self.subtask.operator,
+                "index": self.subtask.index,
+            },
             "id": int(self.checkpoint_id),
-            "topology": self.topology,
-            "inputs": [[tp.topic, tp.partition, int(o)] for tp, o in sorted(self.inputs.items())],
-            "outputs": {t: list(c) for t, c in sorted(self.outputs.items())},
-            "ended": [[tp.topic, tp.partition, sorted(w)] for tp, w in sorted(self.ended.items())],
-            "channel_watermarks": [
-                [tp.topic, tp.partition, {str(w): v for w, v in sorted(m.items())}]
-                for tp, m in sorted(self.channel_watermarks.items())
-            ],
-            "watermark": self.watermark,
-            "source_position": _plain(self.source_position),
-            "sink_position": _plain(self.sink_position),
-            "finished": self.finished,
-            "wall_time": self.wall_time,
-            "attempt": self.attempt,
-            "global": self.global_id,
-            "skip": [
-                [tp.topic, tp.partition, {str(w): o for w, o in sorted(m.items())}]
-                for tp, m in sorted(self.skip.items())
-            ],
-            "output_marks": {t: list(m) for t, m in sorted(self.output_marks.items())},
-            "discard": [
-                [
-                    tp.topic,
-                    tp.partition,
-                    {str(w): [list(s) for s in v] for w, v in sorted(m.items())},
-                ]
-                for tp, m in sorted(self.discard.items())
-            ],
-            "rewound_from": self.rewound_from,
-            "partial": [
-                [tp.topic, tp.partition, o, d] for tp, (o, d) in sorted(self.partial.items())
-            ],
-            "rewrite_state": self.rewrite_state,
-            "set_aside": dict(self.set_aside),
-            "owned": self.owned.to_json(),
-            "changelogs": [
-                [tp.topic, tp.partition, int(o)] for tp, o in sorted(self.changelogs.items())
-            ],
-            "widths": [[tp.topic, tp.partition, n] for tp, n in sorted(self.widths.items())],
-            "handed_over": self.handed_over,
+            "meta": {
+                "topology": m.topology,
+                "attempt": m.attempt,
+                "wall_time": m.wall_time,
+                "global": m.global_id,
+                "finished": m.finished,
+                "handed_over": m.handed_over,
+                "rewound_from": m.rewound_from,
+                "owned": m.owned.to_json(),
+            },
+            "reader": {
+                "inputs": [[tp.topic, tp.partition, int(o)] for tp, o in sorted(r.inputs.items())],
+                "skip": _per_writer(r.skip),
+                "partial": [
+                    [tp.topic, tp.partition, o, d] for tp, (o, d) in sorted(r.partial.items())
+                ],
+                "ended": [
+                    [tp.topic, tp.partition, sorted(ws)] for tp, ws in sorted(r.ended.items())
+                ],
+                "channel_watermarks": _per_writer(r.channel_watermarks),
+                "widths": [[tp.topic, tp.partition, n] for tp, n in sorted(r.widths.items())],
+                "discard": [
+                    [
+                        tp.topic,
+                        tp.partition,
+                        {str(k): [list(s) for s in v] for k, v in sorted(per.items())},
+                    ]
+                    for tp, per in sorted(r.discard.items())
+                ],
+            },
+            "writers": {
+                "outputs": {t: list(c) for t, c in sorted(w.outputs.items())},
+                "output_marks": {t: list(c) for t, c in sorted(w.output_marks.items())},
+            },
+            "state": {
+                "changelogs": [
+                    [tp.topic, tp.partition, int(o)] for tp, o in sorted(st.changelogs.items())
+                ],
+                "rewrite_state": st.rewrite_state,
+            },
+            "operator": {"watermark": op.watermark, "set_aside": dict(op.set_aside)},
+            "source": _plain(self.source),
+            "sink": _plain(self.sink),
         }
         return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
 
     @staticmethod
     def from_bytes(data: bytes, *, where: str = "") -> Checkpoint:
         """Parse a checkpoint record; :class:`CheckpointFormatError` if corrupt or of a
-        format version not in :data:`READS` (the message names the versions read)."""
+        format version other than :data:`VERSION` (the message names the version found, the
+        one read, and what to do)."""
         try:
             doc = json.loads(data)
             version = doc["v"]
         except (ValueError, KeyError, TypeError) as e:
             raise CheckpointFormatError(f"corrupt checkpoint record {where}: {e}") from e
-        if version not in READS:
+        if version != VERSION:
             whose = _whose(doc)
             raise CheckpointFormatError(
                 f"checkpoint of {whose or 'an unknown subtask'}{f' {where}' if where else ''} "
-                f"has format version {version}; this version of Spillway reads format "
-                f"{' and '.join(map(str, READS))} only. Run the job with the Spillway version "
-                "that wrote it, or under a new --job-id",
+                f"has format version {version!r}; this version of Spillway reads format "
+                f"{VERSION} only. Older formats are not converted: reset the job with "
+                f"`spillway reset --job {whose.job if whose else 'JOB'}` (its state and "
+                "positions are lost), or run it under a new --job-id",
                 subtasks=[whose] if whose else [],
             )
         try:
+            s, m, r = doc["subtask"], doc["meta"], doc["reader"]
+            w, st, op = doc["writers"], doc["state"], doc["operator"]
             return Checkpoint(
-                subtask=SubtaskId(JobId(doc["job"]), OperatorName(doc["operator"]), doc["index"]),
+                subtask=SubtaskId(JobId(s["job"]), OperatorName(s["operator"]), s["index"]),
                 checkpoint_id=CheckpointId(doc["id"]),
-                topology=doc["topology"],
-                inputs={TopicPartition(t, p): Offset(o) for t, p, o in doc["inputs"]},
-                outputs={t: tuple(c) for t, c in doc["outputs"].items()},
-                ended={TopicPartition(t, p): frozenset(w) for t, p, w in doc["ended"]},
-                channel_watermarks={
-                    TopicPartition(t, p): {int(w): v for w, v in m.items()}
-                    for t, p, m in doc["channel_watermarks"]
-                },
-                watermark=doc["watermark"],
-                source_position=doc["source_position"],
-                sink_position=doc["sink_position"],
-                finished=doc["finished"],
-                wall_time=doc["wall_time"],
-                attempt=doc["attempt"],
-                global_id=doc.get("global"),  # absent in records of interval-only jobs
-                skip={
-                    TopicPartition(t, p): {int(w): o for w, o in m.items()}
-                    for t, p, m in doc.get("skip", [])
-                },
-                # Absent in records written before whole-job rewinds existed.
-                output_marks={t: tuple(m) for t, m in doc.get("output_marks", {}).items()},
-                discard={
-                    TopicPartition(t, p): {
-                        int(w): tuple((int(a), int(b)) for a, b in v) for w, v in m.items()
-                    }
-                    for t, p, m in doc.get("discard", [])
-                },
-                rewound_from=doc.get("rewound_from"),
-                partial={TopicPartition(t, p): (o, d) for t, p, o, d in doc.get("partial", [])},
-                rewrite_state=bool(doc.get("rewrite_state", False)),
-                # Absent in records written before operators could set records aside.
-                set_aside={str(k): int(v) for k, v in doc.get("set_aside", {}).items()},
-                owned=Ownership.from_json(doc["owned"], where),
-                changelogs={TopicPartition(t, p): Offset(o) for t, p, o in doc["changelogs"]},
-                # Absent in records written before live rescaling.
-                widths={TopicPartition(t, p): int(n) for t, p, n in doc.get("widths", [])},
-                # Absent in records written before the handed-over mark.
-                handed_over=bool(doc.get("handed_over", False)),
+                meta=CheckpointMeta(
+                    topology=m["topology"],
+                    attempt=m["attempt"],
+                    wall_time=m["wall_time"],
+                    global_id=m["global"],
+                    finished=bool(m["finished"]),
+                    handed_over=bool(m["handed_over"]),
+                    rewound_from=m["rewound_from"],
+                    owned=Ownership.from_json(m["owned"], where),
+                ),
+                reader=ReaderPositions(
+                    inputs={TopicPartition(t, p): Offset(o) for t, p, o in r["inputs"]},
+                    skip=_read_per_writer(r["skip"]),
+                    partial={TopicPartition(t, p): (o, d) for t, p, o, d in r["partial"]},
+                    ended={TopicPartition(t, p): frozenset(ws) for t, p, ws in r["ended"]},
+                    channel_watermarks=_read_per_writer(r["channel_watermarks"]),
+                    widths={TopicPartition(t, p): int(n) for t, p, n in r["widths"]},
+                    discard={
+                        TopicPartition(t, p): {
+                            int(k): tuple((int(a), int(b)) for a, b in v) for k, v in per.items()
+                        }
+                        for t, p, per in r["discard"]
+                    },
+                ),
+                writers=WriterCounts(
+                    outputs={t: tuple(c) for t, c in w["outputs"].items()},
+                    output_marks={t: tuple(c) for t, c in w["output_marks"].items()},
+                ),
+                state=StatePositions(
+                    changelogs={TopicPartition(t, p): Offset(o) for t, p, o in st["changelogs"]},
+                    rewrite_state=bool(st["rewrite_state"]),
+                ),
+                operator=OperatorProgress(
+                    watermark=op["watermark"],
+                    set_aside={str(k): int(v) for k, v in op["set_aside"].items()},
+                ),
+                source=doc["source"],
+                sink=doc["sink"],
             )
         except (KeyError, TypeError, ValueError) as e:
             raise CheckpointFormatError(f"corrupt checkpoint record {where}: {e!r}") from e
 
     def reader_state(self) -> ReaderState:
         """The end-of-stream and watermark state a restored reader continues from."""
+        r = self.reader
         return ReaderState(
-            ended={tp: set(w) for tp, w in self.ended.items()},
-            watermarks={tp: dict(m) for tp, m in self.channel_watermarks.items()},
-            skip={tp: dict(m) for tp, m in self.skip.items()},
-            discard={tp: dict(m) for tp, m in self.discard.items()},
-            widths=dict(self.widths),
+            ended={tp: set(w) for tp, w in r.ended.items()},
+            watermarks={tp: dict(m) for tp, m in r.channel_watermarks.items()},
+            skip={tp: dict(m) for tp, m in r.skip.items()},
+            discard={tp: dict(m) for tp, m in r.discard.items()},
+            widths=dict(r.widths),
         )
 
     def check_topology(self, fingerprint: str) -> None:
         """Raise :class:`TopologyMismatchError` unless ``fingerprint`` took this checkpoint."""
-        if self.topology != fingerprint:
+        if self.meta.topology != fingerprint:
             raise TopologyMismatchError(
                 f"checkpoint {self.checkpoint_id} of {self.subtask} was taken by topology "
-                f"{self.topology[:12]}, but the submitted job has topology {fingerprint[:12]}: "
-                "the pipeline changed. Run it under a new --job-id, or resubmit the old pipeline",
+                f"{self.meta.topology[:12]}, but the submitted job has topology "
+                f"{fingerprint[:12]}: the pipeline changed. Run it under a new --job-id, or "
+                "resubmit the old pipeline",
                 subtasks=[self.subtask],
             )
+
+
+def _per_writer(m: Mapping[TopicPartition, Mapping[int, int]]) -> list[Any]:
+    """``{tp: {writer: n}}`` as JSON: ``[[topic, partition, {"writer": n}], ...]``."""
+    return [
+        [tp.topic, tp.partition, {str(k): v for k, v in sorted(per.items())}]
+        for tp, per in sorted(m.items())
+    ]
+
+
+def _read_per_writer(doc: Any) -> dict[TopicPartition, dict[int, int]]:
+    """:func:`_per_writer`'s form parsed back."""
+    return {TopicPartition(t, p): {int(k): int(v) for k, v in per.items()} for t, p, per in doc}
 
 
 def _plain(position: Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -265,9 +338,10 @@ def _plain(position: Mapping[str, Any] | None) -> dict[str, Any] | None:
 def _whose(doc: Any) -> SubtaskId | None:
     """The subtask a checkpoint document names, if it names one."""
     try:
-        job, operator = JobId(str(doc["job"])), OperatorName(str(doc["operator"]))
-        return SubtaskId(job, operator, int(doc["index"]))
-    except (KeyError, TypeError, ValueError):
+        named = doc.get("subtask", doc)  # format 3; 1 and 2 named it at the top
+        job, operator = JobId(str(named["job"])), OperatorName(str(named["operator"]))
+        return SubtaskId(job, operator, int(named["index"]))
+    except (AttributeError, KeyError, TypeError, ValueError):
         return None
 
 
@@ -276,7 +350,7 @@ def check_forward(previous: Mapping[TopicPartition, Offset], checkpoint: Checkpo
     below the one of the checkpoint before it (``previous``): positions only move forward."""
     back = {
         tp: (int(previous[tp]), int(off))
-        for tp, off in checkpoint.inputs.items()
+        for tp, off in checkpoint.reader.inputs.items()
         if tp in previous and off < previous[tp]
     }
     if back:

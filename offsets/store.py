@@ -152,7 +152,9 @@ class CheckpointStore:
             (m.offset() or 0, Checkpoint.from_bytes(m.value() or b"", where=f"at {tp}"))
             for m in self._scan(consumer, tp, low, high)
         ]
-        cut = prune_point([(off, c.global_id is not None) for off, c in found], keep, keep_global)
+        cut = prune_point(
+            [(off, c.meta.global_id is not None) for off, c in found], keep, keep_global
+        )
         if cut is not None and cut > low:
             self._admin_client().delete_records_before({tp: cut})
 
@@ -290,7 +292,7 @@ def commit_checkpoint(
     store.write(producer, checkpoint)
     if reached is not None:
         reached("before-commit")
-    producer.send_offsets(checkpoint.inputs, group_metadata)
+    producer.send_offsets(checkpoint.reader.inputs, group_metadata)
     if reached is not None:
         reached("after-send-offsets")
         reached("during-commit")

@@ -14,6 +14,7 @@ from spillway.channels.acls import job_acls, kafka_acls_commands
 from spillway.channels.config import KafkaSettings, parse_client_settings, read_client_settings
 from spillway.channels.errors import ConfigError
 from spillway.channels.kafka.admin import Admin
+from spillway.channels.modes import CHECKPOINT_MODES, choose
 from spillway.channels.naming import job_id
 from spillway.recovery.control.autopolicy import describe_decisions
 from spillway.recovery.control.globalckpt import read_completed, savepoint
@@ -216,9 +217,14 @@ def _savepoint(args: argparse.Namespace) -> int:
     sub = last_submission(settings, job_id(args.job))
     if sub is None or "run" not in sub:
         raise ConfigError(f"job {args.job!r} was never submitted to {args.bootstrap}")
-    if sub.get("checkpoint_mode") not in ("unaligned", "aligned"):
+    mode = choose(
+        sub.get("checkpoint_mode", "interval"),
+        CHECKPOINT_MODES,
+        f"the checkpoint mode job {args.job!r} was submitted with",
+    )
+    if mode == "interval":
         raise ConfigError(
-            f"job {args.job!r} runs in {sub.get('checkpoint_mode', 'interval')!r} mode; "
+            f"job {args.job!r} runs in {mode!r} mode; "
             "savepoints need --checkpoint-mode unaligned or aligned"
         )
     subtasks = [s.split("/", 1)[1] for s in sub["subtasks"]]

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from spillway.channels.config import KafkaSettings
 from spillway.channels.errors import ConfigError
 from spillway.channels.ids import SubtaskId
+from spillway.channels.modes import GUARANTEES, choose
 from spillway.channels.naming import job_id, operator_name
 from spillway.recovery.control.liverescale import latest_shape
 from spillway.recovery.job.evolution import (
@@ -54,7 +55,11 @@ def replay_subtask(
     ref = pipeline
     submitted = last_submission(settings, jid)
     dead_letter = bool(submitted.get("dead_letter", False)) if submitted else False
-    guarantee = str(submitted.get("guarantee", "exactly-once")) if submitted else "exactly-once"
+    guarantee = choose(
+        submitted.get("guarantee", "exactly-once") if submitted else "exactly-once",
+        GUARANTEES,
+        f"the guarantee job {job!r} was submitted with",
+    )
     if ref is None:
         if submitted is None:
             raise ConfigError(

@@ -17,8 +17,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from spillway.channels.config import CODECS, MAX_RECORD_BYTES, KafkaSettings
+from spillway.channels.config import MAX_RECORD_BYTES, KafkaSettings
 from spillway.channels.errors import ConfigError
+from spillway.channels.modes import CHECKPOINT_MODES, CODECS, GUARANTEES, choose
 from spillway.channels.naming import job_id
 from spillway.recovery.cli import add_bootstrap, add_pipeline_conf, client_settings
 from spillway.recovery.control.autopolicy import AutoscalePolicy
@@ -138,13 +139,13 @@ def _add_checkpoint_options(p: Any) -> None:
     )
     p.add_argument(
         "--checkpoint-mode",
-        choices=("interval", "unaligned", "aligned"),
+        choices=CHECKPOINT_MODES,
         default="interval",
         help="unaligned / aligned: also take numbered global checkpoints (barriers in-band)",
     )
     p.add_argument(
         "--guarantee",
-        choices=("exactly-once", "at-least-once"),
+        choices=GUARANTEES,
         default="exactly-once",
         help="at-least-once: outputs without transactions (faster; a restart repeats outputs "
         "sent after the last checkpoint downstream, nothing is lost)",
@@ -224,11 +225,11 @@ def _run(args: argparse.Namespace) -> int:
         min_insync_replicas=args.min_insync_replicas,
         client=client,
         dead_letter=args.dead_letter,
-        checkpoint_mode=args.checkpoint_mode,
+        checkpoint_mode=choose(args.checkpoint_mode, CHECKPOINT_MODES, "--checkpoint-mode"),
         global_interval_s=args.global_interval,
-        guarantee=args.guarantee,
+        guarantee=choose(args.guarantee, GUARANTEES, "--guarantee"),
         transaction_timeout_ms=args.transaction_timeout_ms,
-        channel_codec=args.channel_codec,
+        channel_codec=choose(args.channel_codec, CODECS, "--channel-codec"),
         max_record_bytes=args.max_record_bytes,
         conf=conf,
         forward_env=forward_env,

@@ -39,8 +39,8 @@ from typing import Any, ClassVar, Protocol
 import pyarrow as pa
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
-from spillway.channels.config import CODECS
-from spillway.channels.errors import ConfigError, SchemaMismatchError
+from spillway.channels.errors import SchemaMismatchError
+from spillway.channels.modes import Codec
 from spillway.channels.wire.arrowcodec import ArrowCodec, arrow_schema, short_repr
 from spillway.channels.wire.mismatch import describe
 from spillway.channels.wire.resolve import ResolvingDecoder, resolved_rows
@@ -218,12 +218,10 @@ class ArrowBlockCodec(ArrowCodec):
     version = ARROW_VERSION
 
 
-def writer_codec(schema: dict[str, Any], codec: str) -> BlockCodec:
+def writer_codec(schema: dict[str, Any], codec: Codec) -> BlockCodec:
     """The codec a writer uses for ``schema``: ``"arrow"`` where the schema is flat (see
     :func:`spillway.channels.wire.arrowcodec.arrow_schema`), Avro otherwise; ``"avro"``: always
     Avro."""
-    if codec not in CODECS:
-        raise ConfigError(f"channel codec must be one of {', '.join(CODECS)}, got {codec!r}")
     flat = arrow_schema(schema) if codec == "arrow" else None
     return RecordCodec(schema) if flat is None else ArrowBlockCodec(schema, flat)
 

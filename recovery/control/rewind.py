@@ -74,12 +74,12 @@ def plan_rewind(
         ckpt = taken[s]
         ckpt.check_topology(plan.fingerprint)
         discard: dict[TopicPartition, dict[int, Spans]] = {
-            tp: dict(m) for tp, m in ckpt.discard.items()
+            tp: dict(m) for tp, m in ckpt.reader.discard.items()
         }
         owned = owned_partitions(plan, s)
         edges = plan.inputs_of(s.operator)
         for edge, tp in ((e, tp) for e in edges for tp in owned.topic_partitions(plan.topic_of(e))):
-            needed = ckpt.inputs.get(tp, 0)
+            needed = ckpt.reader.inputs.get(tp, 0)
             if log_starts[tp] > needed:
                 raise RetentionGapError(
                     f"cannot rewind to global checkpoint {n}: {s} must re-read {tp} from "
@@ -91,7 +91,7 @@ def plan_rewind(
             upstream = plan.operator(edge.upstream)
             for w in range(upstream.parallelism):
                 writer = taken[SubtaskId(plan.job, upstream.name, w)]
-                marks = writer.output_marks.get(tp.topic)
+                marks = writer.writers.output_marks.get(tp.topic)
                 if marks is None:
                     raise CheckpointFormatError(
                         f"cannot rewind to global checkpoint {n}: {writer.subtask}'s checkpoint "
@@ -105,12 +105,14 @@ def plan_rewind(
         out[s] = dataclasses.replace(
             ckpt,
             checkpoint_id=CheckpointId(latest_ids.get(s, int(ckpt.checkpoint_id)) + 1),
-            discard=discard,
-            global_id=None,
-            rewound_from=n,
-            rewrite_state=plan.operator(s.operator).stateful and not ckpt.finished,
-            wall_time=now,
-            attempt=0,
+            meta=dataclasses.replace(
+                ckpt.meta, global_id=None, rewound_from=n, wall_time=now, attempt=0
+            ),
+            reader=dataclasses.replace(ckpt.reader, discard=discard),
+            state=dataclasses.replace(
+                ckpt.state,
+                rewrite_state=plan.operator(s.operator).stateful and not ckpt.meta.finished,
+            ),
         )
     return out
 
@@ -136,7 +138,7 @@ def check_compaction_window(
     """
     for s, ckpt in stateful.items():
         topic = changelog_topic(s.job, s.operator)
-        age_ms = (now - ckpt.wall_time) * 1000
+        age_ms = (now - ckpt.meta.wall_time) * 1000
         if age_ms > lag_ms[topic]:
             raise ConfigError(
                 f"cannot rewind to global checkpoint {n}: {s}'s state at that checkpoint is "
@@ -214,7 +216,7 @@ def rewind_job(
         discard={
             str(tp): {str(w): [list(sp) for sp in spans] for w, spans in m.items()}
             for c in rewound.values()
-            for tp, m in c.discard.items()
+            for tp, m in c.reader.discard.items()
         },
     )
     log.info("job %s rewound to global checkpoint %d", job, n)

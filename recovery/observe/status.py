@@ -196,14 +196,14 @@ def subtask_row(
         beat = beats.get((key, log.incarnation))
         if beat is not None:
             seen = max(beat, seen or 0.0)
-    if ckpt is not None and ckpt.finished:
+    if ckpt is not None and ckpt.meta.finished:
         state = "finished"
     elif beats is not None:
         state = liveness(state, seen, now if read_at is None else read_at, lost_after)
     debt: dict[str, int] = {}
     if state != "finished":
         tps = list(owned) if owned is not None else [TopicPartition(t, index) for t in inputs]
-        start = dict(ckpt.inputs) if ckpt else {}
+        start = dict(ckpt.reader.inputs) if ckpt else {}
         owed = PositionTracker(tps, start).replay_debt(ends)
         empty = set(drained)
         debt = {str(tp): 0 if tp in empty else n for tp, n in owed.items()}
@@ -213,7 +213,7 @@ def subtask_row(
         state=state,
         attempt=attempt,
         checkpoint=int(ckpt.checkpoint_id) if ckpt else None,
-        checkpoint_age_s=round(now - ckpt.wall_time, 1) if ckpt else None,
+        checkpoint_age_s=round(now - ckpt.meta.wall_time, 1) if ckpt else None,
         replay_debt=debt,
         changelog_records=_changelog_records(ckpt),
         restarts=log.restarts,
@@ -290,13 +290,13 @@ def job_status(
                         [
                             tp
                             for i, ckpt in enumerate(ckpts)
-                            if not (ckpt is not None and ckpt.finished)
+                            if not (ckpt is not None and ckpt.meta.finished)
                             for tp in op.owned_inputs(i)
                         ]
                     )
                 )
                 for i, ckpt in enumerate(ckpts):
-                    positions.append(dict(ckpt.inputs) if ckpt else {})
+                    positions.append(dict(ckpt.reader.inputs) if ckpt else {})
                     rows.append(
                         subtask_row(
                             job,

@@ -66,7 +66,7 @@ def unmarked(
     missing = {
         j: None if c is None else int(c.checkpoint_id)
         for j, c in sorted(handed.items())
-        if c is None or not c.handed_over
+        if c is None or not c.meta.handed_over
     }
     return Unmarked(rescale.number, operator, missing) if missing else None
 

@@ -41,13 +41,20 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from spillway.channels.errors import RescaleError
 from spillway.channels.ids import CheckpointId, Offset, OperatorName, SubtaskId, TopicPartition
 from spillway.channels.progress import Spans
 from spillway.channels.routing.keygroups import MAX_PARALLELISM_LIMIT
-from spillway.offsets.checkpoint import Checkpoint
+from spillway.offsets.checkpoint import (
+    Checkpoint,
+    CheckpointMeta,
+    OperatorProgress,
+    ReaderPositions,
+    StatePositions,
+    WriterCounts,
+)
 from spillway.recovery.job.evolution import with_earlier_schemas
 from spillway.recovery.job.plan import JobPlan, OperatorPlan
 from spillway.recovery.job.plandoc import PlanDoc
@@ -282,40 +289,54 @@ def handover_checkpoint(
     return Checkpoint(
         subtask=subtask,
         checkpoint_id=CheckpointId(floor),
-        topology=plan.fingerprint,
-        inputs={tp: c.inputs[tp] for tp, c in sources.items() if c and tp in c.inputs},
-        changelogs=_changelogs(sources),
-        outputs=dict(same.outputs) if same else {},
-        output_marks=dict(same.output_marks) if same else {},
-        ended={tp: c.ended[tp] for tp, c in sources.items() if c and tp in c.ended},
-        channel_watermarks={
-            tp: c.channel_watermarks[tp]
-            for tp, c in sources.items()
-            if c and tp in c.channel_watermarks
-        },
-        watermark=_lowest([handed[j] for j in sorted(owners)]),
-        sink_position=same.sink_position if same else None,
-        wall_time=max((c.wall_time for c in sources.values() if c), default=0.0),
-        skip={tp: c.skip[tp] for tp, c in sources.items() if c and tp in c.skip},
-        discard=_discard(sources),
-        partial={tp: c.partial[tp] for tp, c in sources.items() if c and tp in c.partial},
-        widths={tp: c.widths[tp] for tp, c in sources.items() if c and tp in c.widths},
-        rewrite_state=any(c.rewrite_state for c in sources.values() if c),
-        set_aside=dict(same.set_aside) if same else {},
-        owned=owned,
+        meta=CheckpointMeta(
+            topology=plan.fingerprint,
+            wall_time=max((c.meta.wall_time for c in sources.values() if c), default=0.0),
+            owned=owned,
+        ),
+        reader=ReaderPositions(
+            inputs=_per_partition(sources, lambda c: c.reader.inputs),
+            skip=_per_partition(sources, lambda c: c.reader.skip),
+            partial=_per_partition(sources, lambda c: c.reader.partial),
+            ended=_per_partition(sources, lambda c: c.reader.ended),
+            channel_watermarks=_per_partition(sources, lambda c: c.reader.channel_watermarks),
+            widths=_per_partition(sources, lambda c: c.reader.widths),
+            discard=_discard(sources),
+        ),
+        writers=same.writers if same else WriterCounts(),
+        state=StatePositions(
+            changelogs=_changelogs(sources),
+            rewrite_state=any(c.state.rewrite_state for c in sources.values() if c),
+        ),
+        operator=OperatorProgress(
+            watermark=_lowest([handed[j] for j in sorted(owners)]),
+            set_aside=dict(same.operator.set_aside) if same else {},
+        ),
+        sink=same.sink if same else None,
     )
+
+
+_V = TypeVar("_V")
+
+
+def _per_partition(
+    sources: Mapping[TopicPartition, Checkpoint | None],
+    part: Callable[[Checkpoint], Mapping[TopicPartition, _V]],
+) -> dict[TopicPartition, _V]:
+    """Per partition, its entry in ``part`` of the checkpoint of its previous owner."""
+    return {tp: part(c)[tp] for tp, c in sources.items() if c and tp in part(c)}
 
 
 def _check_previous(op: OperatorPlan, now: int, handed: Mapping[int, Checkpoint | None]) -> None:
     """Refuse handed-over checkpoints that cannot be continued (finished, unpublished)."""
-    done = sorted(j for j, c in handed.items() if c is not None and c.finished)
+    done = sorted(j for j, c in handed.items() if c is not None and c.meta.finished)
     if done:
         raise RescaleError(
             f"operator {op.name!r}: subtasks {done} finished; a finished operator cannot be "
             "rescaled (its inputs ended). Keep its parallelism"
         )
     for j, c in sorted(handed.items()):
-        if j >= now and c is not None and c.sink_position:
+        if j >= now and c is not None and c.sink:
             raise RescaleError(
                 f"{c.subtask} (retired by the rescale) committed sink output its checkpoint "
                 f"{c.checkpoint_id} still has to publish; run the job once more with its "
@@ -338,12 +359,12 @@ def _changelogs(
 def _discard(
     sources: Mapping[TopicPartition, Checkpoint | None],
 ) -> dict[TopicPartition, Mapping[int, Spans]]:
-    return {tp: c.discard[tp] for tp, c in sources.items() if c and tp in c.discard}
+    return {tp: c.reader.discard[tp] for tp, c in sources.items() if c and tp in c.reader.discard}
 
 
 def _lowest(checkpoints: list[Checkpoint | None]) -> int | None:
     """The lowest watermark of ``checkpoints`` (None if one has none, or there are none)."""
-    marks = [c.watermark for c in checkpoints if c is not None]
+    marks = [c.operator.watermark for c in checkpoints if c is not None]
     if not marks or any(m is None for m in marks):
         return None
     return min(m for m in marks if m is not None)
@@ -386,10 +407,11 @@ def plan_rescale(
                     f"since rescale {number - 1}; run the job "
                     "once without changing parallelism until it has, then rescale"
                 )
-            if c is not None and c.topology not in accepted:
+            if c is not None and c.meta.topology not in accepted:
                 raise RescaleError(
                     f"{c.subtask}: its latest checkpoint {c.checkpoint_id} was taken by another "
-                    f"topology ({c.topology[:12]}) than the job's last run ({accepted[0][:12]}); "
+                    f"topology ({c.meta.topology[:12]}) than the job's last run "
+                    f"({accepted[0][:12]}); "
                     "it has not checkpointed since an earlier change. Run the job once "
                     "without changing parallelism, then rescale"
                 )

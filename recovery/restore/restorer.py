@@ -46,12 +46,12 @@ class Restored:
     @property
     def finished(self) -> bool:
         """True if the subtask finished earlier (its final checkpoint committed)."""
-        return self.checkpoint is not None and self.checkpoint.finished
+        return self.checkpoint is not None and self.checkpoint.meta.finished
 
     def start(self, inputs: Iterable[TopicPartition]) -> dict[TopicPartition, Offset]:
         """The next offset to read on each input partition (0 where none was checkpointed)."""
         ckpt = self.checkpoint
-        return {tp: ckpt.inputs.get(tp, Offset(0)) if ckpt else Offset(0) for tp in inputs}
+        return {tp: ckpt.reader.inputs.get(tp, Offset(0)) if ckpt else Offset(0) for tp in inputs}
 
     def reader_state(self) -> ReaderState | None:
         """Ends, watermarks, skips and discards a restored reader continues from."""
@@ -61,34 +61,34 @@ class Restored:
         """Records of message (tp, offset) already processed (a checkpoint inside it)."""
         if self.checkpoint is None:
             return {}
-        return {(tp, off): done for tp, (off, done) in self.checkpoint.partial.items()}
+        return {(tp, off): done for tp, (off, done) in self.checkpoint.reader.partial.items()}
 
     def output(self, topic: str) -> tuple[tuple[int, ...] | None, tuple[int, ...] | None]:
         """(output sequence numbers, high-water marks) of an output channel, if recorded."""
         ckpt = self.checkpoint
         if ckpt is None:
             return None, None
-        return ckpt.outputs.get(topic), ckpt.output_marks.get(topic)
+        return ckpt.writers.outputs.get(topic), ckpt.writers.output_marks.get(topic)
 
     @property
     def watermark(self) -> int | None:
         """The operator's watermark at the checkpoint."""
-        return self.checkpoint.watermark if self.checkpoint else None
+        return self.checkpoint.operator.watermark if self.checkpoint else None
 
     @property
     def set_aside(self) -> Mapping[str, int]:
         """Records set aside since the job began."""
-        return self.checkpoint.set_aside if self.checkpoint else {}
+        return self.checkpoint.operator.set_aside if self.checkpoint else {}
 
     @property
     def source_position(self) -> Mapping[str, Any]:
         """The source's position (empty: from the beginning)."""
-        return (self.checkpoint.source_position if self.checkpoint else None) or {}
+        return (self.checkpoint.source if self.checkpoint else None) or {}
 
     @property
     def sink_position(self) -> Mapping[str, Any]:
         """What the sink's last committed checkpoint recorded (empty: nothing)."""
-        return (self.checkpoint.sink_position if self.checkpoint else None) or {}
+        return (self.checkpoint.sink if self.checkpoint else None) or {}
 
 
 class Restorer:
@@ -140,7 +140,7 @@ class Restorer:
         mark = read_last_mark(self._store, self._progress_tp)  # how far the last attempt read
         if ckpt is None:
             return Restored(None, mark)
-        if ckpt.topology not in accepts_fingerprint(rescale, fingerprint):
+        if ckpt.meta.topology not in accepts_fingerprint(rescale, fingerprint):
             ckpt.check_topology(fingerprint)
         return Restored(ckpt, mark, _last_global(recent))
 
@@ -160,7 +160,7 @@ class Restorer:
                     f"{rescale.number}, is no longer retained; rescale again from a savepoint",
                     subtasks=[self.subtask],
                 )
-            if found is not None and found.topology not in rescale.fingerprints:
+            if found is not None and found.meta.topology not in rescale.fingerprints:
                 found.check_topology(rescale.fingerprints[0])
             handed[j] = found
         ckpt = handover_checkpoint(plan, self.subtask, handover.previous, handed, handover.floor)
@@ -192,7 +192,7 @@ class Restorer:
             n = state.restore(
                 consumer,
                 ckpt.changelog_positions() if ckpt else {},
-                rewrite=ckpt is not None and ckpt.rewrite_state,
+                rewrite=ckpt is not None and ckpt.state.rewrite_state,
             )
         finally:
             consumer.close()
@@ -238,8 +238,8 @@ def _last_global(recent: list[Checkpoint]) -> tuple[int, int] | None:
     """(global id, checkpoint id) of the newest global checkpoint in ``recent``, oldest first."""
     taken: list[tuple[int, int]] = []
     for c in recent:
-        if c.rewound_from is not None:
+        if c.meta.rewound_from is not None:
             taken = []  # global checkpoints of an abandoned run are not announced
-        elif c.global_id is not None:
-            taken.append((c.global_id, int(c.checkpoint_id)))
+        elif c.meta.global_id is not None:
+            taken.append((c.meta.global_id, int(c.checkpoint_id)))
     return max(taken) if taken else None

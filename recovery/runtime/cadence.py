@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 from typing import Protocol
 
-MODES = ("interval", "aligned", "unaligned")
+from spillway.channels.modes import CheckpointMode
 
 
 class Triggers(Protocol):
@@ -81,7 +81,7 @@ class Cadence(Protocol):
     to take now (None: none), never takes it."""
 
     is_global: bool  # numbered global checkpoints (kept longer, announced)
-    align: bool  # the reader holds channels back at barriers
+    mode: CheckpointMode  # "aligned": the reader holds channels back at barriers
 
     @property
     def chunk(self) -> int | None:
@@ -131,7 +131,7 @@ class IntervalCadence:
     """A subtask's own clock only; barriers are not looked at."""
 
     is_global = False
-    align = False
+    mode: CheckpointMode = "interval"
     chunk = None
 
     def __init__(self, last_global: int | None = None) -> None:
@@ -200,7 +200,7 @@ class _GlobalCheckpoints:
 class AlignedCadence(_GlobalCheckpoints):
     """Global checkpoints at aligned barriers; sources act on the trigger."""
 
-    align = True
+    mode: CheckpointMode = "aligned"
     chunk = None
 
     def poll_shape(self, poll_messages: int) -> tuple[int, float, bool]:
@@ -235,7 +235,7 @@ class AlignedCadence(_GlobalCheckpoints):
 class UnalignedCadence(_GlobalCheckpoints):
     """Global checkpoints on the trigger, between any two messages or inside one."""
 
-    align = False
+    mode: CheckpointMode = "unaligned"
 
     def __init__(self, triggers: Triggers, chunk: int, last_global: int | None = None) -> None:
         super().__init__(triggers, last_global)
@@ -269,7 +269,7 @@ class UnalignedCadence(_GlobalCheckpoints):
 
 
 def make_cadence(
-    mode: str, triggers: Triggers | None, chunk: int, last_global: int | None = None
+    mode: CheckpointMode, triggers: Triggers | None, chunk: int, last_global: int | None = None
 ) -> IntervalCadence | AlignedCadence | UnalignedCadence:
     """The cadence of ``mode``, continuing after global checkpoint ``last_global``;
     interval checkpoints only without a job's triggers."""

@@ -29,7 +29,15 @@ from typing import Any, Protocol
 from spillway.channels.ids import CheckpointId, Offset, SubtaskId, TopicPartition
 from spillway.channels.progress import ReaderState, Spans
 from spillway.channels.routing.keygroups import Ownership
-from spillway.offsets.checkpoint import Checkpoint, check_forward
+from spillway.offsets.checkpoint import (
+    Checkpoint,
+    CheckpointMeta,
+    OperatorProgress,
+    ReaderPositions,
+    StatePositions,
+    WriterCounts,
+    check_forward,
+)
 from spillway.offsets.tracker import CheckpointSequence
 from spillway.recovery.runtime.cadence import Cadence, Triggers
 from spillway.recovery.runtime.crashpoints import CrashPoints
@@ -193,7 +201,9 @@ class Checkpointer:
         self.changelogs: dict[TopicPartition, Offset] = (
             restored.changelog_positions() if restored else {}
         )
-        self._last_inputs: dict[TopicPartition, Offset] = dict(restored.inputs) if restored else {}
+        self._last_inputs: dict[TopicPartition, Offset] = (
+            dict(restored.reader.inputs) if restored else {}
+        )
         self._records_in_at_last = 0  # records read when the last checkpoint committed
         # records written as parts (spillway.channels.wire.spanning) until the last commit
         self._spanned = 0
@@ -241,7 +251,7 @@ class Checkpointer:
         self._flush_state()
         ckpt = self._build(cid, finished, global_id, partial, source_position, sink_position)
         if stopping and p.handing_over():
-            ckpt = dataclasses.replace(ckpt, handed_over=True)
+            ckpt = dataclasses.replace(ckpt, meta=dataclasses.replace(ckpt.meta, handed_over=True))
         check_forward(self._last_inputs, ckpt)
         p.mark()  # what this checkpoint read, in case the commit never happens
         crash = self._obs.crash
@@ -258,9 +268,9 @@ class Checkpointer:
             self._producer, ckpt, p.group_metadata(), crash.commit_point if crash.armed else None
         )
         t2 = time.monotonic()
-        self._last_inputs = dict(ckpt.inputs)
+        self._last_inputs = dict(ckpt.reader.inputs)
         self._records_in_at_last = self._obs.result.records_in
-        self._obs.live.checkpointed(cid, ckpt.wall_time, t2 - t0, t2 - t1, ckpt.inputs)
+        self._obs.live.checkpointed(cid, ckpt.meta.wall_time, t2 - t0, t2 - t1, ckpt.reader.inputs)
         self.bytes = (self._producer.txn_bytes - spilled, spilled)
         crash.reached("after-final-commit" if finished else "after-commit")
         if crash.armed and p.reader is not None and p.reader.open_records():
@@ -310,28 +320,33 @@ class Checkpointer:
         return Checkpoint(
             subtask=self.subtask,
             checkpoint_id=CheckpointId(cid),
-            topology=self._topology,
-            inputs=inputs,
-            partial=partials,
-            changelogs=dict(self.changelogs),
-            owned=self.parts.owned,
-            outputs={w.topic: tuple(w.counts) for w in p.writers},
-            output_marks={w.topic: w.marks() for w in p.writers},
-            discard=reader.discard_state() if reader is not None else {},
-            ended={tp: frozenset(v) for tp, v in rstate.ended.items()} if rstate else {},
-            channel_watermarks=(
-                {tp: dict(v) for tp, v in rstate.watermarks.items()} if rstate else {}
+            meta=CheckpointMeta(
+                topology=self._topology,
+                attempt=self._attempt,
+                wall_time=time.time(),
+                global_id=global_id,
+                finished=finished,
+                owned=self.parts.owned,
             ),
-            watermark=p.watermark(),
-            source_position=source_position,
-            sink_position=sink_position,
-            finished=finished,
-            wall_time=time.time(),
-            attempt=self._attempt,
-            global_id=global_id,
-            skip=skip,
-            widths=dict(rstate.widths) if rstate else {},
-            set_aside=p.set_aside(),
+            reader=ReaderPositions(
+                inputs=inputs,
+                skip=skip,
+                partial=partials,
+                ended={tp: frozenset(v) for tp, v in rstate.ended.items()} if rstate else {},
+                channel_watermarks=(
+                    {tp: dict(v) for tp, v in rstate.watermarks.items()} if rstate else {}
+                ),
+                widths=dict(rstate.widths) if rstate else {},
+                discard=reader.discard_state() if reader is not None else {},
+            ),
+            writers=WriterCounts(
+                outputs={w.topic: tuple(w.counts) for w in p.writers},
+                output_marks={w.topic: w.marks() for w in p.writers},
+            ),
+            state=StatePositions(changelogs=dict(self.changelogs)),
+            operator=OperatorProgress(watermark=p.watermark(), set_aside=p.set_aside()),
+            source=source_position,
+            sink=sink_position,
         )
 
     def _take_global(self, request: CheckpointRequest) -> Checkpoint:

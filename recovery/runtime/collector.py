@@ -21,6 +21,7 @@ from spillway.channels.config import KafkaSettings
 from spillway.channels.ids import Offset, SubtaskId, TopicPartition
 from spillway.channels.kafka.idempotent import IdempotentProducer
 from spillway.channels.kafka.producer import TransactionalProducer
+from spillway.channels.modes import Guarantee
 
 
 class OutputCollector(Protocol):
@@ -113,7 +114,10 @@ class AtLeastOnceCollector:
 
 
 def make_collector(
-    guarantee: str, producer: TransactionalProducer, settings: KafkaSettings, subtask: SubtaskId
+    guarantee: Guarantee,
+    producer: TransactionalProducer,
+    settings: KafkaSettings,
+    subtask: SubtaskId,
 ) -> OutputCollector:
     """The collector of ``guarantee`` ("exactly-once" or "at-least-once")."""
     if guarantee == "at-least-once":

@@ -6,11 +6,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from spillway.channels.config import ChannelSettings
+from spillway.channels.modes import CheckpointMode, Guarantee
 
 if TYPE_CHECKING:
     from spillway.recovery.restore.rescale import Rescale
-
-GUARANTEES = ("exactly-once", "at-least-once")
 
 
 @dataclass(frozen=True)
@@ -28,7 +27,8 @@ class RunOptions:
     allow_rewind: bool = False  # from_checkpoint older than the latest: outputs repeat downstream
     run_id: str | None = None  # honour stop requests of this run (SIGTERM to the driver)
     dead_letter: bool = False  # bad records go to the job's dead-letter channel, not fail
-    checkpoint_mode: str = "interval"  # "unaligned" / "aligned": numbered global checkpoints too
+    # "unaligned" / "aligned": numbered global checkpoints too
+    checkpoint_mode: CheckpointMode = "interval"
     watermark_interval_s: float = 0.2
     # Unaligned mode: records a subtask processes between looks for a checkpoint trigger,
     # so a checkpoint need not wait for a whole channel message (~1000 records).
@@ -36,7 +36,7 @@ class RunOptions:
     # "exactly-once": outputs are written in the checkpoint's transaction. "at-least-once":
     # outputs go out without a transaction and are flushed before the checkpoint commits,
     # so a restart re-sends (duplicates) what followed the last checkpoint, loses nothing.
-    guarantee: str = "exactly-once"
+    guarantee: Guarantee = "exactly-once"
     # The generation of the operator's Spark job (spillway.spark_jobs.spark.opjobs): stop requests
     # for this operator name one generation, so a restarted job ignores the one that ended it.
     generation: int = 0

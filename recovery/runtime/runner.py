@@ -26,7 +26,6 @@ from collections.abc import Callable
 from typing import Any
 
 from spillway.channels.config import KafkaSettings
-from spillway.channels.errors import ConfigError
 from spillway.channels.ids import SubtaskId
 from spillway.channels.kafka.consumer import AssignedConsumer
 from spillway.channels.kafka.producer import TransactionalProducer
@@ -48,7 +47,7 @@ from spillway.recovery.runtime.faults import Faults
 from spillway.recovery.runtime.gcpolicy import streaming_collector
 from spillway.recovery.runtime.lifecycle import Lifecycle, Phase
 from spillway.recovery.runtime.livestats import LiveStats
-from spillway.recovery.runtime.options import GUARANTEES, RunOptions, SubtaskResult
+from spillway.recovery.runtime.options import RunOptions, SubtaskResult
 from spillway.recovery.runtime.taskfactory import (
     Clients,
     Hooks,
@@ -62,7 +61,6 @@ from spillway.recovery.runtime.taskloop import Outcome
 
 # Re-exported: the driver, the benchmarks and the tests import them from here.
 __all__ = [
-    "GUARANTEES",
     "GlobalCadence",
     "RunOptions",
     "SubtaskResult",
@@ -92,10 +90,6 @@ class SubtaskRunner:
         self.settings = settings
         self.options = options
         self.attempt = attempt
-        if options.guarantee not in GUARANTEES:
-            raise ConfigError(
-                f"guarantee must be one of {', '.join(GUARANTEES)}, got {options.guarantee!r}"
-            )
         self.lifecycle = Lifecycle()
         self._signals = (
             JobSignals(settings, plan.job, options.run_id, (subtask.operator, options.generation))

@@ -17,7 +17,8 @@ from spillway.channels.config import KafkaSettings
 from spillway.channels.ids import SubtaskId
 from spillway.channels.kafka.consumer import AssignedConsumer
 from spillway.channels.kafka.producer import TransactionalProducer
-from spillway.channels.reader import ChannelReader, InputChannel
+from spillway.channels.modes import CheckpointMode
+from spillway.channels.reader import ChannelReader, InputChannel, ReaderModes
 from spillway.channels.routing.keygroups import Ownership
 from spillway.channels.writer import ChannelWriter, OutputChannel
 from spillway.offsets.store import CheckpointStore, check_retention, commit_checkpoint
@@ -170,7 +171,7 @@ def _open_reader(
     restored: Restored,
     clients: Clients,
     inputs: list[InputChannel],
-    align: bool,
+    checkpoints: CheckpointMode,
 ) -> tuple[ChannelReader, AssignedConsumer, Replay]:
     """The channel reader (and its consumer), from the restored positions; what the replay
     will cover."""
@@ -180,10 +181,12 @@ def _open_reader(
         reader = ChannelReader(
             consumer,
             inputs,
-            tolerate_bad=clients.dead_letters is not None,
-            align=align,
-            batches=reads_batches(logic, sink),
-            resends=spec.options.guarantee == "at-least-once",
+            ReaderModes(
+                bad="fail" if clients.dead_letters is None else "deliver",
+                checkpoints=checkpoints,
+                form="batches" if reads_batches(logic, sink) else "rows",
+                guarantee=spec.options.guarantee,
+            ),
         )
         start = restored.start(ch.tp for ch in inputs)
         marks = {ch.tp: consumer.watermarks(ch.tp) for ch in inputs}
@@ -241,7 +244,7 @@ def build_task(
     consumer: AssignedConsumer | None = None
     replay = Replay({}, {}, None)
     if inputs:
-        reader, consumer, replay = _open_reader(spec, restored, clients, inputs, cadence.align)
+        reader, consumer, replay = _open_reader(spec, restored, clients, inputs, cadence.mode)
     try:
         writers = _open_writers(spec, restored, clients.out)
         hooks.lap("inputs")

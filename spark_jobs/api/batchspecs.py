@@ -14,6 +14,7 @@ import pyarrow as pa
 from spillway.channels.errors import PipelineDefinitionError
 from spillway.channels.routing.batchkey import BatchKey
 from spillway.channels.wire.arrowcodec import arrow_schema
+from spillway.spark_jobs.modes import BatchEmit
 from spillway.spark_jobs.operators.batchagg import Agg, BatchAggregate, BatchAggregateLogic, Derive
 from spillway.spark_jobs.operators.batchops import FilterBatchesLogic, MapBatchesLogic
 from spillway.spark_jobs.records.schemas import avro_schema
@@ -76,7 +77,7 @@ def aggregate_batches(
     key: str | BatchKey,
     aggs: Mapping[str, Agg],
     derive: Mapping[str, Derive] | None,
-    emit: str,
+    emit: BatchEmit,
     input_schema: Schema | None,
 ) -> BatchSpec:
     """``aggregate_batches`` keyed by column ``key``, or by a key function over batches

@@ -16,6 +16,7 @@ from typing import Any
 
 from spillway.channels.errors import PipelineDefinitionError
 from spillway.recovery.job.plan import Record
+from spillway.spark_jobs.modes import Emit
 from spillway.spark_jobs.operators.operators import KeyedAggregateLogic
 from spillway.spark_jobs.operators.process import ProcessContext, ProcessLogic
 from spillway.spark_jobs.operators.windows import (
@@ -69,11 +70,7 @@ def _check(name: str, **positive: int) -> None:
             )
 
 
-def _check_common(name: str, emit: str, allowed_lateness_ms: int) -> None:
-    if emit not in ("final", "updates"):
-        raise PipelineDefinitionError(
-            f"operator {name!r}: emit must be 'final' or 'updates', got {emit!r}"
-        )
+def _check_common(name: str, allowed_lateness_ms: int) -> None:
     if (
         isinstance(allowed_lateness_ms, bool)
         or not isinstance(allowed_lateness_ms, int)
@@ -98,11 +95,11 @@ def fixed_window(
     result: Callable[[Any, int, int, Any], Record],
     schema: Any,
     allowed_lateness_ms: int,
-    emit: str,
+    emit: Emit,
 ) -> OperatorSpec:
     """Tumbling (``hop == size``) or hopping/sliding windows."""
     _check(name, size=size, hop=hop)
-    _check_common(name, emit, allowed_lateness_ms)
+    _check_common(name, allowed_lateness_ms)
     if hop > size:
         raise PipelineDefinitionError(
             f"operator {name!r}: hop {hop} is larger than size {size}, so records between "
@@ -143,11 +140,11 @@ def session_window(
     result: Callable[[Any, int, int, Any], Record],
     schema: Any,
     allowed_lateness_ms: int,
-    emit: str,
+    emit: Emit,
 ) -> OperatorSpec:
     """Gap-based merging session windows."""
     _check(name, gap=gap)
-    _check_common(name, emit, allowed_lateness_ms)
+    _check_common(name, allowed_lateness_ms)
     avro, out = output_schema(schema, result, f"operator {name!r}", name)
     factory = partial(
         SessionWindowLogic,
@@ -174,11 +171,11 @@ def count_window(
     add: Callable[[Any, Record], Any],
     result: Callable[[Any, int, int, Any], Record],
     schema: Any,
-    emit: str,
+    emit: Emit,
 ) -> OperatorSpec:
     """Tumbling windows of ``size`` records per key."""
     _check(name, size=size)
-    _check_common(name, emit, 0)
+    _check_common(name, 0)
     avro, out = output_schema(schema, result, f"operator {name!r}", name)
     factory = partial(
         CountWindowLogic, key_fn, size, init, adapt(add, (1,)), adapt(result, (), out), emit
@@ -227,12 +224,12 @@ def builtin_aggregate(
     key: tuple[str, Any],
     aggs: Mapping[str, Agg],
     input_schema: Mapping[str, Any],
-    emit: str,
+    emit: Emit,
 ) -> OperatorSpec:
     """``KeyedStream.agg``: built-in aggregations per key (a :class:`KeyedAggregateLogic`
     over their fold), the output schema derived (``key``: the key field's name and type)."""
     where = f"operator {name!r}"
-    _check_common(name, emit, 0)
+    _check_common(name, 0)
     fold, schema = _agg_schema(name, key, [], aggs, input_schema, where)
     factory = partial(KeyedAggregateLogic, key_fn, fold.init, fold.add, fold.keyed_result, emit)
     desc = {"op": "aggregate", "emit": emit, "aggs": describe_aggs(fold.aggs)}

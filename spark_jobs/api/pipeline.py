@@ -33,6 +33,7 @@ from functools import partial
 from typing import Any
 
 from spillway.channels.errors import PipelineDefinitionError
+from spillway.channels.modes import choose
 from spillway.recovery.job.jobconf import conf as conf  # re-exported: pipelines read their settings
 from spillway.recovery.job.plan import Record
 from spillway.spark_jobs.api.coprocess import connect as connect  # re-exported: two-input operators
@@ -49,6 +50,7 @@ from spillway.spark_jobs.connectors.batchsources import BatchFileSource, BatchKa
 from spillway.spark_jobs.connectors.confluentavro import RegistryAvroRecords
 from spillway.spark_jobs.connectors.registry import RegistryConfig, check_registry_format
 from spillway.spark_jobs.connectors.sources import FileSource, GeneratorSource, KafkaTopicSource
+from spillway.spark_jobs.modes import FILE_FORMATS, VALUE_FORMATS, FileFormat, ValueFormat
 from spillway.spark_jobs.records.records import adapt, output_schema
 from spillway.spark_jobs.records.schemas import avro_schema
 from spillway.spark_jobs.records.tombstones import keyed_schema
@@ -99,7 +101,7 @@ class Pipeline(Graph):
         name: str,
         pattern: str,
         *,
-        format: str,
+        format: FileFormat,
         schema: SchemaLike,
         parallelism: int = 1,
         timestamp: Callable[[Record], int] | None = None,
@@ -121,10 +123,11 @@ class Pipeline(Graph):
         as Arrow; its event time can only be a column, ``timestamp_column`` (a non-null
         integer field, ms).
         """
+        fmt = choose(format, FILE_FORMATS, f"read_files {name!r}: format", PipelineDefinitionError)
         schema = avro_schema(schema, where=f"source {name!r}", name=name)
         if batches:
             ts_col = _batch_event_time(name, timestamp, timestamp_column, watermarks, True)
-            stream = self._batch_files(name, pattern, format, schema, parallelism, *ts_col)
+            stream = self._batch_files(name, pattern, fmt, schema, parallelism, *ts_col)
             self._nodes[name].time = _record_time(name, None, timestamp_column, ts_col[1], schema)
             return stream
         ts = _event_time_args(name, timestamp, timestamp_column, watermarks, schema, required=True)
@@ -133,8 +136,8 @@ class Pipeline(Graph):
             parallelism,
             "source",
             schema,
-            partial(FileSource, pattern, format, parallelism, schema, ts[0], ts[1]),
-            description={"source": "files", "format": format},
+            partial(FileSource, pattern, fmt, parallelism, schema, ts[0], ts[1]),
+            description={"source": "files", "format": fmt},
         )
         node.event_time = ts[1] is not None
         node.time = _record_time(name, ts[0], timestamp_column, ts[1], schema)
@@ -173,7 +176,7 @@ class Pipeline(Graph):
         self,
         name: str,
         pattern: str,
-        fmt: str,
+        fmt: FileFormat,
         schema: dict[str, Any],
         parallelism: int,
         timestamp: str | None,
@@ -203,7 +206,7 @@ class Pipeline(Graph):
         batches: bool = False,
         key_field: str | None = None,
         tombstones: bool = False,
-        value_format: str = "json",
+        value_format: ValueFormat = "json",
         kafka_timestamp_field: str | None = None,
         registry: RegistryConfig | None = None,
     ) -> Stream:
@@ -258,6 +261,9 @@ class Pipeline(Graph):
         (:mod:`spillway.spark_jobs.connectors.batchregistry`).
         """
         where = f"source {name!r}"
+        value_format = choose(
+            value_format, VALUE_FORMATS, f"{where}: value_format", PipelineDefinitionError
+        )
         if registry is not None:
             check_registry_format(where, value_format, registry, "read")
         framing = avro_framing(value_format, where, key_field is not None or tombstones)

@@ -12,6 +12,7 @@ from functools import partial
 from typing import Any
 
 from spillway.channels.errors import PipelineDefinitionError
+from spillway.channels.modes import choose
 from spillway.channels.routing.batchkey import BatchKey
 from spillway.channels.routing.batchwrite import ColumnKey
 from spillway.channels.wire.arrowcodec import arrow_schema
@@ -23,6 +24,14 @@ from spillway.spark_jobs.connectors.confluentavro import RegistryAvroWriter, sub
 from spillway.spark_jobs.connectors.registry import RegistryConfig, check_registry_format
 from spillway.spark_jobs.connectors.sinks import ConsoleSink, JsonlFileSink, KafkaTopicSink
 from spillway.spark_jobs.connectors.tablesinks import columnar_sink
+from spillway.spark_jobs.modes import (
+    SINK_VALUE_FORMATS,
+    BatchEmit,
+    Emit,
+    SinkValueFormat,
+    batch_emit_of,
+    emit_of,
+)
 from spillway.spark_jobs.operators.batchagg import Agg, Derive
 from spillway.spark_jobs.operators.operators import (
     FilterLogic,
@@ -274,7 +283,7 @@ class Stream:
         *,
         key: Callable[[Record], Any] | str | None = None,
         parallelism: int | None = None,
-        value_format: str = "json",
+        value_format: SinkValueFormat = "json",
         registry: RegistryConfig | None = None,
         subject: str | None = None,
     ) -> None:
@@ -293,8 +302,14 @@ class Stream:
         """
         # Without a key function, alone in its subtask, a flat channel is read as Arrow
         # batches and written column by column (spillway.channels.wire.arrowjson).
+        fmt = choose(
+            value_format,
+            SINK_VALUE_FORMATS,
+            f"write_kafka {name!r}: value_format",
+            PipelineDefinitionError,
+        )
         schema = self._schema()
-        encoder = _registry_writer(name, topic, schema, value_format, registry, subject)
+        encoder = _registry_writer(name, topic, schema, fmt, registry, subject)
         flat = arrow_schema(schema) if schema is not None else None
         description: dict[str, Any] = {"sink": "kafka"}
         if isinstance(key, str):
@@ -328,7 +343,7 @@ def _registry_writer(
     name: str,
     topic: str,
     schema: Schema | None,
-    value_format: str,
+    value_format: SinkValueFormat,
     registry: RegistryConfig | None,
     subject: str | None,
 ) -> RegistryAvroWriter | None:
@@ -336,12 +351,9 @@ def _registry_writer(
     ``None`` for JSON values."""
     where = f"write_kafka {name!r}"
     if registry is None:
-        if value_format != "json" or subject is not None:
+        if value_format == "avro" or subject is not None:
             raise PipelineDefinitionError(
                 f'{where}: value_format="avro" and subject= need registry=RegistryConfig(...)'
-                if value_format == "avro" or subject is not None
-                else f'{where}: value_format must be "json", or "avro" with a registry, '
-                f"got {value_format!r}"
             )
         return None
     check_registry_format(where, value_format, registry, "written")
@@ -400,7 +412,7 @@ class KeyedStream(Stream):
         add: Callable[[Any, Record], Any],
         result: Callable[[Any, Any], Record],
         schema: SchemaLike = None,
-        emit: str = "final",
+        emit: Emit = "final",
         parallelism: int | None = None,
     ) -> Stream:
         """Fold records per key into a JSON-able accumulator.
@@ -408,10 +420,7 @@ class KeyedStream(Stream):
         ``emit="final"`` emits ``result(key, acc)`` for every key when the input ends;
         ``emit="updates"`` emits it after every record.
         """
-        if emit not in ("final", "updates"):
-            raise PipelineDefinitionError(
-                f"operator {name!r}: emit must be 'final' or 'updates', got {emit!r}"
-            )
+        emit = emit_of(emit, f"operator {name!r}")
         avro, out = output_schema(schema, result, f"operator {name!r}", name)
         add, result = adapt(add, (1,)), adapt(result, (), out)
         return self._then(
@@ -429,7 +438,7 @@ class KeyedStream(Stream):
         aggs: Mapping[str, Agg],
         *,
         derive: Mapping[str, Derive] | None = None,
-        emit: str = "final",
+        emit: BatchEmit = "final",
         parallelism: int | None = None,
         key_name: str = "key",
     ) -> Stream:
@@ -459,7 +468,8 @@ class KeyedStream(Stream):
             except PipelineDefinitionError as e:
                 raise PipelineDefinitionError(f"operator {name!r}: {e}") from e
             stream = KeyedStream(self._p, self.name, key, self.max_parallelism, self._also)
-        spec = batchspecs.aggregate_batches(name, key, aggs, derive, emit, self._schema())
+        mode = batch_emit_of(emit, f"operator {name!r}")
+        spec = batchspecs.aggregate_batches(name, key, aggs, derive, mode, self._schema())
         return stream._then(
             name, spec.factory, spec.schema, parallelism, stateful=True,
             description=spec.description,
@@ -470,7 +480,7 @@ class KeyedStream(Stream):
         name: str,
         fn: Callable[[Record, Record], Record],
         *,
-        emit: str = "final",
+        emit: Emit = "final",
         parallelism: int | None = None,
     ) -> Stream:
         """Combine records of a key pairwise with ``fn``; the result has the input's schema."""
@@ -493,7 +503,7 @@ class KeyedStream(Stream):
         name: str,
         /,
         *,
-        emit: str = "final",
+        emit: Emit = "final",
         parallelism: int | None = None,
         **aggs: Agg,
     ) -> Stream:
@@ -506,8 +516,9 @@ class KeyedStream(Stream):
         type is the key column's, or the key function's return annotation.
         """
         where = f"operator {name!r}"
+        mode = emit_of(emit, where)
         spec = keyedops.builtin_aggregate(
-            name, self.key_fn, self._key_field(where), aggs, self._input_schema(where), emit
+            name, self.key_fn, self._key_field(where), aggs, self._input_schema(where), mode
         )
         return self._keyed(name, spec, parallelism)
 
@@ -631,7 +642,7 @@ class WindowedStream:
         self._keyed, self.name, self.spec = keyed, name, window
         self._time, self._lateness = time_fn, allowed_lateness_ms
 
-    def agg(self, *, emit: str = "final", parallelism: int | None = None, **aggs: Agg) -> Stream:
+    def agg(self, *, emit: Emit = "final", parallelism: int | None = None, **aggs: Agg) -> Stream:
         """Built-in aggregations per key and window, e.g. ``.agg(views=count(),
         total=sum("cents"))``: one record per key and window with the key field (the
         ``key_by`` column's name, else ``key``), ``start``, ``end`` (ms; count windows:
@@ -645,7 +656,8 @@ class WindowedStream:
             self.name, k._key_field(where), aggs, k._input_schema(where)
         )
         merge = fold.merge if self.spec.kind == "session_window" else None
-        spec = self._spec(fold.init, fold.add, fold.window_result, merge, schema, emit)
+        mode = emit_of(emit, where)
+        spec = self._spec(fold.init, fold.add, fold.window_result, merge, schema, mode)
         description = {**spec.description, "aggs": keyedops.describe_aggs(aggs)}
         out = k._keyed(self.name, dataclasses.replace(spec, description=description), parallelism)
         if self.spec.kind != "count_window":  # results at the window's last instant (Flink's)
@@ -662,7 +674,7 @@ class WindowedStream:
         result: Callable[[Any, int, int, Any], Record],
         merge: Callable[[Any, Any], Any] | None = None,
         schema: SchemaLike = None,
-        emit: str = "final",
+        emit: Emit = "final",
         parallelism: int | None = None,
     ) -> Stream:
         """A custom fold per key and window: ``init()`` an accumulator (JSON-able),
@@ -676,7 +688,7 @@ class WindowedStream:
                 f"{where}: a Session window merges sessions a record bridges, so it needs "
                 "merge=(acc, acc) -> acc"
             )
-        spec = self._spec(init, add, result, merge, schema, emit)
+        spec = self._spec(init, add, result, merge, schema, emit_of(emit, where))
         return self._keyed._keyed(self.name, spec, parallelism)
 
     def _spec(
@@ -686,7 +698,7 @@ class WindowedStream:
         result: Callable[..., Record],
         merge: Callable[[Any, Any], Any] | None,
         schema: Any,
-        emit: str,
+        emit: Emit,
     ) -> keyedops.OperatorSpec:
         spec, name, key_fn = self.spec, self.name, self._keyed.key_fn
         if spec.kind == "count_window":

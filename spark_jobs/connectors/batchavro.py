@@ -34,6 +34,7 @@ from spillway.channels.wire.arrowcodec import arrow_schema
 from spillway.recovery.job.origins import TopicOffset, topic_runs
 from spillway.recovery.job.plan import Rejected
 from spillway.spark_jobs.connectors.batchjson import KafkaJsonBatch
+from spillway.spark_jobs.modes import ValueFormat
 from spillway.spark_jobs.records.lines import LineError
 
 Arr = NDArray[Any]
@@ -333,18 +334,18 @@ class AvroRecords:
         return read_datum(self._parsed, self._header, value)
 
 
-VALUE_FORMATS = {"json": None, "avro": "none", "avro-confluent": "confluent"}
+FRAMING_OF: dict[ValueFormat, str | None] = {
+    "json": None,
+    "avro": "none",
+    "avro-confluent": "confluent",
+}
 
 
-def avro_framing(value_format: str, where: str, keyed: bool = False) -> str | None:
+def avro_framing(value_format: ValueFormat, where: str, keyed: bool = False) -> str | None:
     """The Avro framing of ``read_kafka``'s ``value_format`` (``None``: JSON values);
     ``PipelineDefinitionError`` naming ``where`` for another format, or Avro with message
     keys as fields (``keyed``: key_field/tombstones read JSON values only)."""
-    if value_format not in VALUE_FORMATS:
-        raise PipelineDefinitionError(
-            f"{where}: value_format must be one of {sorted(VALUE_FORMATS)}, got {value_format!r}"
-        )
-    framing = VALUE_FORMATS[value_format]
+    framing = FRAMING_OF[value_format]
     if framing is not None and keyed:
         raise PipelineDefinitionError(
             f"{where}: key_field/tombstones read JSON values; drop them or value_format"

@@ -56,9 +56,9 @@ from spillway.spark_jobs.connectors.batchjson import decode_kafka_json
 from spillway.spark_jobs.connectors.batchregistry import RegistryAvroBatches, channel_schema
 from spillway.spark_jobs.connectors.registry import RegistryConfig
 from spillway.spark_jobs.connectors.sources import FileSource, KafkaTopicSource
+from spillway.spark_jobs.modes import BATCH_FILE_FORMATS, FileFormat
 from spillway.spark_jobs.records.watermarks import Watermarks, WatermarkTracker
 
-FORMATS = ("csv", "parquet")
 # Messages a batch Kafka source reads at most per call, whatever the runner's max_records:
 # each batch operator call and each key in a batch costs Python time once, whatever the
 # batch's size (B1c on Spark: ~11 µs per record with 1,000-row batches; bench/columnar.py
@@ -99,7 +99,7 @@ class BatchFileSource(FileSource):
     def __init__(
         self,
         pattern: str,
-        fmt: str,
+        fmt: FileFormat,
         parallelism: int,
         schema: Mapping[str, Any],
         timestamp: str | None = None,
@@ -107,10 +107,10 @@ class BatchFileSource(FileSource):
     ):
         super().__init__(pattern, fmt, parallelism, schema, None, watermarks)
         flat = arrow_schema(dict(schema))
-        if fmt not in FORMATS or flat is None:
+        if fmt not in BATCH_FILE_FORMATS or flat is None:
             raise PipelineDefinitionError(
-                f"read_files(batches=True) reads {' or '.join(FORMATS)} files with a flat "
-                f"schema (primitive fields); got format {fmt!r} and schema {dict(schema)!r}"
+                f"read_files(batches=True) reads {' or '.join(BATCH_FILE_FORMATS)} files with "
+                f"a flat schema (primitive fields); got format {fmt!r} and schema {dict(schema)!r}"
             )
         check_timestamp_column(flat, timestamp, f"read_files {pattern!r}")
         self._arrow = flat

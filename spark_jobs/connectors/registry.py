@@ -29,6 +29,7 @@ from spillway.channels.errors import (
     PipelineDefinitionError,
     RegistryUnavailableError,
 )
+from spillway.spark_jobs.modes import ValueFormat
 
 SchemaId = NewType("SchemaId", int)
 """A schema's id in the registry: the 4 bytes after the magic byte of the wire format."""
@@ -86,7 +87,9 @@ class RegistryConfig:
         return f"RegistryConfig(url={self.url!r}, client={shown!r}, timeout_s={self.timeout_s})"
 
 
-def check_registry_format(where: str, value_format: str, registry: object, verb: str) -> None:
+def check_registry_format(
+    where: str, value_format: ValueFormat, registry: object, verb: str
+) -> None:
     """Refuse a ``registry`` argument that is not a :class:`RegistryConfig`, or a value
     format other than Avro with one (``verb``: "read" or "written", for the message)."""
     if not isinstance(registry, RegistryConfig):

@@ -27,6 +27,7 @@ from spillway.recovery.job.origins import (
 from spillway.recovery.job.plan import Context, Record, Rejected
 from spillway.spark_jobs.connectors.batchavro import AvroRecords
 from spillway.spark_jobs.connectors.confluentavro import RegistryAvroRecords
+from spillway.spark_jobs.modes import FileFormat
 from spillway.spark_jobs.records.lines import (
     LineError,
     field_types,
@@ -163,19 +164,15 @@ class FileSource:
     with event time, the watermark bookkeeping.
     """
 
-    FORMATS = ("jsonl", "csv", "parquet")
-
     def __init__(
         self,
         pattern: str,
-        fmt: str,
+        fmt: FileFormat,
         parallelism: int,
         schema: Mapping[str, Any] | None = None,
         timestamp: Callable[[Record], int] | None = None,
         watermarks: Watermarks | None = None,
     ) -> None:
-        if fmt not in self.FORMATS:
-            raise ConfigError(f"file format {fmt!r} is not one of {', '.join(self.FORMATS)}")
         self.pattern, self.fmt, self.p = pattern, fmt, parallelism
         self.timestamp, self.watermarks = timestamp, watermarks or Watermarks.monotonic()
         self._tracker: WatermarkTracker | None = None

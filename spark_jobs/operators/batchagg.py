@@ -39,6 +39,7 @@ from spillway.channels.errors import ConfigError, PipelineDefinitionError, Recor
 from spillway.channels.routing.batchroute import check_key_type
 from spillway.recovery.job.origins import Origins
 from spillway.recovery.job.plan import Context, KeyedState, SetAside
+from spillway.spark_jobs.modes import BatchEmit
 from spillway.spark_jobs.operators.batchops import DeadLetterSink, process_batch
 from spillway.spark_jobs.operators.batchrunning import KeyCodes, key_codes, running_sum, with_base
 from spillway.spark_jobs.operators.operators import _by_key
@@ -46,7 +47,6 @@ from spillway.spark_jobs.records.aggregations import KINDS as KINDS
 from spillway.spark_jobs.records.aggregations import Agg as Agg
 from spillway.spark_jobs.records.aggregations import Expr as Expr
 
-EMITS = ("final", "updates", "rows")
 ROW_KINDS = ("count", "sum", "mean")  # the kinds emit="rows" keeps running per row
 Derive = Callable[[pa.Table], pa.Array | pa.ChunkedArray]
 
@@ -82,7 +82,7 @@ class BatchAggregate:
         input_schema: pa.Schema,
         *,
         derive: Mapping[str, Derive] | None = None,
-        emit: str = "final",
+        emit: BatchEmit = "final",
     ) -> None:
         self.name, self.key, self.emit = name, key, emit
         self.aggs = dict(aggs)
@@ -109,10 +109,6 @@ class BatchAggregate:
 
     def _check(self, schema: pa.Schema) -> None:
         where = f"operator {self.name!r}"
-        if self.emit not in EMITS:
-            raise PipelineDefinitionError(
-                f"{where}: emit must be 'final', 'updates' or 'rows', got {self.emit!r}"
-            )
         if self.emit == "rows" and (bad := [o for o, a in aggs_of(self) if a not in ROW_KINDS]):
             raise PipelineDefinitionError(
                 f"{where}: emit='rows' keeps {', '.join(ROW_KINDS)} running per row; "

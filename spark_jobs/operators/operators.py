@@ -8,6 +8,7 @@ from typing import Any
 
 from spillway.recovery.job.plan import Context, Record, SetAside
 from spillway.recovery.restore.state import restores_as_itself
+from spillway.spark_jobs.modes import Emit
 
 
 class _Stateless:
@@ -72,7 +73,7 @@ class KeyedAggregateLogic:
         init: Callable[[], Any],
         add: Callable[[Any, Record], Any],
         result: Callable[[Any, Any], Record],
-        emit: str,
+        emit: Emit,
     ) -> None:
         self.key_fn, self.init, self.add, self.result, self.emit = key_fn, init, add, result, emit
         self._ctx: Context | None = None

@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from spillway.recovery.job.plan import Context, Record, SetAside
+from spillway.spark_jobs.modes import Emit
 from spillway.spark_jobs.operators.operators import _copy
 from spillway.spark_jobs.operators.timers import TimerIndex, sorted_timers
 
@@ -49,7 +50,7 @@ def _keys(state: Any) -> Iterable[Any]:
 class _EventTimeWindows:
     """What every event-time window kind shares: watermark, lateness, set-asides."""
 
-    def __init__(self, allowed_lateness_ms: int, emit: str) -> None:
+    def __init__(self, allowed_lateness_ms: int, emit: Emit) -> None:
         self.lateness, self.emit = allowed_lateness_ms, emit
         self.late = 0  # this incarnation's late records
         self.timers = TimerIndex()
@@ -99,7 +100,7 @@ class FixedWindowLogic(_EventTimeWindows):
         add: Callable[[Any, Record], Any],
         result: Result,
         allowed_lateness_ms: int = 0,
-        emit: str = "final",
+        emit: Emit = "final",
     ) -> None:
         super().__init__(allowed_lateness_ms, emit)
         self.key_fn, self.time_fn, self.size, self.hop = key_fn, time_fn, size, hop
@@ -210,7 +211,7 @@ class SessionWindowLogic(_EventTimeWindows):
         merge: Callable[[Any, Any], Any],
         result: Result,
         allowed_lateness_ms: int = 0,
-        emit: str = "final",
+        emit: Emit = "final",
     ) -> None:
         super().__init__(allowed_lateness_ms, emit)
         self.key_fn, self.time_fn, self.gap = key_fn, time_fn, gap
@@ -320,7 +321,7 @@ class CountWindowLogic:
         init: Callable[[], Any],
         add: Callable[[Any, Record], Any],
         result: Result,
-        emit: str = "final",
+        emit: Emit = "final",
     ) -> None:
         self.key_fn, self.size, self.emit = key_fn, size, emit
         self.init, self.add, self.result = init, add, result

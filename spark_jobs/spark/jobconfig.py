@@ -12,8 +12,9 @@ from typing import Any
 
 from spillway.channels.config import MAX_RECORD_BYTES, ChannelSettings, KafkaSettings
 from spillway.channels.errors import ConfigError
+from spillway.channels.modes import CheckpointMode, Codec, Guarantee
 from spillway.recovery.restore.rescale import Rescale
-from spillway.recovery.runtime.runner import GUARANTEES, RunOptions
+from spillway.recovery.runtime.runner import RunOptions
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,8 @@ class JobConfig:
     # The pipeline adds its own (Pipeline(env_prefixes=...)).
     env_prefixes: tuple[str, ...] = ("SPILLWAY_",)
     dead_letter: bool = False
-    checkpoint_mode: str = "interval"  # "unaligned"/"aligned": numbered global checkpoints too
+    # "unaligned" / "aligned": numbered global checkpoints too
+    checkpoint_mode: CheckpointMode = "interval"
     global_interval_s: float = 2.0
     # How long a global checkpoint may take before the coordinator gives up on it. Aligned
     # checkpoints wait for barriers behind the backlog, so this is generous.
@@ -44,8 +46,8 @@ class JobConfig:
     keep_global: int = 10  # completed global checkpoints kept, i.e. rewindable to
     # "at-least-once" writes outputs without transactions (see RunOptions.guarantee):
     # cheaper, but a restarted subtask repeats downstream what it sent after its checkpoint.
-    guarantee: str = "exactly-once"
-    channel_codec: str = "arrow"  # see ChannelSettings.codec
+    guarantee: Guarantee = "exactly-once"
+    channel_codec: Codec = "arrow"  # see ChannelSettings.codec
     max_record_bytes: int = MAX_RECORD_BYTES  # see ChannelSettings.max_record_bytes
     # Pipeline settings (--conf; spillway.recovery.job.jobconf), seen by the pipeline on the driver
     # and
@@ -83,15 +85,6 @@ class JobConfig:
         rescale: Rescale | None = None,
     ) -> RunOptions:
         """Per-subtask runtime options of this run (``generation``: of the operator's job)."""
-        if self.checkpoint_mode not in ("interval", "unaligned", "aligned"):
-            raise ConfigError(
-                "--checkpoint-mode must be 'interval', 'unaligned' or 'aligned', "
-                f"got {self.checkpoint_mode!r}"
-            )
-        if self.guarantee not in GUARANTEES:
-            raise ConfigError(
-                f"--guarantee must be one of {', '.join(GUARANTEES)}, got {self.guarantee!r}"
-            )
         if self.checkpoint_interval_s <= 0:
             raise ConfigError(
                 f"--checkpoint-interval must be > 0, got {self.checkpoint_interval_s}"

@@ -45,6 +45,7 @@ from typing import Any
 
 from spillway.channels.config import KafkaSettings
 from spillway.channels.errors import RescaleError, UpgradeError
+from spillway.channels.modes import CheckpointMode
 from spillway.recovery.control.liverescale import announce_width
 from spillway.recovery.control.savepoint import prepare_rescale
 from spillway.recovery.control.upgrade import check_upgrade
@@ -64,7 +65,11 @@ log = logging.getLogger("spillway.spark_jobs.spark.liverescale")
 
 
 def check_live(
-    plan: JobPlan, operator: str, previous: int, checkpoint_mode: str, slots: Offer | None = None
+    plan: JobPlan,
+    operator: str,
+    previous: int,
+    checkpoint_mode: CheckpointMode,
+    slots: Offer | None = None,
 ) -> None:
     """:class:`RescaleError` unless ``operator`` can go from ``previous`` subtasks to its
     width in ``plan`` while the rest of the job runs (the module's step 1). ``slots``: the
@@ -100,7 +105,7 @@ class LiveRescaler:
     def __init__(
         self,
         settings: KafkaSettings,
-        checkpoint_mode: str,
+        checkpoint_mode: CheckpointMode,
         plan: JobPlan,
         rescale: Rescale | None,
         run_id: str,

@@ -154,10 +154,10 @@ class UiFeed:
                 c.subtask.operator,
                 c.subtask.index,
                 int(c.checkpoint_id),
-                c.wall_time,
-                c.attempt,
-                c.finished,
-                c.global_id,
+                c.meta.wall_time,
+                c.meta.attempt,
+                c.meta.finished,
+                c.meta.global_id,
             )
             return
         try:

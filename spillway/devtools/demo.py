@@ -126,9 +126,7 @@ def run_demo(
     ref = "spillway.examples.clicks:pipeline"
     n = subtask_count(ref, job)
     settings = KafkaSettings(bootstrap)
-    config = JobConfig(
-        ref, job, bootstrap, master=f"local[{n},4]", task_attempts=4, progress=True
-    )
+    config = JobConfig(ref, job, bootstrap, master=f"local[{n},4]", task_attempts=4, progress=True)
     _say(
         f"job {job}: {records:,} clicks over ~{duration_s:.0f}s, parallelism {parallelism}, "
         f"{n} subtasks on Spark local[{n},4]"
@@ -200,7 +198,7 @@ def _kill_when_ready(
                 continue
             if ckpt is None or ckpt.checkpoint_id + 1 < after:
                 continue
-            if ckpt.finished:
+            if ckpt.meta.finished:
                 _say(f"{op}[{index}] finished before the kill; use more --records")
                 return None, None
             if pid is None:
@@ -211,7 +209,7 @@ def _kill_when_ready(
             # Kill it once it has read past its checkpoint (its read mark says so), so the
             # restart has something to re-process.
             ahead = mark is not None and any(
-                mark.inputs.get(tp, off) > off for tp, off in ckpt.inputs.items()
+                mark.inputs.get(tp, off) > off for tp, off in ckpt.reader.inputs.items()
             )
             if pid is None or not ahead:
                 continue
@@ -344,8 +342,7 @@ def _print_recovery(
         f"(restore {rec['restore_s']:.2f}s, from checkpoint {rec['restored_from']})"
     )
     print(
-        f"caught up with its inputs {catchup:.2f}s later: "
-        f"recovery took {restart_s + catchup:.2f}s"
+        f"caught up with its inputs {catchup:.2f}s later: recovery took {restart_s + catchup:.2f}s"
     )
     _print_phases(events, rec, killed_at)
     replayed = 0

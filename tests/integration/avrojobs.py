@@ -12,6 +12,7 @@ from typing import Any
 
 from spillway.spark_jobs.api.pipeline import Pipeline, Stream
 from spillway.spark_jobs.operators.batchagg import Agg
+from tests.integration.gates import hold
 from tests.integration.pipelines import ORDER, taxed, taxed_batch
 
 TOTAL = {
@@ -37,11 +38,14 @@ def _batches() -> bool:
 
 
 def _orders(p: Pipeline) -> Stream:
-    """The bounded Avro orders topic, as records or (columnar) as batches."""
-    return p.read_kafka(
+    """The bounded Avro orders topic, as records or (columnar) as batches, held at the
+    test's gates if it set any (tests/integration/gates.py)."""
+    orders = p.read_kafka(
         "orders", os.environ["SPILLWAY_TEST_IN"], schema=ORDER, parallelism=2,
         bounded=True, batches=_batches(), value_format="avro",
     )  # fmt: skip
+    hold(p, "orders")
+    return orders
 
 
 def avro_taxed() -> Pipeline:

@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 
 from spillway.spark_jobs.api.pipeline import Pipeline
 from spillway.spark_jobs.operators.batchagg import Agg
+from tests.integration.gates import held_generate
 
 EVENT = {
     "type": "record",
@@ -97,13 +98,13 @@ def columnar() -> Pipeline:
     filter) → count and sum per key (record aggregate, p=2) → files."""
     batches = os.environ.get("SPILLWAY_TEST_BATCHES") == "1"
     p = Pipeline("columnar", chaining=os.environ.get("SPILLWAY_TEST_CHAINED") == "1")
-    events = p.generate(
+    events = held_generate(  # held at the test's gates (tests/integration/gates.py)
+        p,
         "events",
         make=make_event,
         schema=EVENT,
         count=int(os.environ["SPILLWAY_TEST_RECORDS"]),
         parallelism=2,
-        rate=float(os.environ.get("SPILLWAY_TEST_RATE", "0")) or None,
     )
     tagged = events.map("tag", tag, schema=TAGGED, parallelism=2)
     if batches:

@@ -14,6 +14,7 @@ from functools import partial
 from typing import Any
 
 from spillway.spark_jobs.api.pipeline import Pipeline, Stream, conf
+from tests.integration.gates import held_generate
 
 ORDER = {
     "type": "record",
@@ -203,13 +204,13 @@ def tag(e: dict[str, Any]) -> dict[str, Any]:
 def chained_etl() -> Pipeline:
     """generate(p=2) → tag → keep score > 2 → files, all fused into one chain (no channel)."""
     p = Pipeline("chained-etl", chaining=True)
-    events = p.generate(
+    events = held_generate(  # held at the test's gates (tests/integration/gates.py)
+        p,
         "events",
         make=make_event,
         schema=EVENT,
         count=int(os.environ["SPILLWAY_TEST_RECORDS"]),
         parallelism=2,
-        rate=float(os.environ.get("SPILLWAY_TEST_RATE", "0")) or None,
     )
     tagged = events.map("tag", tag, schema=SCORED).filter("keep", lambda r: r["score"] > 2)
     tagged.write_jsonl("out", os.environ["SPILLWAY_TEST_OUT"])
@@ -304,12 +305,12 @@ def visits_to_parquet() -> Pipeline:
     """generate (p=2) → rebalance → Parquet files (or, with ``SPILLWAY_TEST_SINK=delta``, a
     Delta table) partitioned by section (p=2)."""
     p = Pipeline("visits-parquet")
-    visits = p.generate(
+    visits = held_generate(  # held at the test's gates (tests/integration/gates.py)
+        p,
         "visits",
         make=make_visit,
         count=int(os.environ["SPILLWAY_TEST_RECORDS"]),
         parallelism=2,
-        rate=float(os.environ.get("SPILLWAY_TEST_RATE", "0")) or None,
     )
     sink = visits.rebalance()
     write = (

@@ -12,6 +12,7 @@ import base64
 import io
 import json
 from collections import Counter
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +21,12 @@ import pytest
 from confluent_kafka import Producer
 
 from spillway.channels.config import KafkaSettings
+from spillway.channels.ids import JobId
 from spillway.channels.kafka.admin import Admin, TopicSpec
 from spillway.spark_jobs.spark.driver import run_on_spark
 from spillway.spark_jobs.spark.jobconfig import JobConfig
 from tests.integration.deadletters import read_dlq
+from tests.integration.gates import Gates, started
 from tests.integration.pipelines import ORDER, taxed
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark]
@@ -32,6 +35,9 @@ ORDERS = 20_000
 PARTITIONS = 3
 BAD_EVERY = 487  # a malformed value after every 487th order, five kinds in turn
 PARSED = fastavro.parse_schema(ORDER)
+# Offsets each source subtask reads before it holds (held runs): a few thousand orders
+# reach the aggregate, so its checkpoints before its kills have records to commit.
+HELD_AT = 2_000
 
 
 def order(i: int) -> dict[str, Any]:
@@ -99,11 +105,17 @@ def run_both(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     kills: str,
+    held: bool = False,
 ) -> dict[str, list[dict[str, Any]]]:
     """Run pipeline ``job`` (of tests.integration.avrojobs) columnar ("1") then on records
     ("0") over one input topic with malformed values, each run with ``kills``: each
     killed subtask restarted once and finished, nothing else restarted, every malformed
-    value dead-lettered once. Returns each run's published JSONL rows."""
+    value dead-lettered once. Returns each run's published JSONL rows.
+
+    ``held``: each source subtask holds after ``HELD_AT`` offsets until every killed
+    subtask's second attempt started, so the kills come mid-input however fast the
+    job reads (an operator that got all of its input within one checkpoint interval would
+    finish before a kill planned at its 2nd commit)."""
     topic_in = f"{unique}-in"
     bad = make_input(bootstrap, topic_in)
     monkeypatch.setenv("SPILLWAY_TEST_IN", topic_in)
@@ -115,12 +127,17 @@ def run_both(
         monkeypatch.setenv("SPILLWAY_TEST_OUT", str(out))
         monkeypatch.setenv("SPILLWAY_TEST_BATCHES", mode)
         job_id = f"{unique}-{mode}"
+        gates = Gates(tmp_path / f"gates-{mode}", monkeypatch, [HELD_AT] if held else [])
+        restarted = partial(started, KafkaSettings(bootstrap), JobId(job_id), killed, 1)
+        steps = [("every killed subtask's second attempt started", restarted)] if held else []
         results = run_on_spark(
             JobConfig(
                 f"tests.integration.avrojobs:{job}", job_id, bootstrap, master="local[6,3]",
                 dead_letter=True, checkpoint_interval_s=0.05,  # several commits per input
-            )
+            ),
+            on_running=gates.on_running(*steps),
         )  # fmt: skip
+        assert gates.missed == []
         assert {r.status for r in results} == {"finished"}
         assert {r.subtask.split("/")[1]: r.attempt for r in results if r.attempt} == killed
         check_dead_letters(read_dlq(bootstrap, job_id), topic_in, bad)
@@ -148,7 +165,9 @@ def test_batches_routed_by_a_key_function_equal_the_record_aggregate_across_kill
 ) -> None:
     # total[0] dies after its 2nd commit (restores from the changelog), total[1] before it.
     kills = "total:0:after-commit:0:2,total:1:before-commit:0:2"
-    rows = run_both("avro_keyed_totals", unique, kafka_bootstrap, tmp_path, monkeypatch, kills)
+    rows = run_both(
+        "avro_keyed_totals", unique, kafka_bootstrap, tmp_path, monkeypatch, kills, held=True
+    )
     expected: dict[str, tuple[int, int]] = {}
     for i in range(ORDERS):
         o = order(i)

@@ -118,6 +118,9 @@ def test_by_default_a_bad_record_stops_the_subtask_naming_where(
         topic, part = tp_text.rsplit("[", 1)
         ckpt = store.latest(int(e["index"]))
         if ckpt is not None:
-            assert ckpt.inputs.get(TopicPartition(topic, int(part.rstrip("]"))), 0) <= bad_offset
+            assert (
+                ckpt.reader.inputs.get(TopicPartition(topic, int(part.rstrip("]"))), 0)
+                <= bad_offset
+            )
     store.close()
     assert not list(tmp_path.glob("out/*.jsonl"))  # the counts were never emitted

@@ -6,8 +6,10 @@ written with map/filter and a plain-Python reference, exactly."""
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections import Counter
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -16,12 +18,14 @@ from confluent_kafka import Consumer
 from confluent_kafka import TopicPartition as CkTopicPartition
 
 from spillway.channels.config import KafkaSettings
+from spillway.channels.ids import JobId
 from spillway.channels.kafka.admin import Admin, TopicSpec
 from spillway.channels.wire import jsontext
 from spillway.spark_jobs.spark.driver import run_on_spark
 from spillway.spark_jobs.spark.jobconfig import JobConfig
 from tests.integration.batchpipelines import kept_rows, reference
 from tests.integration.deadletters import read_dlq
+from tests.integration.gates import Gates, committed, started
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark]
 
@@ -49,10 +53,18 @@ def run(
     monkeypatch: pytest.MonkeyPatch,
     mode: str = "interval",
 ) -> tuple[dict[str, tuple[int, int]], list[dict[str, Any]], dict[str, tuple[int, str]]]:
-    # 12 slots: every subtask runs at once, so the batch operators read while the paced
-    # sources write and commit several times before their kills.
+    # 12 slots: every subtask runs at once. The source is held at a third and at two
+    # thirds of its input (tests/integration/gates.py): the second third runs once every
+    # subtask to be killed committed a checkpoint (so the 2nd, where it dies, has records
+    # of it), the last third once all of them restarted; the kills come mid-stream.
     monkeypatch.setenv("SPILLWAY_TEST_BATCHES", "1" if batches else "0")
     monkeypatch.setenv("SPILLWAY_TEST_OUT", str(out))
+    records = int(os.environ["SPILLWAY_TEST_RECORDS"])
+    gates = Gates(out / "gates", monkeypatch, [records // 3, records * 2 // 3])
+    settings, job_id = KafkaSettings(bootstrap), JobId(job)
+    killed = {
+        f"{k.split(':')[0]}[{k.split(':')[1]}]" for k in os.environ["SPILLWAY_CRASH_AT"].split(",")
+    }
     results = run_on_spark(
         JobConfig(
             REF,
@@ -62,8 +74,16 @@ def run(
             dead_letter=True,
             checkpoint_mode=mode,
             global_interval_s=1.0,
-        )
+        ),
+        on_running=gates.on_running(
+            (
+                f"{sorted(killed)} committed a checkpoint",
+                partial(committed, settings, job_id, killed, 0, 2),
+            ),
+            (f"{sorted(killed)} restarted", partial(started, settings, job_id, killed, 1)),
+        ),
     )
+    assert gates.missed == []
     status = {r.subtask.split("/")[1]: (r.attempt, r.status) for r in results}
     return read_totals(out), read_dlq(bootstrap, job), status
 
@@ -72,7 +92,6 @@ def test_batch_operators_survive_kills_and_equal_the_record_operators(
     kafka_bootstrap: str, unique: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("SPILLWAY_TEST_RECORDS", str(RECORDS))
-    monkeypatch.setenv("SPILLWAY_TEST_RATE", str(RECORDS / 2 / 6))  # ~6 s, several commits
     monkeypatch.setenv("SPILLWAY_CRASH_AT", KILLS)
     batch_out, batch_dlq, batch_status = run(
         kafka_bootstrap, f"{unique}-b", tmp_path / "b", True, monkeypatch
@@ -110,7 +129,6 @@ def test_columnar_aggregate_survives_kills_and_equals_the_record_aggregate(
     # folded by Arrow, state through the changelog. total[0] dies after its 2nd commit and
     # restores its state from the changelog; total[1] dies before its 2nd commit.
     monkeypatch.setenv("SPILLWAY_TEST_RECORDS", str(RECORDS))
-    monkeypatch.setenv("SPILLWAY_TEST_RATE", str(RECORDS / 2 / 6))
     monkeypatch.setenv("SPILLWAY_TEST_KEYED", "column")
     monkeypatch.setenv("SPILLWAY_CRASH_AT", "total:0:after-commit:0:2,total:1:before-commit:0:2")
     out, dlq, status = run(kafka_bootstrap, unique, tmp_path, True, monkeypatch)
@@ -133,7 +151,6 @@ def test_batch_operators_are_exact_under_unaligned_checkpoints_with_kills(
     # message, which a batch operator then receives as slices of its batch (ArrowRows),
     # and a restart resumes inside the message. Every batch operator dies once.
     monkeypatch.setenv("SPILLWAY_TEST_RECORDS", str(RECORDS))
-    monkeypatch.setenv("SPILLWAY_TEST_RATE", str(RECORDS / 2 / 6))
     monkeypatch.setenv("SPILLWAY_TEST_KEYED", "column")
     monkeypatch.setenv(
         "SPILLWAY_CRASH_AT",
@@ -182,7 +199,6 @@ def test_kafka_sink_writes_batches_exactly_once_across_kills(
     # committed). "c": the same with chaining=True, the sink in keep's subtask taking its
     # output batches (the keep+out chain killed likewise). "r": map/filter, records.
     monkeypatch.setenv("SPILLWAY_TEST_RECORDS", str(RECORDS))
-    monkeypatch.setenv("SPILLWAY_TEST_RATE", str(RECORDS / 2 / 6))
     kills = {"b": "out", "c": "keep", "r": "out"}
     values: dict[str, list[bytes]] = {}
     for mode, killed in kills.items():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -18,12 +19,14 @@ from spillway.recovery.observe.events import read_events
 from spillway.spark_jobs.spark.driver import run_on_spark
 from spillway.spark_jobs.spark.jobconfig import JobConfig
 from tests.integration.conftest import RECORDS
+from tests.integration.gates import Gates, committed, started
 from tests.integration.pipelines import make_event, tag
 from tests.integration.support import read_output, starts
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark]
 
-REF = "spillway.examples.clicks:pipeline"
+# The clicks example, its source held at the tests' gates (tests/integration/gates.py).
+REF = "tests.integration.gates:held_clicks"
 
 
 def channel_topics(admin: AdminClient, job: str) -> set[str]:
@@ -42,12 +45,23 @@ def test_chained_clicks_keep_one_channel_and_recover_exactly(
     # chain dies after its 2nd commit, the source chain before its 2nd commit, and count[1]
     # between its final commit and publishing its file.
     monkeypatch.setenv("CLICKS_CHAINING", "1")
-    monkeypatch.setenv("CLICKS_RATE", str(RECORDS / 2 / 6))
     monkeypatch.setenv(
         "SPILLWAY_CRASH_AT",
         "count:0:after-commit:0:2,clicks:1:before-commit:0:2,count:1:after-final-commit:0",
     )
-    results = run_on_spark(JobConfig(REF, unique, kafka_bootstrap, master="local[4,4]"))
+    # The source holds at a third and two thirds of its input: the second third runs once
+    # both chains to be killed committed a checkpoint (their 2nd, where they die, has
+    # records of it), the last once both restarted; the kills come mid-stream.
+    gates = Gates(clicks_env.parent / "gates", monkeypatch, [RECORDS // 3, RECORDS * 2 // 3])
+    settings, job, killed = KafkaSettings(kafka_bootstrap), JobId(unique), ["count[0]", "clicks[1]"]
+    results = run_on_spark(
+        JobConfig(REF, unique, kafka_bootstrap, master="local[4,4]"),
+        on_running=gates.on_running(
+            ("both committed", partial(committed, settings, job, killed, 0, 2)),
+            ("both restarted", partial(started, settings, job, killed, 1)),
+        ),
+    )
+    assert gates.missed == []
     assert read_output(clicks_env) == clicks.reference(RECORDS)
     by_subtask = {r.subtask.split("/")[1]: (r.attempt, r.status) for r in results}
     assert by_subtask == {
@@ -86,14 +100,24 @@ def test_a_source_to_sink_chain_resumes_both_positions(
     out = tmp_path / "out"
     monkeypatch.setenv("SPILLWAY_TEST_RECORDS", str(records))
     monkeypatch.setenv("SPILLWAY_TEST_OUT", str(out))
-    monkeypatch.setenv("SPILLWAY_TEST_RATE", str(records / 2 / 5))
     monkeypatch.setenv(
         "SPILLWAY_CRASH_AT", "events:0:after-commit:0:2,events:1:after-final-commit:0"
     )
+    # Held at a third and two thirds of the input: the second third runs once events[0]
+    # committed a checkpoint (its 2nd, where it dies, has rows), the last once it restarted.
+    gates = Gates(tmp_path / "gates", monkeypatch, [records // 3, records * 2 // 3])
+    settings, job = KafkaSettings(kafka_bootstrap), JobId(unique)
     config = JobConfig(
         "tests.integration.pipelines:chained_etl", unique, kafka_bootstrap, master="local[2,4]"
     )
-    results = run_on_spark(config)
+    results = run_on_spark(
+        config,
+        on_running=gates.on_running(
+            ("events[0] committed", partial(committed, settings, job, ["events[0]"], 0, 2)),
+            ("events[0] restarted", partial(started, settings, job, ["events[0]"], 1)),
+        ),
+    )
+    assert gates.missed == []
     rows: Counter[tuple[str, int]] = Counter()
     for f in sorted(out.glob("out/*.jsonl")):
         for line in f.read_text().splitlines():

@@ -29,7 +29,7 @@ from spillway.channels.reader import ChannelReader, InputChannel, ReaderState
 from spillway.channels.routing.partitioners import KeyHash
 from spillway.channels.wire.envelope import Kind
 from spillway.channels.writer import ChannelWriter, OutputChannel
-from spillway.offsets.checkpoint import Checkpoint
+from spillway.offsets.checkpoint import Checkpoint, CheckpointMeta, ReaderPositions
 from spillway.offsets.store import CheckpointStore, commit_checkpoint
 from tests.integration.support import CHANNEL_SCHEMA as SCHEMA
 from tests.integration.support import DOWN, UP, writer_for
@@ -132,9 +132,11 @@ def test_reader_resumed_from_checkpoint_has_no_gap_and_no_duplicate(
     ckpt = Checkpoint(
         sub,
         CheckpointId(0),
-        "fp",
-        inputs=reader.positions(),
-        ended={tp: frozenset(w) for tp, w in reader.state.ended.items()},
+        CheckpointMeta("fp"),
+        ReaderPositions(
+            inputs=reader.positions(),
+            ended={tp: frozenset(w) for tp, w in reader.state.ended.items()},
+        ),
     )
     commit_checkpoint(producer, store, ckpt, reader._consumer.group_metadata())
     uncommitted = [r for d in reader.poll(50, 1.0) for r in d.records]
@@ -146,7 +148,7 @@ def test_reader_resumed_from_checkpoint_has_no_gap_and_no_duplicate(
     restored = store.latest(0)
     assert restored == ckpt
     reader2 = reader_for(settings, unique, topic, 0)
-    reader2.start(dict(restored.inputs), restored.reader_state())
+    reader2.start(dict(restored.reader.inputs), restored.reader_state())
     rest = read_until_ended(reader2)
     reader2.close()
 
@@ -165,7 +167,7 @@ def test_reader_resumed_from_checkpoint_has_no_gap_and_no_duplicate(
     probe = AssignedConsumer(settings, sub.group_id)
     assert (
         probe.committed([TopicPartition(topic, 0)])[TopicPartition(topic, 0)]
-        == ckpt.inputs[TopicPartition(topic, 0)]
+        == ckpt.reader.inputs[TopicPartition(topic, 0)]
     )
     probe.close()
 

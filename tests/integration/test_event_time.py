@@ -119,7 +119,7 @@ class Input:
 
 def window_watermarks(store: CheckpointStore) -> dict[int, int | None]:
     """The watermark in each window subtask's latest checkpoint."""
-    return {i: (c.watermark if (c := store.latest(i)) else None) for i in range(2)}
+    return {i: (c.operator.watermark if (c := store.latest(i)) else None) for i in range(2)}
 
 
 def reference(
@@ -253,9 +253,9 @@ def test_windows_fire_on_an_unbounded_kafka_source_and_late_records_are_dead_let
     for i in range(2):
         ckpt = store.latest(i)
         assert ckpt is not None
-        assert ckpt.watermark is not None
-        final[i] = ckpt.watermark
-        late_counted += ckpt.set_aside.get("late", 0)
+        assert ckpt.operator.watermark is not None
+        final[i] = ckpt.operator.watermark
+        late_counted += ckpt.operator.set_aside.get("late", 0)
     store.close()
     assert final == {0: last_wm, 1: last_wm}
     assert late_counted == len(data.late)  # the count is checkpointed

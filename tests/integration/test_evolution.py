@@ -53,7 +53,7 @@ def test_a_savepoint_restart_with_an_added_operator_and_a_new_parallelism(
     def stop_with_state(runs: OperatorRuns) -> None:
         try:
             wait_until("count state checkpointed", lambda: all(
-                c is not None and c.changelogs for c in count_checkpoints(settings, job, 2)
+                c is not None and c.state.changelogs for c in count_checkpoints(settings, job, 2)
             ))  # fmt: skip
             last = last_submission(settings, job)
             record_job_event(settings, job, "stop-requested", run=last["run"] if last else "")
@@ -75,7 +75,7 @@ def test_a_savepoint_restart_with_an_added_operator_and_a_new_parallelism(
     assert sub1 is not None
     old_fingerprint = fingerprint(sub1["topology"]["description"])
     saved = count_checkpoints(settings, job, 2)
-    assert all(c is not None and c.topology == old_fingerprint for c in saved)
+    assert all(c is not None and c.meta.topology == old_fingerprint for c in saved)
 
     # The new code without --allow-dropped-state: refused before anything starts.
     new = JobConfig(NEW, unique, kafka_bootstrap, master="local[8,3]", parallelism={"count": 3})

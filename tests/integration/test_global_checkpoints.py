@@ -23,11 +23,13 @@ from spillway.recovery.job.loader import load_plan
 from spillway.recovery.observe.events import read_events
 from spillway.spark_jobs.spark.driver import run_on_spark
 from spillway.spark_jobs.spark.jobconfig import JobConfig
-from tests.integration.support import paced_clicks, read_output
+from tests.integration.gates import Gates, full_speed_clicks, started
+from tests.integration.support import read_output
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark]
 
-REF = "spillway.examples.clicks:pipeline"
+# The clicks example, its source held at the tests' gates (tests/integration/gates.py).
+REF = "tests.integration.gates:held_clicks"
 RECORDS = 40_000
 
 
@@ -60,8 +62,12 @@ def test_global_checkpoints_are_consistent_and_exact_with_a_kill(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    paced_clicks(monkeypatch, tmp_path, RECORDS, seconds=8)
+    full_speed_clicks(monkeypatch, tmp_path, RECORDS)
     monkeypatch.setenv("SPILLWAY_CRASH_AT", "count:0:after-commit:0:3")
+    # The source holds at half its input until count[0] died and restarted and two global
+    # checkpoints completed: the kill comes mid-stream however fast the machine.
+    gates = Gates(tmp_path / "gates", monkeypatch, [RECORDS // 2])
+    settings = KafkaSettings(kafka_bootstrap)
     config = JobConfig(
         REF,
         unique,
@@ -71,11 +77,22 @@ def test_global_checkpoints_are_consistent_and_exact_with_a_kill(
         global_interval_s=1.0,
         keep_global=3,  # older completed records and subtask checkpoints get pruned
     )
-    results = run_on_spark(config)
+    results = run_on_spark(
+        config,
+        on_running=gates.on_running(
+            (
+                "count[0] restarted, two global checkpoints completed",
+                lambda: (
+                    started(settings, JobId(unique), ["count[0]"], 1)
+                    and len(read_completed(settings, JobId(unique))) >= 2
+                ),
+            )
+        ),
+    )
+    assert gates.missed == []
     assert read_output(tmp_path) == clicks.reference(RECORDS)
     assert {r.subtask.split("/")[1]: r.attempt for r in results}["count[0]"] == 1
 
-    settings = KafkaSettings(kafka_bootstrap)
     completed = read_completed(settings, JobId(unique))
     assert 2 <= len(completed) <= 3, completed  # the last 3 are kept
     ids = [c["id"] for c in completed]
@@ -105,16 +122,18 @@ def test_global_checkpoints_are_consistent_and_exact_with_a_kill(
         if any(f is None for f in found.values()):
             continue  # older than the last few checkpoints each subtask retains
         cut = {sub: f for sub, f in found.items() if f is not None}
-        assert all(f.global_id in (c["id"], None) or f.finished for f in cut.values())
+        assert all(f.meta.global_id in (c["id"], None) or f.meta.finished for f in cut.values())
         checked += 1
         for edge in plan.edges:
             topic = plan.topic_of(edge)
             for j in range(plan.operator(edge.downstream).parallelism):
                 down = cut[f"{edge.downstream}[{j}]"]
                 tp = TopicPartition(topic, j)
-                consumed = records_per_writer(settings, tp, edge.schema, down.inputs.get(tp, 0))
+                consumed = records_per_writer(
+                    settings, tp, edge.schema, down.reader.inputs.get(tp, 0)
+                )
                 for i in range(plan.operator(edge.upstream).parallelism):
-                    produced = cut[f"{edge.upstream}[{i}]"].outputs.get(topic, ())
+                    produced = cut[f"{edge.upstream}[{i}]"].writers.outputs.get(topic, ())
                     assert consumed[i] <= (produced[j] if produced else 0), (
                         f"checkpoint {c['id']}: {edge.downstream}[{j}] consumed {consumed[i]} "
                         f"records of {edge.upstream}[{i}], which had produced {produced} then"
@@ -134,8 +153,12 @@ def test_coordinator_death_does_not_stop_processing_and_numbering_resumes(
     from spillway.recovery.control.globalckpt import Coordinator, savepoint
     from spillway.recovery.observe.events import last_submission
 
-    paced_clicks(monkeypatch, tmp_path, RECORDS, seconds=25)
+    full_speed_clicks(monkeypatch, tmp_path, RECORDS)
     monkeypatch.delenv("SPILLWAY_CRASH_AT", raising=False)
+    # The source holds at half its input until the test has killed one coordinator, seen
+    # the subtasks go on without it and started another: the job is mid-stream throughout,
+    # however slow or fast the machine.
+    gates = Gates(tmp_path / "gates", monkeypatch, [RECORDS // 2])
     # The driver's own coordinator stays idle; this test plays the coordinators.
     config = JobConfig(
         REF,
@@ -149,37 +172,57 @@ def test_coordinator_death_does_not_stop_processing_and_numbering_resumes(
     driver = threading.Thread(target=lambda: results.extend(run_on_spark(config)), daemon=True)
     driver.start()
     settings = KafkaSettings(kafka_bootstrap)
-    deadline = time.monotonic() + 90
-    sub = None
-    while sub is None:
-        assert time.monotonic() < deadline
-        time.sleep(0.5)
-        sub = last_submission(settings, JobId(unique))
-    names = [s.split("/", 1)[1] for s in sub["subtasks"]]
-    run_id = str(sub["run"])
+    first = second = None
+    try:
+        deadline = time.monotonic() + 180
+        sub = None
+        while sub is None:
+            assert time.monotonic() < deadline, "the job was not submitted"
+            time.sleep(0.5)
+            sub = last_submission(settings, JobId(unique))
+        names = [s.split("/", 1)[1] for s in sub["subtasks"]]
+        run_id = str(sub["run"])
 
-    first = Coordinator(settings, JobId(unique), run_id, names, interval_s=0.5)
-    first.start()
-    while len(first.completed) < 2:
-        assert time.monotonic() < deadline, "the first coordinator completed fewer than 2"
-        time.sleep(0.2)
-    first.stop()  # the coordinator dies
-    store = CheckpointStore(settings, JobId(unique), OperatorName("count"), 2)
-    before = store.latest(0)
-    time.sleep(3)
-    after = store.latest(0)
-    assert before is not None
-    assert after is not None
-    assert after.checkpoint_id > before.checkpoint_id  # subtasks keep committing on their own
-    store.close()
+        first = Coordinator(settings, JobId(unique), run_id, names, interval_s=0.5)
+        first.start()
+        # Three, not two: the first global checkpoint waits for every subtask to start, so
+        # the spacing the subtasks judge the coordinator by is set by the later ones.
+        while len(first.completed) < 3:
+            assert time.monotonic() < deadline, "the first coordinator completed fewer than 3"
+            time.sleep(0.2)
+        first.stop()  # the coordinator dies
+        store = CheckpointStore(settings, JobId(unique), OperatorName("count"), 2)
+        try:
+            before = store.latest(0)
+            assert before is not None
+            # Subtasks resume their own interval checkpoints 1.5 spacings after the last
+            # global one; a bounded wait for that, never a fixed sleep.
+            after = before
+            local_deadline = time.monotonic() + 60
+            while after.checkpoint_id <= before.checkpoint_id:
+                assert time.monotonic() < local_deadline, "no checkpoint without a coordinator"
+                time.sleep(0.5)
+                latest = store.latest(0)
+                assert latest is not None
+                after = latest
+            assert after.meta.global_id is None  # an interval checkpoint of its own
+        finally:
+            store.close()
 
-    sp = savepoint(settings, JobId(unique), run_id, names)
-    second = Coordinator(settings, JobId(unique), run_id, names, interval_s=0.5)
-    second.start()
-    while not second.completed and driver.is_alive():
-        time.sleep(0.2)
-    second.stop()
-    driver.join(180)
+        sp = savepoint(settings, JobId(unique), run_id, names)
+        second = Coordinator(settings, JobId(unique), run_id, names, interval_s=0.5)
+        second.start()
+        while not second.completed:
+            assert time.monotonic() < deadline + 60, "the second coordinator completed none"
+            time.sleep(0.2)
+    finally:
+        gates.open_all()  # the rest of the input runs through, whatever happened above
+        if first is not None:
+            first.stop()
+        driver.join(180)
+        if second is not None:
+            second.stop()
+    assert not driver.is_alive()
     assert read_output(tmp_path) == clicks.reference(RECORDS)
     ids = [c["id"] for c in read_completed(settings, JobId(unique))]
     assert ids == sorted(set(ids))  # numbering resumed, never reused

@@ -86,7 +86,7 @@ def channel_keys(
 def read_some(settings: KafkaSettings, job: JobId) -> bool:
     """True once count[1]'s latest checkpoint has read records of its input."""
     ckpt = count_checkpoints(settings, job, P)[1]
-    return ckpt is not None and any(int(o) > 0 for o in ckpt.inputs.values())
+    return ckpt is not None and any(int(o) > 0 for o in ckpt.reader.inputs.values())
 
 
 def test_sixteen_key_groups_over_three_subtasks_exactly_once_with_a_kill(
@@ -137,12 +137,12 @@ def test_sixteen_key_groups_over_three_subtasks_exactly_once_with_a_kill(
         for i, owned in enumerate(ranges):
             ckpt = store.latest(i)
             assert ckpt is not None
-            assert ckpt.finished
-            assert ckpt.owned.of_topic(channel) == tuple(owned)
-            assert ckpt.owned.of_topic(changelog) == tuple(owned)
-            assert sorted(tp.partition for tp in ckpt.inputs) == owned
+            assert ckpt.meta.finished
+            assert ckpt.meta.owned.of_topic(channel) == tuple(owned)
+            assert ckpt.meta.owned.of_topic(changelog) == tuple(owned)
+            assert sorted(tp.partition for tp in ckpt.reader.inputs) == owned
             # Nothing committed lies past its final positions (commit markers aside).
-            after = {tp.partition: int(o) for tp, o in ckpt.inputs.items()}
+            after = {tp.partition: int(o) for tp, o in ckpt.reader.inputs.items()}
             assert channel_keys(kafka_bootstrap, channel, after) == {g: [] for g in owned}
             written = ckpt.changelog_positions()
             assert {tp.partition for tp in written} == set(owned)

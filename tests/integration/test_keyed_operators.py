@@ -187,7 +187,9 @@ def second_reference(records: list[dict[str, Any]], final_wm: int) -> list[dict[
 
 def latest_watermarks(stores: dict[str, CheckpointStore]) -> dict[str, int | None]:
     """The watermark in each operator's latest checkpoint."""
-    return {op: (c.watermark if (c := st.latest(0)) else None) for op, st in stores.items()}
+    return {
+        op: (c.operator.watermark if (c := st.latest(0)) else None) for op, st in stores.items()
+    }
 
 
 def test_windows_and_process_function_survive_kills_exactly_once(
@@ -253,10 +255,10 @@ def test_windows_and_process_function_survive_kills_exactly_once(
     ckpts = {op: st.latest(0) for op, st in stores.items()}
     for st in stores.values():
         st.close()
-    assert all(c is not None and c.watermark == final for c in ckpts.values())
+    assert all(c is not None and c.operator.watermark == final for c in ckpts.values())
     hop = ckpts["hop"]
     assert hop is not None
-    assert hop.set_aside == {"late": late["too-late"]}  # counted exactly, checkpointed
+    assert hop.operator.set_aside == {"late": late["too-late"]}  # counted exactly, checkpointed
     for sink, rows in want.items():  # exactly once: equal to the reference, no repeats
         assert committed(out, sink) == rows
         assert len(rows) >= 20

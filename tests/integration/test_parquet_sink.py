@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +15,11 @@ import pyarrow.dataset as ds
 import pytest
 from deltalake import DeltaTable
 
+from spillway.channels.config import KafkaSettings
+from spillway.channels.ids import JobId
 from spillway.spark_jobs.spark.driver import run_on_spark
 from spillway.spark_jobs.spark.jobconfig import JobConfig
+from tests.integration.gates import Gates, committed, started
 from tests.integration.pipelines import make_visit
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark]
@@ -65,8 +69,13 @@ def test_killed_file_sinks_publish_exactly_the_reference(
     monkeypatch.setenv("SPILLWAY_TEST_SINK", sink)
     monkeypatch.setenv("SPILLWAY_TEST_RECORDS", str(records))
     monkeypatch.setenv("SPILLWAY_TEST_OUT", str(out))
-    # ~10 s of input: each restarted attempt still has two checkpoints to reach its kill.
-    monkeypatch.setenv("SPILLWAY_TEST_RATE", str(records / 2 / 10))
+    # The source holds at a quarter, a half and three quarters of its input
+    # (tests/integration/gates.py): the next quarter runs once both sink subtasks
+    # committed a checkpoint in their first attempt, then in their second (so the 2nd
+    # checkpoint of each, where it dies, has files of it), the last once their third
+    # attempts started; each attempt reaches its kill mid-stream.
+    gates = Gates(tmp_path / "gates", monkeypatch, [records // 4, records // 2, records * 3 // 4])
+    settings, job, sinks = KafkaSettings(kafka_bootstrap), JobId(unique), ["out[0]", "out[1]"]
     monkeypatch.setenv("SPILLWAY_TEST_FILE_BYTES", str(16 << 10))  # rolls by size too
     # out[0]: dies with its 2nd checkpoint's files staged and flushed (after-produce), then
     # while its commit is in flight; out[1]: before a commit, after one (files staged but
@@ -85,11 +94,23 @@ def test_killed_file_sinks_publish_exactly_the_reference(
                 unique,
                 kafka_bootstrap,
                 master="local[4,4]",
-            )
+            ),
+            on_running=gates.on_running(
+                (
+                    "both sinks committed in attempt 0",
+                    partial(committed, settings, job, sinks, 0, 2),
+                ),
+                (
+                    "both sinks committed in attempt 1",
+                    partial(committed, settings, job, sinks, 1, 2),
+                ),
+                ("both sinks' third attempts started", partial(started, settings, job, sinks, 2)),
+            ),
         )
     finally:
         watcher.stop.set()
         watcher.join()
+    assert gates.missed == []
 
     expected: Counter[tuple[Any, ...]] = Counter()
     for i in range(records):

@@ -82,7 +82,7 @@ def test_a_keyed_count_rescaled_two_four_one_from_savepoints_with_kills(
 
     # Run 1: p = 2 until both subtasks checkpointed some state, then stop.
     def some_state(s: KafkaSettings) -> bool:
-        return all(c is not None and c.changelogs for c in count_checkpoints(s, job, 2))
+        return all(c is not None and c.state.changelogs for c in count_checkpoints(s, job, 2))
 
     first, sub1 = run(kafka_bootstrap, unique, 2, some_state)
     assert {r.status for r in first} == {"stopped"}
@@ -125,7 +125,7 @@ def test_a_keyed_count_rescaled_two_four_one_from_savepoints_with_kills(
     assert restored == {("count[0]", 0): floor, ("count[1]", 0): floor, ("count[2]", 0): floor,
                         ("count[3]", 0): floor, ("count[3]", 1): floor}  # fmt: skip
     four = count_checkpoints(settings, job, 4)
-    assert [c.owned.to_json() for c in four if c is not None] == [
+    assert [c.meta.owned.to_json() for c in four if c is not None] == [
         {
             f"spillway.{unique}.ch.events.count": list(r),
             f"spillway.{unique}.changelog.count": list(r),
@@ -159,8 +159,8 @@ def test_a_keyed_count_rescaled_two_four_one_from_savepoints_with_kills(
     # The key groups all went to the one subtask left, and it read them to the end.
     (last,) = count_checkpoints(settings, job, 1)
     assert last is not None
-    assert last.finished
-    assert last.owned.of_topic(f"spillway.{unique}.ch.events.count") == tuple(range(8))
+    assert last.meta.finished
+    assert last.meta.owned.of_topic(f"spillway.{unique}.ch.events.count") == tuple(range(8))
 
     # spillway status names the rescale.
     assert recovery_main(["status", "--job", unique, "--bootstrap", kafka_bootstrap]) == 0

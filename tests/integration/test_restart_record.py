@@ -60,7 +60,7 @@ def _aborted_checkpoint(
         while (reader.position(tp) or 0) < high and time.monotonic() < deadline:
             for m in reader.consume(100, 0.2):
                 c = Checkpoint.from_bytes(m.value() or b"")
-                if c.attempt == 0 and int(c.checkpoint_id) == cid:
+                if c.meta.attempt == 0 and int(c.checkpoint_id) == cid:
                     found.append(c)
     finally:
         reader.close()
@@ -118,7 +118,7 @@ def test_killed_subtask_records_every_phase_in_order_and_replays_what_it_had_rea
     try:
         restored = store.get(0, started["restored_from"])
         assert restored is not None
-        assert restored.attempt == 0
+        assert restored.meta.attempt == 0
         dead = _aborted_checkpoint(settings, store, 0, started["restored_from"] + 1)
     finally:
         store.close()
@@ -134,7 +134,7 @@ def test_killed_subtask_records_every_phase_in_order_and_replays_what_it_had_rea
     expect_started: dict[str, list[int]] = {}
     expect_final: dict[str, list[int]] = {}
     for tp in owned.topic_partitions(plan.topic_of(edge)):
-        start, end = int(restored.inputs[tp]), int(dead.inputs[tp])
+        start, end = int(restored.reader.inputs[tp]), int(dead.reader.inputs[tp])
         if end > start:
             ups = plan.operator(edge.upstream).parallelism
             ch = InputChannel(tp.topic, tp.partition, edge.schema, ups)

@@ -140,7 +140,7 @@ def test_unread_records_of_the_old_schema_are_resolved_after_a_restart(
 
     def stop_count_first(runs: OperatorRuns) -> None:
         wait_until("count state checkpointed", lambda: all(
-            c is not None and c.changelogs for c in count_checkpoints(settings, job, 2)
+            c is not None and c.state.changelogs for c in count_checkpoints(settings, job, 2)
         ))  # fmt: skip
         runs.stop_operator("count")
         gates.open(0)  # written while count is stopped: left unread
@@ -153,7 +153,7 @@ def test_unread_records_of_the_old_schema_are_resolved_after_a_restart(
     common: dict[str, Any] = {"master": "local[5,3]", "channel_codec": "avro"}
     run_v1(settings, JobConfig(f"{MODULE}:v1", unique, kafka_bootstrap, **common), stop_count_first)
     saved = count_checkpoints(settings, job, 2)
-    starts = {tp.partition: off for c in saved if c for tp, off in c.inputs.items()
+    starts = {tp.partition: off for c in saved if c for tp, off in c.reader.inputs.items()
               if tp.topic == topic}  # fmt: skip
     unread = channel_events(settings, topic, starts)
     with capsys.disabled():

@@ -17,10 +17,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import (  # type: ignore[attr-defined]  # not re-exported in stubs
     AclBinding,
     AclOperation,
@@ -34,11 +35,13 @@ from spillway.channels.acls import job_acls
 from spillway.channels.ids import JobId
 from spillway.devtools.localbroker import BrokerConfig, LocalBroker
 from spillway.examples import clicks
+from tests.integration.gates import Gates
 from tests.integration.support import read_output
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark]
 
 REF = "spillway.examples.clicks:pipeline"
+HELD_REF = "tests.integration.gates:held_clicks"  # the same, held at the test's gates
 RECORDS = 12_000
 SECRET = "Zq7-planted-SECRET-pw-4711"
 WRONG = "Wr0ng-planted-pw-0815"
@@ -156,8 +159,16 @@ def low_watermark(bootstrap: str, topic: str, partition: int) -> int:
         consumer.close()
 
 
+def pruned(bootstrap: str, topic: str) -> bool:
+    """True once records of ``topic``'s partition 0 were deleted (False: no topic yet)."""
+    try:
+        return low_watermark(bootstrap, topic, 0) > 0
+    except KafkaException:
+        return False
+
+
 def test_job_status_and_recovery_cli_with_sasl_settings_only_and_prefixed_acls(
-    sasl_broker: BrokerConfig, unique: str, tmp_path: Path
+    sasl_broker: BrokerConfig, unique: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     grant(sasl_broker, unique)
     kafka = kafka_args(sasl_broker, client_file(tmp_path, SECRET))
@@ -166,14 +177,17 @@ def test_job_status_and_recovery_cli_with_sasl_settings_only_and_prefixed_acls(
         "CLICKS_RECORDS": str(RECORDS),
         "CLICKS_OUT": str(out),
         "CLICKS_PARALLELISM": "2",
-        # Paced, with short checkpoint intervals: each subtask takes well over 10
-        # checkpoints, so old checkpoint records are pruned (DeleteRecords) under the ACLs.
-        # (8 s per source subtask: its start-up, which the rate budget absorbs, may be slow.)
-        "CLICKS_RATE": str(RECORDS // 2 // 8),
     }
+    # Held at half its input (tests/integration/gates.py), with short checkpoint intervals,
+    # until clicks[0]'s old checkpoint records were pruned (DeleteRecords) under the ACLs.
+    gates = Gates(tmp_path / "gates", monkeypatch, [RECORDS // 2])
+    ckpt_topic = f"spillway.{unique}.ckpt.clicks"
+    gates.start(
+        ("clicks[0]'s checkpoints pruned", partial(pruned, sasl_broker.bootstrap, ckpt_topic))
+    )
     run = spillway(
         "run",
-        REF,
+        HELD_REF,
         "--job-id",
         unique,
         "--master",
@@ -185,12 +199,13 @@ def test_job_status_and_recovery_cli_with_sasl_settings_only_and_prefixed_acls(
         env=env,
     )
     assert run.returncode == 0, run.stderr[-3000:]
+    assert gates.missed == []
     assert read_output(out) == clicks.reference(RECORDS)
     # Old checkpoint records were pruned (DeleteRecords), and without a warning.
     prune_lines = [line for line in run.stderr.splitlines() if "prune" in line]
     assert not prune_lines
     clicks0 = [line for line in run.stdout.splitlines() if "clicks[0]" in line]
-    low = low_watermark(sasl_broker.bootstrap, f"spillway.{unique}.ckpt.clicks", 0)
+    low = low_watermark(sasl_broker.bootstrap, ckpt_topic, 0)
     assert low > 0, clicks0
 
     status = spillway("status", "--job", unique, "--json", *kafka)

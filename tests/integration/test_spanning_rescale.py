@@ -128,11 +128,11 @@ def test_five_megabyte_records_through_a_live_rescale_two_to_three_with_a_kill(
     # Each old subtask's last checkpoint is its stop checkpoint, marked handed over, and
     # no new subtask found one without the mark.
     assert sorted(c.subtask.index for c in handed) == [0, 1]
-    assert all(c.handed_over for c in handed)
+    assert all(c.meta.handed_over for c in handed)
     assert not [e for e in events if e.get("handover_unmarked")]
     # Measured, not asserted (`pytest -s` shows it): stop checkpoints taken while a record
     # was open among another writer's messages (the only kind a checkpoint shows: skips).
-    inside = [c.subtask.index for c in handed if any(c.skip.values())]
+    inside = [c.subtask.index for c in handed if any(c.reader.skip.values())]
     with capsys.disabled():
         print(f"\nstop checkpoints with a record open among others (skip state): count{inside}")
     capsys.readouterr()

@@ -189,13 +189,15 @@ def test_driver_killed_then_restarted_resumes_every_subtask_from_its_checkpoint(
         for op in ("clicks", "enrich", "count", "out")
         for i in range(2)
     }
-    assert all(c is not None and not c.finished for k, c in latest.items() if k.startswith("count"))
+    assert all(
+        c is not None and not c.meta.finished for k, c in latest.items() if k.startswith("count")
+    )
 
     results = run_on_spark(JobConfig(REF, unique, kafka_bootstrap, master="local[8,2]"))
     assert read_output(clicks_env) == clicks.reference(RECORDS)
     second_run = {r.subtask.split("/")[1]: r for r in results}
     for key, ckpt in latest.items():
-        if ckpt is not None and not ckpt.finished:
+        if ckpt is not None and not ckpt.meta.finished:
             assert second_run[key].restored_from == ckpt.checkpoint_id, key
     store.close()
 
@@ -252,6 +254,6 @@ def test_sigterm_to_the_driver_checkpoints_every_subtask_and_exits_cleanly(
         for i in range(2):
             c = store.latest(i)
             assert c is not None, f"{op}[{i}]"
-            assert not c.finished
-            assert c.wall_time >= asked, f"{op}[{i}] has no checkpoint taken after SIGTERM"
+            assert not c.meta.finished
+            assert c.meta.wall_time >= asked, f"{op}[{i}] has no checkpoint taken after SIGTERM"
         store.close()

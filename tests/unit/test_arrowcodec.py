@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 from fastavro import schemaless_reader
 
-from spillway.channels.errors import ConfigError, SchemaMismatchError
+from spillway.channels.errors import SchemaMismatchError
 from spillway.channels.wire.arrowcodec import arrow_schema
 from spillway.channels.wire.batcher import Batcher
 from spillway.channels.wire.envelope import (
@@ -164,11 +164,6 @@ def test_int_overflow_and_wrong_types_name_the_record() -> None:
         codec.encode_block([{**ROWS[0], "small": 2**31}])
     with pytest.raises(SchemaMismatchError, match="'id': 'x'"):
         codec.encode_block([ROWS[0], {**ROWS[1], "id": "x"}])
-
-
-def test_unknown_codec_is_a_config_error() -> None:
-    with pytest.raises(ConfigError, match="arrow, avro"):
-        writer_codec(FLAT, "json")
 
 
 def test_avro_data_stays_readable_with_the_schema_alone() -> None:

@@ -265,8 +265,6 @@ def test_definitions_that_cannot_work_are_refused() -> None:
         BatchAggregate("a", "k", {"m": Agg("max", "zz")}, SCHEMA)
     with pytest.raises(PipelineDefinitionError, match=r"kind must be one of .*, got 'median'"):
         BatchAggregate("a", "k", {"m": Agg("median", "x")}, SCHEMA)  # type: ignore[arg-type]
-    with pytest.raises(PipelineDefinitionError, match="emit must be"):
-        BatchAggregate("a", "k", AGGS, SCHEMA, emit="sometimes")
     with pytest.raises(ConfigError, match="has type double"):
         BatchAggregate("a", "f", AGGS, SCHEMA)
 

@@ -39,6 +39,7 @@ from spillway.recovery.runtime.livestats import LiveStats
 from spillway.recovery.runtime.options import RunOptions, SubtaskResult
 from spillway.recovery.runtime.processor import Continuation, Processor
 from spillway.recovery.runtime.requests import AtBarrier, InsideMessage, Step
+from tests.unit.checkpointfakes import checkpoint
 
 SUB = SubtaskId(JobId("j"), OperatorName("count"), 1)
 IN = TopicPartition("spillway.j.ch.a.count", 1)
@@ -269,13 +270,18 @@ def test_each_part_has_a_field_of_its_own() -> None:
     c = w.ckpt.take(finished=False)
     assert w.committed == [c]
     assert c.checkpoint_id == CheckpointId(0)
-    assert c.inputs == {IN: Offset(10)}
-    assert c.changelogs == {LOG: Offset(42)}  # after the last changelog record
-    assert c.outputs == {"spillway.j.ch.count.sink": (3, 4)}
-    assert c.output_marks == {"spillway.j.ch.count.sink": (7, 8)}
-    assert c.skip == {IN: {0: 12}}
-    assert (c.source_position, c.sink_position) == ({"next": 5}, {"files": [0]})
-    assert (c.watermark, c.set_aside, c.global_id, c.finished) == (900, {"late": 2}, None, False)
+    assert c.reader.inputs == {IN: Offset(10)}
+    assert c.state.changelogs == {LOG: Offset(42)}  # after the last changelog record
+    assert c.writers.outputs == {"spillway.j.ch.count.sink": (3, 4)}
+    assert c.writers.output_marks == {"spillway.j.ch.count.sink": (7, 8)}
+    assert c.reader.skip == {IN: {0: 12}}
+    assert (c.source, c.sink) == ({"next": 5}, {"files": [0]})
+    assert (c.operator.watermark, c.operator.set_aside, c.meta.global_id, c.meta.finished) == (
+        900,
+        {"late": 2},
+        None,
+        False,
+    )
     assert w.sink.published == [{"files": [0]}]
 
 
@@ -283,7 +289,7 @@ def test_a_final_checkpoint_opens_no_transaction_and_a_stopping_one_stops() -> N
     w = world()
     w.ckpt.take(finished=True)
     assert "begin" not in w.calls
-    assert w.committed[-1].finished
+    assert w.committed[-1].meta.finished
     w.ckpt.take(finished=False, stopping=True)
     assert w.calls.count("begin") == 0
     assert w.lifecycle.phase is Phase.STOPPED
@@ -317,9 +323,7 @@ def test_a_position_moving_back_is_refused_before_the_commit() -> None:
 
 
 def test_restored_checkpoint_continues_ids_and_bounds_positions() -> None:
-    before = Checkpoint(
-        SUB, CheckpointId(6), "fp", inputs={IN: Offset(11)}, changelogs={LOG: Offset(3)}
-    )
+    before = checkpoint(SUB, 6, "fp", inputs={IN: Offset(11)}, changelogs={LOG: Offset(3)})
     w = world(restored=before, global_id=4)
     assert w.ckpt.cadence.last_global == 4
     with pytest.raises(PositionRegressionError):
@@ -400,9 +404,9 @@ def test_unaligned_trigger_inside_a_message_records_what_was_done() -> None:
     assert p.step().request is None
     assert logic.delivered == [[1, 2], [3, 4], [5]]
     [c] = w.committed  # one checkpoint, after the first chunk (trigger 3 is then taken)
-    assert c.global_id == 3
-    assert c.inputs[IN] == Offset(20)
-    assert c.partial == {IN: (20, 3)}
+    assert c.meta.global_id == 3
+    assert c.reader.inputs[IN] == Offset(20)
+    assert c.reader.partial == {IN: (20, 3)}
     assert w.writer.barriers == [3]
     assert [k for k, _ in w.events.emitted] == ["checkpointed"]
     assert cadence.on_loop(True) is None  # the same trigger again: nothing new
@@ -414,13 +418,13 @@ def test_aligned_mode_sources_act_on_the_trigger_readers_on_barriers() -> None:
     w = world("aligned", triggers)
     cadence = w.ckpt.cadence
     assert isinstance(cadence, AlignedCadence)
-    assert cadence.align
+    assert cadence.mode == "aligned"
     assert cadence.on_loop(reads_channels=True) is None
     assert w.committed == []
     n = cadence.on_loop(reads_channels=False)
     assert n is not None
     w.ckpt.take(request=AtBarrier(n))  # as the task loop does
-    assert [c.global_id for c in w.committed] == [2]
+    assert [c.meta.global_id for c in w.committed] == [2]
 
     @dataclass
     class Aligning:
@@ -440,10 +444,10 @@ def test_aligned_mode_sources_act_on_the_trigger_readers_on_barriers() -> None:
     assert n is not None
     w.ckpt.take(request=AtBarrier(n))  # asked for by the processor's step, taken by the loop
     cadence.after_checkpoint(r, n)  # the processor's next step
-    assert [c.global_id for c in w.committed] == [2, 3]
+    assert [c.meta.global_id for c in w.committed] == [2, 3]
     assert r.log == ["consume 3", "release 3"]
     assert cadence.after_poll(r, None) is None  # aligned again at 3: released, no checkpoint
-    assert [c.global_id for c in w.committed] == [2, 3]
+    assert [c.meta.global_id for c in w.committed] == [2, 3]
 
 
 def test_no_prune_while_a_rescale_handover_is_still_needed() -> None:
@@ -461,9 +465,9 @@ def test_no_prune_while_a_rescale_handover_is_still_needed() -> None:
 def test_a_stop_that_hands_the_subtask_over_marks_its_checkpoint() -> None:
     whole_job = world()
     whole_job.ckpt.take(finished=False, stopping=True)  # SIGTERM: every subtask stops
-    assert not whole_job.committed[-1].handed_over
+    assert not whole_job.committed[-1].meta.handed_over
     w = world(handing_over=lambda: True)  # this operator alone asked to stop
     w.ckpt.take(finished=False)  # a checkpoint before the stop one: not the last word
     w.ckpt.take(finished=False, stopping=True)
-    assert [c.handed_over for c in w.committed] == [False, True]
-    assert Checkpoint.from_bytes(w.committed[-1].to_bytes()).handed_over
+    assert [c.meta.handed_over for c in w.committed] == [False, True]
+    assert Checkpoint.from_bytes(w.committed[-1].to_bytes()).meta.handed_over

@@ -9,17 +9,16 @@ from typing import Any
 
 import pytest
 
-from spillway.channels.ids import CheckpointId
-from spillway.offsets.checkpoint import Checkpoint
 from spillway.recovery.restore.handover import Unmarked, describe_unmarked, live_handover, unmarked
 from spillway.recovery.restore.rescale import OperatorHandover, Rescale, handover_checkpoint
+from tests.unit.checkpointfakes import checkpoint
 from tests.unit.test_rescale_plan import plan, restorer_of, sub
 
 OLD, NEW = plan(count=2), plan(count=3)
 # count[0] stopped for the rescale (marked); count[1] ended after checkpoint 9 without its
 # stop checkpoint (killed, and not run again: its Spark job cancelled, say).
-C0 = Checkpoint(sub("count", 0), CheckpointId(8), OLD.fingerprint, handed_over=True)
-C1 = Checkpoint(sub("count", 1), CheckpointId(9), OLD.fingerprint)
+C0 = checkpoint(sub("count", 0), 8, OLD.fingerprint, handed_over=True)
+C1 = checkpoint(sub("count", 1), 9, OLD.fingerprint)
 SAVEPOINT = Rescale(1, (OLD.fingerprint,), {"count": OperatorHandover(2, {0: 8, 1: 9}, 9)})
 LIVE = live_handover(SAVEPOINT, "count")
 

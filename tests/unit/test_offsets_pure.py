@@ -18,23 +18,24 @@ from spillway.channels.ids import (
 from spillway.offsets.checkpoint import Checkpoint, fingerprint
 from spillway.offsets.store import check_retention
 from spillway.offsets.tracker import CheckpointSequence, OffsetRegressionError, PositionTracker
+from tests.unit.checkpointfakes import checkpoint
 
 SUB = SubtaskId(JobId("j"), OperatorName("count"), 1)
 TP = TopicPartition("spillway.j.ch.a.count", 1)
 
 
 def full_checkpoint() -> Checkpoint:
-    return Checkpoint(
-        subtask=SUB,
-        checkpoint_id=CheckpointId(7),
-        topology=fingerprint({"ops": ["a", "count"]}),
+    return checkpoint(
+        SUB,
+        7,
+        fingerprint({"ops": ["a", "count"]}),
         inputs={TP: Offset(42)},
         changelogs={TopicPartition("spillway.j.changelog.count", 1): Offset(9)},
         outputs={"spillway.j.ch.count.sink": (3, 4)},
         ended={TP: frozenset({0, 2})},
         channel_watermarks={TP: {1: 1000}},
         watermark=900,
-        source_position={"emitted": 5},
+        source={"emitted": 5},
         finished=True,
         wall_time=1.5,
         attempt=2,
@@ -47,14 +48,14 @@ def test_checkpoint_round_trips() -> None:
 
 
 def test_empty_checkpoint_round_trips() -> None:
-    c = Checkpoint(SUB, CheckpointId(0), "fp")
+    c = checkpoint(SUB, 0)
     assert Checkpoint.from_bytes(c.to_bytes()) == c
 
 
 def test_newer_version_is_rejected_clearly() -> None:
     doc = json.loads(full_checkpoint().to_bytes())
-    doc["v"] = 3  # was 2 before format version 2 existed
-    with pytest.raises(CheckpointFormatError, match="format version 3"):
+    doc["v"] = 4  # a format newer than this code
+    with pytest.raises(CheckpointFormatError, match="format version 4"):
         Checkpoint.from_bytes(json.dumps(doc).encode())
 
 

@@ -10,7 +10,6 @@ import pytest
 
 from spillway.channels.errors import ConfigError, PipelineDefinitionError, SpillwayError
 from spillway.channels.ids import (
-    CheckpointId,
     JobId,
     Offset,
     OperatorName,
@@ -29,6 +28,7 @@ from spillway.recovery.restore.ownership import (
     with_max_parallelism,
 )
 from spillway.spark_jobs.api.pipeline import Pipeline
+from tests.unit.checkpointfakes import checkpoint
 
 EVENT = {
     "type": "record",
@@ -95,15 +95,15 @@ def test_keyed_state_logs_each_key_to_its_key_groups_partition() -> None:
 
 def test_checkpoint_carries_ownership_and_changelog_positions() -> None:
     own = Ownership.of({"ch": [6, 7], "cl": [6, 7]})
-    c = Checkpoint(
-        subtask=sub("count", 1),
-        checkpoint_id=CheckpointId(4),
-        topology="f",
+    c = checkpoint(
+        sub("count", 1),
+        4,
+        "f",
         owned=own,
         changelogs={TopicPartition("cl", 6): Offset(3), TopicPartition("cl", 7): Offset(9)},
     )
     back = Checkpoint.from_bytes(c.to_bytes())
-    assert back.owned == own
+    assert back.meta.owned == own
     assert back.changelog_positions() == {
         TopicPartition("cl", 6): Offset(3),
         TopicPartition("cl", 7): Offset(9),

@@ -215,7 +215,9 @@ def test_emit_must_be_final_or_updates(emit: str) -> None:
     keyed = source(Pipeline("emit")).key_by(lambda r: r["key"])
     with pytest.raises(PipelineDefinitionError) as info:
         counting(keyed, "agg", emit=emit)
-    assert str(info.value) == (f"operator 'agg': emit must be 'final' or 'updates', got {emit!r}")
+    assert str(info.value) == (
+        f"operator 'agg': emit must be one of 'final', 'updates', got {emit!r}"
+    )
 
 
 @pytest.mark.parametrize("size", [0, -5])

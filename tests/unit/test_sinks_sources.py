@@ -360,13 +360,6 @@ def test_file_source_without_matching_files_is_a_config_error(tmp_path: Path) ->
     assert str(info.value) == f"no input files match {pattern!r}"
 
 
-@pytest.mark.parametrize("fmt", ["xml", "json", "JSONL", ""])
-def test_file_source_unknown_format_is_a_config_error(fmt: str) -> None:
-    with pytest.raises(ConfigError) as info:
-        FileSource("*.x", fmt, 1)
-    assert str(info.value) == f"file format {fmt!r} is not one of jsonl, csv, parquet"
-
-
 def test_file_source_unreadable_file_is_a_config_error(tmp_path: Path) -> None:
     bad = tmp_path / "bad.parquet"
     bad.write_text("not parquet", encoding="utf-8")

@@ -15,7 +15,6 @@ import pytest
 from spillway.channels.config import ChannelSettings
 from spillway.channels.errors import RescaleError
 from spillway.channels.ids import (
-    CheckpointId,
     JobId,
     Offset,
     OperatorName,
@@ -40,6 +39,7 @@ from spillway.recovery.restore.rescale import (
 )
 from spillway.spark_jobs.api.pipeline import Pipeline
 from spillway.spark_jobs.spark.liverescale import check_live
+from tests.unit.checkpointfakes import checkpoint
 
 SCHEMA = {
     "type": "record",
@@ -158,9 +158,7 @@ def test_a_sticky_writer_fills_one_slot_at_a_time_losing_and_repeating_nothing(
     assert sticky.counts == [sum(len(rs) for p, rs, _ in messages if p == s) for s in range(32)]
 
 
-def test_a_sticky_writer_moves_on_after_a_linger_and_a_whole_arrow_batch_stays_together() -> (
-    None
-):
+def test_a_sticky_writer_moves_on_after_a_linger_and_a_whole_arrow_batch_stays_together() -> None:
     import pyarrow as pa
 
     clock = _Clock()
@@ -211,10 +209,10 @@ def ckpt(jp: JobPlan, i: int, cid: int) -> Checkpoint:
     ended on odd slots, a channel watermark 10 * slot."""
     own = owned_partitions(jp, sub("tag", i))
     inputs = {tp: Offset(100 + tp.partition) for tp in own.topic_partitions(CH)}
-    return Checkpoint(
-        subtask=sub("tag", i),
-        checkpoint_id=CheckpointId(cid),
-        topology=jp.fingerprint,
+    return checkpoint(
+        sub("tag", i),
+        cid,
+        jp.fingerprint,
         inputs=inputs,
         owned=own,
         channel_watermarks={tp: {0: 10 * tp.partition} for tp in inputs},
@@ -235,12 +233,12 @@ def test_a_slotted_operator_rescales_up_and_down_taking_each_slot_from_its_owner
     for i in range(after):
         c = handover_checkpoint(new, sub("tag", i), before, handed, floor=9)
         slots = list(key_group_range(i, after, 32))
-        assert c.owned.of_topic(CH) == tuple(slots)
-        assert c.inputs == {TopicPartition(CH, s): Offset(100 + s) for s in slots}
-        assert c.ended == {TopicPartition(CH, s): {1} for s in slots if s % 2}
-        assert c.channel_watermarks == {TopicPartition(CH, s): {0: 10 * s} for s in slots}
+        assert c.meta.owned.of_topic(CH) == tuple(slots)
+        assert c.reader.inputs == {TopicPartition(CH, s): Offset(100 + s) for s in slots}
+        assert c.reader.ended == {TopicPartition(CH, s): {1} for s in slots if s % 2}
+        assert c.reader.channel_watermarks == {TopicPartition(CH, s): {0: 10 * s} for s in slots}
         owners = {owner_of(s, before, 32) for s in slots}
-        assert c.watermark == 50 + min(owners)
+        assert c.operator.watermark == 50 + min(owners)
         assert c.checkpoint_id == 9
         seen += slots
     assert seen == list(range(32))  # every slot read by exactly one new subtask

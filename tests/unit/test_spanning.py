@@ -12,7 +12,7 @@ from spillway.channels.config import ChannelSettings
 from spillway.channels.errors import ConfigError, RecordTooLargeError, SchemaMismatchError
 from spillway.channels.ids import Offset, TopicPartition
 from spillway.channels.progress import ReaderState
-from spillway.channels.reader import ChannelReader, InputChannel
+from spillway.channels.reader import ChannelReader, InputChannel, ReaderModes
 from spillway.channels.routing.partitioners import Forward, KeyHash
 from spillway.channels.wire.envelope import PART_VERSION, Kind, decode_data, read_header
 from spillway.channels.wire.spanning import Assembler, PartMark, part_headers, read_mark, split
@@ -80,7 +80,7 @@ def reader_on(log: list[LogMsg], *, batches: bool = False) -> ChannelReader:
     return ChannelReader(
         cast(Any, ScriptedLog(log)),
         [InputChannel(TOPIC, 0, SCHEMA, 2)],
-        batches=batches,
+        ReaderModes(form="batches" if batches else "rows"),
     )
 
 
@@ -289,7 +289,7 @@ def read_partitions(sent: list[Any], partitions: int, *, batches: bool = False) 
         r = ChannelReader(
             cast(Any, ScriptedLog(log)),
             [InputChannel(TOPIC, p, SCHEMA, 1)],
-            batches=batches,
+            ReaderModes(form="batches" if batches else "rows"),
         )
         r.start()
         out.append([rec for d in r.poll(10_000) for rec in d.records])
@@ -362,13 +362,15 @@ def test_a_rewind_discards_a_writers_records_whole_and_restores_from_any_positio
 
 def test_an_at_least_once_reader_takes_a_resent_record_once() -> None:
     """A writer without transactions died after two parts; its restart sends the record
-    again whole: the reader (resends=True) delivers it once, exactly-once refuses."""
+    again whole: the reader (at-least-once upstream) delivers it once, exactly-once refuses."""
     sent = write("avro", 0, [blob("k", 0, 3000)]).sent
     assert read_header(sent[0][3])[1] == PART_VERSION
     cut = sent[:2]
     log = [LogMsg(p, n, k, v, h) for n, (p, k, v, h) in enumerate(cut + sent)]
     r = ChannelReader(
-        cast(Any, ScriptedLog(log)), [InputChannel(TOPIC, 0, SCHEMA, 1)], resends=True
+        cast(Any, ScriptedLog(log)),
+        [InputChannel(TOPIC, 0, SCHEMA, 1)],
+        ReaderModes(guarantee="at-least-once"),
     )
     r.start()
     got = [rec for d in r.poll(10_000) for rec in d.records]

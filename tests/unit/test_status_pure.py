@@ -10,7 +10,6 @@ import pytest
 
 from spillway.channels.errors import ConfigError
 from spillway.channels.ids import (
-    CheckpointId,
     JobId,
     Offset,
     OperatorName,
@@ -31,6 +30,7 @@ from spillway.recovery.observe.status import (
     render,
     subtask_row,
 )
+from tests.unit.checkpointfakes import checkpoint
 
 JOB = JobId("j")
 T0 = 1_700_000_000.0
@@ -154,11 +154,11 @@ def test_without_a_heartbeat_topic_liveness_is_not_judged() -> None:
 
 def test_a_finished_checkpoint_wins_and_has_no_debt() -> None:
     sub = SubtaskId(JOB, OperatorName("count"), 0)
-    done = Checkpoint(sub, CheckpointId(7), "fp", finished=True, wall_time=T0 + 2)
+    done = checkpoint(sub, 7, "fp", finished=True, wall_time=T0 + 2)
     r = row([ev("fencing", T0, 0), ev("started", T0 + 1, 0)], [], T0 + 100, done)
     assert (r.state, r.checkpoint, r.checkpoint_age_s, r.replay_debt) == ("finished", 7, 98.0, {})
     tp = TopicPartition("spillway.j.ch.enrich.count", 0)
-    mid = Checkpoint(sub, CheckpointId(3), "fp", inputs={tp: Offset(20)}, wall_time=T0 + 2)
+    mid = checkpoint(sub, 3, "fp", inputs={tp: Offset(20)}, wall_time=T0 + 2)
     r = row([ev("fencing", T0, 0), ev("started", T0 + 1, 0)], [beat(T0 + 99)], T0 + 100, mid)
     assert (r.state, r.replay_debt) == ("running", {str(tp): 30})
 
@@ -303,7 +303,7 @@ def test_a_subtask_fenced_by_the_driver_restarts_planned_and_the_fencing_is_no_r
 def test_drained_partitions_owe_nothing() -> None:
     sub = SubtaskId(JOB, OperatorName("count"), 0)
     tp = TopicPartition("spillway.j.ch.enrich.count", 0)
-    stopped = Checkpoint(sub, CheckpointId(3), "fp", inputs={tp: Offset(49)}, wall_time=T0 + 2)
+    stopped = checkpoint(sub, 3, "fp", inputs={tp: Offset(49)}, wall_time=T0 + 2)
     events = [ev("fencing", T0, 0), ev("started", T0 + 1, 0), ev("stopped", T0 + 3, 0)]
     logs = fold_events([{"event": "submitted", "time": T0}, *events])
 

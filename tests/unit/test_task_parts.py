@@ -145,9 +145,7 @@ class Progress:
     def due(self, now: float) -> bool:
         return False
 
-    def write(
-        self, attempt: int, inputs: Mapping[TopicPartition, Offset], source: object
-    ) -> None:
+    def write(self, attempt: int, inputs: Mapping[TopicPartition, Offset], source: object) -> None:
         self.marks.append(dict(inputs))
 
 
@@ -215,7 +213,7 @@ def task(
     committed: list[Checkpoint] = []
 
     def commit(p: Any, c: Checkpoint, meta: object, reached: Callable[[str], None] | None) -> None:
-        calls.append(f"commit {c.global_id}")
+        calls.append(f"commit {c.meta.global_id}")
         committed.append(c)
 
     lifecycle = Lifecycle()
@@ -287,8 +285,12 @@ def test_a_trigger_inside_a_message_is_taken_by_the_loop_between_its_chunks() ->
         "commit None",
     ]
     partial, final = t.committed
-    assert (partial.global_id, partial.inputs, partial.partial) == (1, {TP: 0}, {TP: (0, 2)})
-    assert (final.global_id, final.finished, final.inputs) == (None, True, {TP: 1})
+    assert (partial.meta.global_id, partial.reader.inputs, partial.reader.partial) == (
+        1,
+        {TP: 0},
+        {TP: (0, 2)},
+    )
+    assert (final.meta.global_id, final.meta.finished, final.reader.inputs) == (None, True, {TP: 1})
     assert t.writer.barriers == [1]
     assert t.events.emitted == ["checkpointed"]
     assert t.lifecycle.phase is Phase.FINISHED
@@ -307,7 +309,7 @@ def test_an_aligned_barrier_is_taken_by_the_loop_and_released_after_its_commit()
         "end of stream",
         "commit None",
     ]
-    assert [c.global_id for c in t.committed] == [4, None]
+    assert [c.meta.global_id for c in t.committed] == [4, None]
     assert t.writer.barriers == [4]
 
 
@@ -319,7 +321,7 @@ def test_a_step_reports_its_request_and_takes_nothing_itself() -> None:
     assert t.processor.step() == Step(ended=False)  # the rest of the message
     assert t.processor.step() == Step(ended=True)
     assert t.writer.written == [2, 4, 6, 8]
-    assert [c.global_id for c in t.committed] == [2]
+    assert [c.meta.global_id for c in t.committed] == [2]
 
 
 def test_the_trigger_of_a_source_in_the_aligned_mode_comes_through_the_loop() -> None:
@@ -329,7 +331,7 @@ def test_the_trigger_of_a_source_in_the_aligned_mode_comes_through_the_loop() ->
     assert cadence.on_loop(reads_channels=False) == 3
     t.checkpointer.take(request=AtBarrier(3))
     assert cadence.on_loop(reads_channels=False) is None  # taken: not newer any more
-    assert [c.global_id for c in t.committed] == [3]
+    assert [c.meta.global_id for c in t.committed] == [3]
 
 
 # -- no part sets another part's field -----------------------------------------------------

@@ -340,7 +340,9 @@ def test_window_arguments_are_checked() -> None:
         keyed.window("x", Session(0), event_time=at)
     with pytest.raises(PipelineDefinitionError, match=r"'x': a Session window .* needs merge="):
         keyed.window("x", Session(5), event_time=at).aggregate(init=list, add=add, result=result)
-    with pytest.raises(PipelineDefinitionError, match="emit must be 'final' or 'updates'"):
+    with pytest.raises(
+        PipelineDefinitionError, match="'c': emit must be one of 'final', 'updates', got 'all'"
+    ):
         keyed.window("c", Count(3)).aggregate(init=list, add=add, result=result, emit="all")
 
 
