@@ -5,7 +5,8 @@ a keyed count that costs a fixed time per record (the bottleneck), into one file
 the step ``i`` falls in (:data:`STEPS`); ``count`` (max_parallelism 8, p=1 at start)
 sleeps :data:`COST_S` per record, so one subtask processes at most about 1 / COST_S
 records per second whatever the machine's load, and its parallelism is what the
-autoscaler changes; ``out`` writes one row per key at the end. The output must equal
+autoscaler changes; ``out`` (p=1, behind a round-robin edge so that count's width may
+change while the job runs) writes one row per key at the end. The output must equal
 :func:`keygroupjobs.reference`.
 """
 
@@ -55,7 +56,13 @@ def adds_slowly(acc: list[int], r: dict[str, Any]) -> list[int]:
 
 
 def stepped_count() -> Pipeline:
-    """events (stepped rate) → key_by(max_parallelism=8) → count (p=1, slow) → out (p=1)."""
+    """events (stepped rate) → key_by(max_parallelism=8) → count (p=1, slow) → rebalance →
+    out (p=1).
+
+    count → out is round-robin, not left to default to forward (both start at p=1): a
+    forward edge ties count's width to out's, and a live rescale refuses it. Round-robin
+    makes out's input slotted, so count's writers may come and go while out reads on (as
+    in :func:`keygroupjobs.keyed_count`)."""
     p = Pipeline("autoscale")
     events = p.generate("events", make=make_event, schema=EVENT, count=RECORDS, parallelism=1)
     node = p._nodes["events"]  # the declared source's factory: partial(GeneratorSource, ...)
@@ -69,5 +76,5 @@ def stepped_count() -> Pipeline:
         result=lambda k, acc: {"key": k, "n": acc[0], "seqs": acc[1]},
         schema=COUNT,
         parallelism=1,
-    ).write_jsonl("out", os.environ["SPILLWAY_TEST_OUT"], parallelism=1)
+    ).rebalance().write_jsonl("out", os.environ["SPILLWAY_TEST_OUT"], parallelism=1)
     return p
