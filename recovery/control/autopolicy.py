@@ -5,7 +5,7 @@ DS2's rule (Kalavri et al., OSDI 2018): an operator whose subtasks each process
 subtasks to keep up with ``input_rate`` while busy a ``target`` fraction of the time.
 :meth:`AutoscalePolicy.observe` turns one measurement of an operator into at most one
 :class:`Decision`, within the user's :class:`Bounds` and the operator's
-``max_parallelism``; :mod:`spillway.spark_jobs.spark.autoscaler` measures, records each
+``max_parallelism``; :mod:`spillway.spark_jobs.autoscale.loop` measures, records each
 decision as an event and applies it by live rescale.
 
 Against oscillation:
