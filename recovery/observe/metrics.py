@@ -66,6 +66,9 @@ class SubtaskMetrics:
     replayed: dict[str, int] = field(default_factory=dict)  # records, over incarnations
     progress: tuple[int, int] | None = None  # a bounded source's (done, total)
     source: bool = False  # an operator without input channels
+    # Wall time of the current incarnation's newest heartbeat (None: none yet): the
+    # counters above are as of then, not as of the snapshot (rates divide by its change).
+    beat_time: float | None = None
 
     @property
     def name(self) -> str:
@@ -252,6 +255,7 @@ def _inc(doc: Mapping[str, Any]) -> Incarnation:
 
 
 def _from_beat(m: SubtaskMetrics, beat: Mapping[str, Any], now: float) -> None:
+    m.beat_time = _float(beat.get("time"))
     ckpt = beat.get("checkpoint")
     if isinstance(ckpt, int):
         m.checkpoint = ckpt

@@ -113,11 +113,16 @@ def test_the_bottleneck_is_scaled_up_for_a_3x_step_and_back_down(
         assert after, f"no measurement after the rescale to {e['parallelism']}"
         under = [m.time for m in after if m.backlog <= SETTINGS.lag_target]
         assert under, (e, [m.backlog for m in after])
+        with capsys.disabled():
+            print(f"  {e['previous']} -> {e['parallelism']}: backlog under the target "
+                  f"{under[0] - done:.1f}s after the answer")  # fmt: skip
         assert under[0] - done <= LAG_BOUND_S, (e, [m.backlog for m in after])
 
     capsys.readouterr()
     assert recovery_main(["status", "--job", unique, "--bootstrap", kafka_bootstrap]) == 0
     shown = [line for line in capsys.readouterr().out.splitlines() if "autoscale:" in line]
+    with capsys.disabled():
+        print(*shown, sep="\n")
     assert len(shown) == len(decided)
     assert shown[-1].startswith("autoscale: count ")
     assert shown[-1].endswith(", applied")

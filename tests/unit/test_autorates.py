@@ -56,3 +56,24 @@ def test_operators_not_all_running_or_idle_are_not_measured() -> None:
     # slow[1] was restoring at the start; the sink processed nothing (no busy time)
     assert measure("j", PLAN, before, after) == {}
     assert measure("j", PLAN, after, after) == {}  # an empty window
+
+
+def test_rates_divide_by_the_time_between_the_heartbeats_the_counters_came_from() -> None:
+    # Snapshots 5.25 s apart whose counters come from heartbeats 6 s apart (src) and 5 s
+    # apart (slow): src wrote 1200 records in those 6 s, 200/s (not 1200 / 5.25 = 228.6)
+    def beat(m: SubtaskMetrics, t: float) -> SubtaskMetrics:
+        m.beat_time = t
+        return m
+
+    before = snap(100.0, beat(sub("src", 0, 0, 1000, 0.0), 99.1),
+                  beat(sub("slow", 0, 0, 0, 0.0), 99.5), beat(sub("slow", 1, 0, 0, 0.0), 99.5),
+                  beat(sub("sink", 0, 0, 0, 0.0), 99.5))  # fmt: skip
+    after = snap(105.25, beat(sub("src", 0, 0, 2200, 0.0), 105.1),
+                 beat(sub("slow", 0, 500, 500, 2.0), 104.5),
+                 beat(sub("slow", 1, 500, 500, 2.0), 104.5),
+                 beat(sub("sink", 0, 0, 0, 0.0), 104.5))  # fmt: skip
+    assert measure("j", PLAN, before, after)["slow"].input_rate == 200.0
+    # Without a newer heartbeat at the end, the snapshots' own times count
+    stale = snap(105.25, beat(sub("src", 0, 0, 2050, 0.0), 99.1),
+                 *after.subtasks[1:])  # fmt: skip
+    assert measure("j", PLAN, before, stale)["slow"].input_rate == 1050 / 5.25
