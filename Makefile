@@ -132,10 +132,12 @@ bench-restart: $(BENCH_STAMP)
 bench-statesweep: $(BENCH_STAMP)
 	$(BENCH_VENV)/bin/python -m bench.statesweep
 
-## bench-rescale: live rescale of a keyed count (100k keys) beside a whole-job stop and
-## restart from the savepoint, same job, 3 rounds (own broker, Spark local mode; about 10 min)
+## bench-rescale: 20 live rescales of a keyed count (100k keys), 2 → 4 and 4 → 2 in turn,
+## phase by phase, with the pause and the output dip of the operators not rescaled (own
+## broker, Spark local mode; about 9 min). The live rescale beside a whole-job restart
+## from the savepoint: python -m bench.rescale (the suite's B6)
 bench-rescale: $(BENCH_STAMP)
-	$(BENCH_VENV)/bin/python -m bench.rescale
+	$(BENCH_VENV)/bin/python -m bench.rescaleseries
 
 ## bench-suite: time `make test`, `make soak` and `make compose-test` (wall seconds, exit code,
 ## load average, commit) into bench/results/suitetime-<UTC time>.json; a benchmark, not a

@@ -1,6 +1,6 @@
 """``make bench-budget``: where a record's CPU goes in ``spillway run``, stage by stage.
 
-Issue 18's item 5: Spillway's per-record cost split into its stages and set beside the
+Spillway's per-record cost split into its stages and set beside the
 ceiling (a raw confluent-kafka consume and produce per record, B0s). Self-contained: starts
 its own broker, pre-loads B1's input (:mod:`bench.workload`, 200-byte JSON events, 2
 partitions) and runs B1's pipeline through ``spillway run`` (Spark local mode, as B1s does)

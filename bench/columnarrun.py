@@ -1,4 +1,4 @@
-"""B1c, the columnar path on Spark (issue 21): ``spillway run`` of columnar pipelines beside
+"""B1c, the columnar path on Spark: ``spillway run`` of columnar pipelines beside
 the record path and the peers, whole runs at two input sizes, everything counted.
 
 Engines (each over topics of the B1 workload, :mod:`bench.workload`, pre-loaded once):
@@ -137,7 +137,7 @@ def lines(doc: dict[str, Any]) -> list[str]:
     out = [
         f"**B1c, the columnar path on Spark**: whole runs (start to exit) over {sizes} records, "
         f"{len(doc['b1c'])} round(s); CPU = the engine's process tree + the broker; per-record "
-        "cost = slope of CPU over records. Targets (issue 21) are reported, not asserted.",
+        "cost = slope of CPU over records. Targets are reported, not asserted.",
         "",
         "| engine | records per CPU-s | µs CPU per record | fixed CPU-s | records/s | output |",
         "|---|---:|---:|---:|---:|---|",

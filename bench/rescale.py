@@ -1,5 +1,6 @@
-"""``make bench-rescale``: a live rescale of one operator beside a whole-job restart with
-the new parallelism, in the same run (issue 16 item 7).
+"""``python -m bench.rescale`` (the suite's B6): a live rescale of one operator beside a
+whole-job restart with the new parallelism, in the same run. ``make bench-rescale`` runs
+the series of live rescales, phase by phase (:mod:`bench.rescaleseries`).
 
 Self-contained: starts its own local broker and, per round, runs a bounded job with
 ``spillway run`` on Spark local mode (:func:`pipeline`): a paced source (2 subtasks) →

@@ -1,4 +1,4 @@
-"""The suite's parts added for issue 18, wired to its broker: B0s (:mod:`bench.ceiling`),
+"""The suite's parts for the run of record, wired to its broker: B0s (:mod:`bench.ceiling`),
 B1s (:mod:`bench.steadyrun`) and B3k (:mod:`bench.kstreamsb3`), one callable per part that
 runs round ``i``."""
 

@@ -8,10 +8,10 @@
 * **B4 restore** — :mod:`bench.restore`.
 * **B3 localized recovery** — :mod:`bench.localized` (one subtask SIGKILLed vs the whole
   job killed and restarted from its checkpoints, on Spark local mode).
-* **B1c columnar** — :mod:`bench.columnarrun` (issue 21: the columnar path on Spark beside
+* **B1c columnar** — :mod:`bench.columnarrun` (the columnar path on Spark beside
   the record path and the peers, and a stateless pipeline through one channel).
 * **B6 rescale** — :mod:`bench.rescale` (a live rescale of a keyed count beside a whole-job
-  savepoint restart; opt-in: ``--parts b6``, or ``make bench-rescale`` on its own).
+  savepoint restart; opt-in: ``--parts b6``, or ``python -m bench.rescale`` on its own).
 * **B5** is ``make bench-checkpoints`` (:mod:`bench.checkpoints`), run on its own.
 
 Every figure is the median of ``--runs`` runs with min–max; ratios are taken run by run

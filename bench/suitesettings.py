@@ -19,7 +19,7 @@ PARTITIONS = 2  # every input topic of the suite
 class Settings:
     """Sizes and repetitions of one ``make bench`` run."""
 
-    runs: int = 5  # issue 18: at least 5 rounds
+    runs: int = 5  # at least 5 rounds, for a median with a spread
     b0_records: int = 1_000_000
     # 400k: the fastest engines need ~4 s, i.e. several 1-s commits per run (at 200k a
     # run had become about one commit interval long).
@@ -41,7 +41,7 @@ class Settings:
     b1s_sizes: tuple[int, ...] = (1_000_000, 5_000_000)
     b1s_engines: tuple[str, ...] = steadyrun.ENGINES
     b1s_timeout_s: float = 3600.0  # one whole run of 5M records (sss-python is slowest)
-    # The engines 4-10x slower per record run at these sizes in B1s and B1c: issue 18 asks
+    # The engines 4-10x slower per record run at these sizes in B1s and B1c: the run of record asks
     # for "60 s or 5M records" per run; Quix Streams and the Python Structured Streaming
     # variant take about 60 s (start-up included) for 1.5M, where 5M would take them 3-4
     # minutes a run and a full `make bench` more than a session.

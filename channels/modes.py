@@ -38,6 +38,12 @@ BadMessages = Literal["fail", "deliver"]
 # How a reader delivers data messages: records as dicts, or one Arrow batch per message.
 RecordForm = Literal["rows", "batches"]
 
+# How records are routed on a channel (spillway.channels.routing.partitioners): writer subtask
+# i to reader subtask i; by the key's key group; round robin (into slots, if the reader has
+# them); every record to every reader subtask.
+Routing = Literal["forward", "hash", "rebalance", "broadcast"]
+ROUTINGS: tuple[Routing, ...] = get_args(Routing)
+
 _Mode = TypeVar("_Mode", bound=str)
 
 

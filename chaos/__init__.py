@@ -1,1 +1,1 @@
-"""The chaos suite: a keyed pipeline under injected faults, checked exactly (issue 8)."""
+"""The chaos suite: a keyed pipeline under injected faults, checked exactly."""

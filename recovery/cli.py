@@ -30,6 +30,7 @@ from spillway.recovery.job.loader import load_plan
 from spillway.recovery.job.plandoc import PlanDoc
 from spillway.recovery.observe.events import last_submission
 from spillway.recovery.observe.heartbeat import LOST_AFTER_S
+from spillway.recovery.observe.rescalephases import describe_rescales
 from spillway.recovery.observe.status import as_json, job_status, plan_of, render, submission
 from spillway.recovery.replay import replay_subtask
 from spillway.recovery.restore.handover import describe_unmarked
@@ -295,7 +296,7 @@ def _status(args: argparse.Namespace) -> int:
         print(describe(rescale, {op.name: op.parallelism for op in plan.operators}))
     if not args.json:
         lines = describe_upgrades(events) + describe_decisions(events) + describe_unmarked(events)
-        for line in lines:
+        for line in lines + describe_rescales(events):
             print(line)
     return 0
 

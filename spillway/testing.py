@@ -47,7 +47,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal
 
 from spillway.channels.config import ChannelSettings, KafkaSettings
 from spillway.channels.errors import PipelineDefinitionError, RecordError
@@ -106,6 +106,10 @@ class DeadLetter:
     raw: bytes | None = None
 
 
+# What a channel message carries (spillway.channels.wire.envelope.Kind, as the harness needs it).
+_MessageKind = Literal["data", "watermark", "idle", "end"]
+
+
 @dataclass
 class _Message:
     """One channel message for a downstream subtask: data, watermark, idle or end."""
@@ -113,7 +117,7 @@ class _Message:
     tp: TopicPartition
     offset: int
     writer: int
-    kind: str  # "data" | "watermark" | "idle" | "end"
+    kind: _MessageKind
     records: list[Record] = field(default_factory=list)
     value: int = 0
 
@@ -198,12 +202,12 @@ class _Output:
         if isinstance(self.route, Sticky) and groups:
             self.route.advance()  # a batch went to the current slot
 
-    def control(self, kind: str, value: int = 0) -> None:
+    def control(self, kind: _MessageKind, value: int = 0) -> None:
         """A watermark, idle or end-of-stream record to every partition."""
         for p in range(self.partitions):
             self._send(p, kind, [], value)
 
-    def _send(self, p: int, kind: str, records: list[Record], value: int = 0) -> None:
+    def _send(self, p: int, kind: _MessageKind, records: list[Record], value: int = 0) -> None:
         tp = TopicPartition(self.topic, p)
         offset = self.driver._next_offset(tp)
         self.owner[p].inbox.append(_Message(tp, offset, self.writer, kind, records, value))

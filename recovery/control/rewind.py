@@ -29,6 +29,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from spillway.channels.config import KafkaSettings
@@ -47,6 +48,8 @@ from spillway.recovery.observe.events import record_job_event
 from spillway.recovery.restore.ownership import owned_partitions
 
 log = logging.getLogger("spillway.rewind")
+# Subtasks fenced at once (fence_subtasks): each is a client waiting on the broker.
+FENCE_THREADS = 8
 
 
 def plan_rewind(
@@ -261,10 +264,13 @@ def fence_subtasks(
 
     Each fencing is announced as a newer incarnation would announce itself, so a copy
     still running (the job should be stopped, but may not be) ends instead of having
-    Spark retry it from the rewound checkpoint.
+    Spark retry it from the rewound checkpoint. The subtasks are fenced concurrently (each
+    fencing waits on its transaction coordinator; one after another they added up to most
+    of a live rescale's handover); the first failure is raised once all have ended.
     """
     announcer = idempotent_producer(settings)
-    for s in subtasks:
+
+    def fence(s: SubtaskId) -> None:
         p = TransactionalProducer(settings, s.transactional_id)
         try:
             p.start()
@@ -279,3 +285,10 @@ def fence_subtasks(
             index=s.index,
             by=by,
         )
+
+    todo = list(subtasks)
+    if not todo:
+        return
+    with ThreadPoolExecutor(min(FENCE_THREADS, len(todo)), "fence") as pool:
+        for f in [pool.submit(fence, s) for s in todo]:
+            f.result()

@@ -38,9 +38,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from spillway.channels.ids import OperatorName
+from spillway.channels.modes import ROUTINGS, choose
 from spillway.offsets.checkpoint import fingerprint
 from spillway.recovery.job.avrocompat import resolution_problems
-from spillway.recovery.job.plan import EdgePlan, JobPlan, OperatorPlan
+from spillway.recovery.job.plan import OPERATOR_KINDS, EdgePlan, JobPlan, OperatorPlan
 
 
 @dataclass(frozen=True)
@@ -279,7 +280,7 @@ def recorded_plan(
         ops.append(OperatorPlan(
             name=OperatorName(name),
             parallelism=int(widths.get(name, op["p"])),
-            kind=str(op["kind"]),
+            kind=choose(op["kind"], OPERATOR_KINDS, "recorded operator kind"),
             stateful=name in stateful,
             description={k: v for k, v in op.items() if k not in ("name", "p", "kind", "M")},
             max_parallelism=key_groups.get(name, op.get("M")),
@@ -290,7 +291,7 @@ def recorded_plan(
             OperatorName(str(e["to"])),
             e["schema"],
             _no_partitioner,
-            str(e["kind"]),
+            choose(e["kind"], ROUTINGS, "recorded edge kind"),
         )
         for e in desc["edges"]
     )

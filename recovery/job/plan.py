@@ -11,12 +11,13 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol, get_args
 
 from spillway.channels.config import KafkaSettings
 from spillway.channels.errors import PipelineDefinitionError
 from spillway.channels.ids import JobId, OperatorName, SubtaskId
 from spillway.channels.kafka.admin import TopicSpec
+from spillway.channels.modes import Routing
 from spillway.channels.naming import changelog_topic, channel_topic, checkpoint_topic
 from spillway.channels.routing.partitioners import Partitioner, Sticky
 from spillway.offsets.checkpoint import fingerprint
@@ -87,6 +88,15 @@ class MultiInputLogic(Logic, Protocol):
     def process_input(self, input: str, records: Sequence[Record]) -> Iterable[Record]:
         """Transform a batch of records of input ``input`` (in order) into output records."""
         ...
+
+
+# What one declared operator is: it reads the outside world, transforms records, or writes
+# them out.
+NodeKind = Literal["source", "transform", "sink"]
+# What a planned operator is: one declared operator, or a chain of them run as one
+# (its members in its description).
+OperatorKind = Literal["source", "transform", "sink", "chain"]
+OPERATOR_KINDS: tuple[OperatorKind, ...] = get_args(OperatorKind)
 
 
 @dataclass(frozen=True)
@@ -171,7 +181,7 @@ class EdgePlan:
     downstream: OperatorName
     schema: dict[str, Any]
     make_partitioner: Callable[[int, int], Partitioner]  # (writer index, downstream p)
-    kind: str  # forward | hash | rebalance | broadcast
+    kind: Routing
     # The name the downstream's logic knows this input by (the declared upstream
     # operator, which may sit inside the chain ``upstream``); None: ``upstream``.
     input: str | None = None
@@ -193,7 +203,7 @@ class OperatorPlan:
 
     name: OperatorName
     parallelism: int
-    kind: str  # "source" | "transform" | "sink"
+    kind: OperatorKind
     make_source: Callable[[], Source] | None = None
     make_logic: Callable[[], Logic] | None = None
     make_sink: Callable[[], Sink] | None = None
@@ -314,8 +324,7 @@ class JobPlan:
     ) -> list[TopicSpec]:
         """Every channel, changelog and checkpoint topic the job needs."""
         specs = [
-            TopicSpec(self.topic_of(e), self.partitions_of(e), channel_config)
-            for e in self.edges
+            TopicSpec(self.topic_of(e), self.partitions_of(e), channel_config) for e in self.edges
         ]
         for op in self.operators:
             specs.append(

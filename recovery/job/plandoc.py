@@ -30,9 +30,10 @@ from typing import Any
 
 from spillway.channels.errors import ConfigError
 from spillway.channels.ids import TopicPartition
+from spillway.channels.modes import choose
 from spillway.channels.naming import checkpoint_topic
 from spillway.channels.routing.keygroups import key_group_range
-from spillway.recovery.job.plan import JobPlan
+from spillway.recovery.job.plan import OPERATOR_KINDS, JobPlan, OperatorKind
 
 VERSION = 1
 
@@ -51,7 +52,7 @@ class OperatorDoc:
 
     name: str
     parallelism: int
-    kind: str
+    kind: OperatorKind
     stateful: bool
     checkpoint_topic: str
     inputs: tuple[InputDoc, ...]
@@ -126,7 +127,7 @@ class PlanDoc:
                     OperatorDoc(
                         name=str(op["name"]),
                         parallelism=int(op["parallelism"]),
-                        kind=str(op["kind"]),
+                        kind=choose(op["kind"], OPERATOR_KINDS, f"{origin}: operator kind"),
                         stateful=bool(op["stateful"]),
                         checkpoint_topic=str(op["checkpoint_topic"]),
                         inputs=tuple(

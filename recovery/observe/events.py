@@ -117,6 +117,35 @@ def read_events(
         yield json.loads(m.value() or b"{}")
 
 
+def await_event(
+    settings: KafkaSettings,
+    job: JobId,
+    match: Callable[[dict[str, Any]], bool],
+    timeout_s: float,
+    poll_s: float = 0.02,
+) -> dict[str, Any] | None:
+    """The first event of ``job`` (from the oldest on) for which ``match`` is true,
+    waiting up to ``timeout_s`` for it to be appended (None: not within that time).
+
+    One consumer reads on from where it is, so waiting costs one short poll per
+    ``poll_s``, not a read of the whole log each time.
+    """
+    tp = TopicPartition(events_topic(job), 0)
+    consumer = AssignedConsumer(settings, f"spillway.{job}.events-waiter")
+    try:
+        consumer.assign({tp: Offset(0)})
+        deadline = time.monotonic() + timeout_s
+        while True:
+            for m in consumer.consume(500, poll_s):
+                e = json.loads(m.value() or b"{}")
+                if match(e):
+                    return dict(e)
+            if time.monotonic() > deadline:
+                return None
+    finally:
+        consumer.close()
+
+
 def newer_incarnation(
     settings: KafkaSettings,
     subtask: SubtaskId,

@@ -42,11 +42,13 @@ PHASES = (
 ATTEMPT_PHASES = ("python_started", "imported", "fenced", "restored", "caught_up")
 # Steps of a new attempt, from its process start to processing, worth telling apart when
 # looking for where the time goes: the worker's set-up before the task body runs, building
-# the plan, creating the clients, init_transactions, the "fencing" event, reading the
+# the plan, waiting for a live rescale's handover (a subtask launched ahead of it),
+# creating the clients, init_transactions, the "fencing" event, reading the
 # checkpoint, restoring state, assigning inputs and creating writers, opening operators.
 STEPS = (
     "worker",
     "plan",
+    "handover",
     "clients",
     "fence",
     "announce",

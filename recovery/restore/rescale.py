@@ -141,15 +141,20 @@ class PlanShape:
     earlier_schemas: Mapping[tuple[str, str], tuple[dict[str, Any], ...]] = dataclasses.field(
         default_factory=dict
     )
+    # A live rescale's request whose handover the task waits for before it runs: its
+    # subtasks are launched while the driver still takes the handover, and ``rescale``
+    # comes from the driver's ``rescaled`` answer (spillway.spark_jobs.spark.handoverwait).
+    awaiting: str | None = None
 
     @staticmethod
-    def of(plan: JobPlan, rescale: Rescale | None) -> PlanShape:
-        """The shape of the driver's ``plan``."""
+    def of(plan: JobPlan, rescale: Rescale | None, awaiting: str | None = None) -> PlanShape:
+        """The shape of the driver's ``plan`` (``awaiting``: see the field)."""
         return PlanShape(
             adopted_max_parallelism(plan), {op.name: op.parallelism for op in plan.operators},
             rescale,
             {(e.upstream, e.downstream): e.earlier_schemas for e in plan.edges
              if e.earlier_schemas},
+            awaiting,
         )  # fmt: skip
 
     def apply(self, plan: JobPlan) -> JobPlan:

@@ -11,10 +11,11 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, Literal, get_args
 
 from spillway.channels.errors import PipelineDefinitionError
 from spillway.channels.ids import JobId, OperatorName
+from spillway.channels.modes import Routing, choose
 from spillway.channels.naming import job_id, operator_name
 from spillway.channels.routing import keygroups
 from spillway.channels.routing.batchkey import BatchKey, BatchKeyHash
@@ -26,13 +27,16 @@ from spillway.channels.routing.partitioners import (
     Partitioner,
     RoundRobin,
 )
-from spillway.recovery.job.plan import EdgePlan, JobPlan, OperatorPlan, Record
+from spillway.recovery.job.plan import EdgePlan, JobPlan, NodeKind, OperatorPlan, Record
 from spillway.spark_jobs.api import keyedops
 from spillway.spark_jobs.api.recordtime import RecordTime
 from spillway.spark_jobs.operators.operators import make_chain
 
 Schema = dict[str, Any]  # an Avro record schema, as operators keep it
-_ROUTINGS = frozenset({"auto", "forward", "rebalance", "broadcast", "hash"})
+# An edge's routing as declared: one of the channel routings, or "auto" (forward where
+# both ends have the same parallelism, else rebalance), resolved when the plan is built.
+DeclaredRouting = Routing | Literal["auto"]
+_DECLARED_ROUTINGS: tuple[DeclaredRouting, ...] = ("auto", *get_args(Routing))
 
 
 @dataclass
@@ -41,7 +45,7 @@ class Node:
 
     name: str
     parallelism: int
-    kind: str  # source | transform | sink
+    kind: NodeKind
     schema: Schema | None  # of its output records
     factory: Callable[[], Any]
     stateful: bool = False
@@ -63,7 +67,7 @@ class Edge:
 
     upstream: str
     downstream: str
-    routing: str  # forward | rebalance | hash | broadcast | auto
+    routing: DeclaredRouting
     key_fn: Callable[[Record], Any] | None = None
 
 
@@ -95,14 +99,18 @@ class Graph:
     # -- graph ---------------------------------------------------------------------------
 
     def add_edge(self, upstream: str, downstream: str, routing: str = "auto") -> None:
-        """Connect two existing operators (for graphs the fluent API cannot express)."""
-        self._edges.append(Edge(upstream, downstream, routing))
+        """Connect two existing operators (for graphs the fluent API cannot express).
+        ``routing``: ``auto``, ``forward``, ``rebalance`` or ``broadcast`` (``hash`` needs a
+        key function: use ``key_by``); anything else is a :class:`PipelineDefinitionError`."""
+        what = f"edge {upstream} -> {downstream}: routing"
+        how = choose(routing, _DECLARED_ROUTINGS, what, PipelineDefinitionError)
+        self._edges.append(Edge(upstream, downstream, how))
 
     def _add(
         self,
         name: str,
         parallelism: int,
-        kind: str,
+        kind: NodeKind,
         schema: Schema | None,
         factory: Callable[[], Any],
         *,
@@ -143,10 +151,11 @@ class Graph:
                         f"edge {e.upstream} -> {e.downstream} names unknown operator {end!r}; "
                         "create the operator first or fix the name"
                     )
-            if e.routing not in _ROUTINGS or (e.routing == "hash" and e.key_fn is None):
+            if e.routing == "hash" and e.key_fn is None:
+                choices = ", ".join(sorted(set(_DECLARED_ROUTINGS) - {"hash"}))
                 problems.append(
-                    f"edge {e.upstream} -> {e.downstream} has routing {e.routing!r}; use one of "
-                    f"{', '.join(sorted(_ROUTINGS - {'hash'}))}, or key_by() for hash routing"
+                    f"edge {e.upstream} -> {e.downstream} has routing {e.routing!r} without a key; "
+                    f"use one of {choices}, or key_by() for hash routing"
                 )
         if not problems:
             problems += self._check_graph()
@@ -336,7 +345,7 @@ class Graph:
                         ready.append(e.downstream)
         return out
 
-    def _routing(self, e: Edge) -> str:
+    def _routing(self, e: Edge) -> Routing:
         if e.routing != "auto":
             return e.routing
         up, down = self._nodes[e.upstream], self._nodes[e.downstream]
@@ -420,7 +429,7 @@ def _operator_plan(chain: list[Node]) -> OperatorPlan:
 
 
 def _partitioner_factory(
-    routing: str, key_fn: Callable[[Record], Any] | None
+    routing: Routing, key_fn: Callable[[Record], Any] | None
 ) -> Callable[[int, int], Partitioner]:
     if routing == "forward":
         return Forward

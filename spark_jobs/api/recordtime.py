@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from spillway.channels.errors import PipelineDefinitionError
-from spillway.recovery.job.plan import Record
+from spillway.recovery.job.plan import NodeKind, Record
 
 _PASS_THROUGH = frozenset({"filter", "filter_batches"})
 _INTEGER = ("int", "long")
@@ -74,7 +74,7 @@ class FieldTime:
 
 
 class _Node(Protocol):
-    kind: str
+    kind: NodeKind
     schema: dict[str, Any] | None
     description: dict[str, Any]
     time: RecordTime | None

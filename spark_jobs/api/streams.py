@@ -16,9 +16,9 @@ from spillway.channels.modes import choose
 from spillway.channels.routing.batchkey import BatchKey
 from spillway.channels.routing.batchwrite import ColumnKey
 from spillway.channels.wire.arrowcodec import arrow_schema
-from spillway.recovery.job.plan import Record
+from spillway.recovery.job.plan import NodeKind, Record
 from spillway.spark_jobs.api import batchspecs, keyedops, recordtime, windowspec
-from spillway.spark_jobs.api.graph import Edge, Graph, Schema
+from spillway.spark_jobs.api.graph import DeclaredRouting, Edge, Graph, Schema
 from spillway.spark_jobs.api.windowspec import Duration, Window
 from spillway.spark_jobs.connectors.confluentavro import RegistryAvroWriter, subject_name
 from spillway.spark_jobs.connectors.registry import RegistryConfig, check_registry_format
@@ -60,7 +60,7 @@ class Stream:
         self,
         pipeline: Graph,
         name: str,
-        routing: str = "auto",
+        routing: DeclaredRouting = "auto",
         key_fn: Callable[[Record], Any] | None = None,
         also: tuple[str, ...] = (),
     ) -> None:
@@ -81,7 +81,7 @@ class Stream:
         factory: Callable[[], Any],
         schema: Schema | None,
         parallelism: int | None,
-        kind: str = "transform",
+        kind: NodeKind = "transform",
         stateful: bool = False,
         description: dict[str, Any] | None = None,
     ) -> Stream:
@@ -389,7 +389,7 @@ class KeyedStream(Stream):
         factory: Callable[[], Any],
         schema: Schema | None,
         parallelism: int | None,
-        kind: str = "transform",
+        kind: NodeKind = "transform",
         stateful: bool = False,
         description: dict[str, Any] | None = None,
         key_of_state: Callable[[Any], Any] | None = None,

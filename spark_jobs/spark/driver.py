@@ -30,13 +30,14 @@ from spillway.channels.errors import (
     ProducerFencedError,
     SpillwayError,
 )
+from spillway.channels.kafka.clients import idempotent_producer
 from spillway.recovery.control.globalckpt import Coordinator
 from spillway.recovery.control.savepoint import last_run_shape, shape_for_run
 from spillway.recovery.job import jobconf
 from spillway.recovery.job.evolution import channel_history, with_earlier_schemas
 from spillway.recovery.job.jobconf import forwarded_env
 from spillway.recovery.job.loader import load_plan
-from spillway.recovery.job.plan import JobPlan
+from spillway.recovery.job.plan import JobPlan, NodeKind
 from spillway.recovery.job.plandoc import PlanDoc
 from spillway.recovery.observe.events import (
     newer_incarnation,
@@ -50,6 +51,7 @@ from spillway.recovery.runtime.failures import abort_message
 from spillway.recovery.runtime.runner import SubtaskResult, SubtaskRunner
 from spillway.spark_jobs.spark.attempts import AttemptWatcher
 from spillway.spark_jobs.spark.failfast import FailureWatch
+from spillway.spark_jobs.spark.handoverwait import await_handover
 from spillway.spark_jobs.spark.jobconfig import JobConfig
 from spillway.spark_jobs.spark.liverescale import LiveRescaler
 from spillway.spark_jobs.spark.observe import observed
@@ -204,7 +206,7 @@ def run_on_spark(
     return results
 
 
-def _ends_of(plan: JobPlan, kind: str, at: int) -> list[str]:
+def _ends_of(plan: JobPlan, kind: NodeKind, at: int) -> list[str]:
     """Operators of ``kind`` (source or sink), or chains that start (``at`` 0) or end
     (``at`` -1) with one."""
     out = []
@@ -337,11 +339,18 @@ def _operator_runs(
         ).collect()
         return rows
 
+    # One producer for the stop requests: a new client for each (connect, producer id)
+    # lay on the path of every live rescale and upgrade.
+    announcer: list[Any] = []
+
     def announce_stop(operator: str, generation: int) -> None:
+        if not announcer:
+            announcer.append(idempotent_producer(settings, linger_ms=0))
         record_job_event(
             settings,
             plan.job,
             "operator-stop-requested",
+            producer=announcer[0],
             run=run_id,
             # Not "operator": readers take events with that key for a subtask's own.
             target=operator,
@@ -415,6 +424,14 @@ def _task(
     subtask = plan.subtasks()[index]
     phases.mark("imported")  # this module, the pipeline's and their imports
     phases.lap("plan")
+    if shape.awaiting is not None:  # launched ahead of a live rescale's handover
+        ready = await_handover(
+            config.settings(), plan.job, shape, run_id, (subtask.operator, generation)
+        )
+        phases.lap("handover")
+        if ready is None:
+            return  # the handover failed: the operator starts again as it was
+        shape = ready
     runner = SubtaskRunner(
         plan,
         subtask,

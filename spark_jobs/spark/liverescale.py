@@ -15,15 +15,20 @@ served in a thread of its own, one at a time:
 2. stop only that operator (:meth:`OperatorRuns.stop_operator`): each subtask commits a
    last checkpoint and stops; upstream keeps writing into the durable channels and
    downstream keeps reading what was committed;
-3. fence every old subtask and record the handover
-   (:func:`spillway.recovery.control.savepoint.prepare_rescale`),
-   record the new shape (``rescaled``: plan and rescale record, what a later ``spillway
-   run`` and ``spillway status`` read), then announce the new writer count in-band
-   downstream (:func:`spillway.recovery.control.liverescale.announce_width`);
-4. start the operator's new subtasks, each restoring from the handover.
+3. launch the operator's new subtasks: Spark schedules them and their Python workers
+   start and build the pipeline, then each waits for the handover
+   (:mod:`spillway.spark_jobs.spark.handoverwait`);
+4. meanwhile fence every old subtask, take the handover and announce the new writer
+   count in-band downstream (:func:`spillway.recovery.control.savepoint.prepare_rescale`,
+   :func:`spillway.recovery.control.liverescale.announce_width`), then record the new
+   shape (``rescaled``: plan and rescale record, what a later ``spillway run`` and
+   ``spillway status`` read, and what the waiting new subtasks restore from);
+5. record the driver's phases of the rescale (``rescale-phases``,
+   :mod:`spillway.recovery.observe.rescalephases`).
 
-Nothing else restarts. A request refused at step 1 or failing before step 3 records
-``rescale-failed`` and, if the operator was stopped, starts it again as it was.
+Nothing else restarts. A request refused at step 1 or failing before the ``rescaled``
+record records ``rescale-failed``, stops the waiting new subtasks if they were launched
+(they end without running), and, if the operator was stopped, starts it again as it was.
 
 An upgrade request (``upgrade-requested``, ``spillway upgrade``) takes the same path at
 the same width: read and run the pipeline module as now deployed
@@ -43,15 +48,18 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from confluent_kafka import Producer
+
 from spillway.channels.config import KafkaSettings
 from spillway.channels.errors import RescaleError, UpgradeError
+from spillway.channels.kafka.clients import idempotent_producer
 from spillway.channels.modes import CheckpointMode
-from spillway.recovery.control.liverescale import announce_width
 from spillway.recovery.control.savepoint import prepare_rescale
 from spillway.recovery.control.upgrade import check_upgrade
 from spillway.recovery.job.plan import JobPlan
 from spillway.recovery.job.plandoc import PlanDoc
 from spillway.recovery.observe.events import record_job_event
+from spillway.recovery.observe.rescalephases import driver_phases
 from spillway.recovery.restore.handover import live_handover
 from spillway.recovery.restore.rescale import PlanShape, Rescale, check_rescalable, with_parallelism
 from spillway.spark_jobs.spark.opruns import OperatorRuns
@@ -128,6 +136,14 @@ class LiveRescaler:
         self._thread = threading.Thread(target=self._serve, name="live-rescale", daemon=True)
         self._deployed: Deployed | None = None
         self._code: list[ModuleCode | None] = [None]
+        # The answers' producer, made once: a new client per event (connect, producer id)
+        # lay on the path of every rescale.
+        self._events: Producer | None = None
+
+    def _producer(self) -> Producer:
+        if self._events is None:
+            self._events = idempotent_producer(self._settings, linger_ms=0)
+        return self._events
 
     def upgrades(self, deployed: Deployed, code: list[ModuleCode | None]) -> None:
         """Serve upgrade requests too: ``deployed`` loads the code now deployed; ``code``
@@ -150,6 +166,7 @@ class LiveRescaler:
         self._thread.join(60)
 
     def _serve(self) -> None:
+        self._producer()  # connected before the first request
         while (request := self._requests.get()) is not None:
             if request.get("event") == "upgrade-requested":
                 self._upgrade(request)
@@ -162,7 +179,7 @@ class LiveRescaler:
         log.warning("%s request %s for %s refused: %s", what, rid, op, e)
         record_job_event(
             self._settings, self.plan.job, f"{what}-failed", run=self._run_id, request=rid,
-            target=op, error=f"{type(e).__name__}: {e}",
+            target=op, error=f"{type(e).__name__}: {e}", producer=self._producer(),
         )  # fmt: skip
         if stopped:
             self._runs.start_operator(op)
@@ -189,7 +206,7 @@ class LiveRescaler:
             record_job_event(
                 self._settings, job, "upgraded", run=self._run_id, request=rid, target=op,
                 module=code.module, path=code.path, parallelism=new.operator(op).parallelism,
-                stopped_s=round(time.monotonic() - t0, 3),
+                stopped_s=round(time.monotonic() - t0, 3), producer=self._producer(),
             )  # fmt: skip
             self._runs.start_operator(op)
         except Exception:
@@ -202,7 +219,8 @@ class LiveRescaler:
     def _handle(self, request: Mapping[str, Any]) -> None:
         op, n, rid = str(request.get("target")), request.get("parallelism"), request.get("request")
         job = self.plan.job
-        stopped = False
+        stopped = launched = False
+        before = self._shape[0]
         try:
             if not isinstance(n, int):
                 raise RescaleError(f"rescale request {rid}: parallelism {n!r} is not a number")
@@ -212,31 +230,88 @@ class LiveRescaler:
             check_live(new, op, previous, self._mode, slots)
             t0 = time.monotonic()
             log.info("rescaling %s of %s: %d -> %d subtasks", op, job, previous, n)
+            clock, stop_requested = _Clock(), time.time()
             self._runs.stop_operator(op)
             stopped = True
+            last_checkpoint = time.time()
+            clock.lap("stop")
+            # The new subtasks are launched now, each waiting for the handover
+            # (spillway.spark_jobs.spark.handoverwait): Spark schedules them and their
+            # Python workers start while the handover below is taken.
+            self._in_shape(new, PlanShape.of(new, None, awaiting=str(rid)))
+            self._runs.start_operator(op)
+            launched = True
+            scheduled = time.time()
+            clock.lap("schedule")
             rescale = prepare_rescale(self._settings, new, {op: previous}, self.rescale)
             assert rescale is not None
             rescale = live_handover(rescale, op)  # its new subtasks check the marks
-        except Exception as e:  # refused, or failed before anything changed
+            clock.lap("prepare")
+        except Exception as e:  # refused, or failed before the new shape was recorded
+            if stopped:
+                try:
+                    if launched:  # the waiting new subtasks end without running
+                        self._runs.stop_operator(op)
+                    self._in_shape(self.plan, before)
+                except Exception:
+                    log.exception("rescale of %s failed and not undone: stopping the job", op)
+                    self._runs.cancel_all()
+                    return
             self._refused("rescale", request, e, stopped)
             return
-        # From here on the new shape is recorded first: a driver that dies before the
-        # rest leaves a job whose next run takes the recorded shape.
-        record_job_event(
-            self._settings, job, "rescaled", run=self._run_id, request=rid, target=op,
-            previous=previous, parallelism=n, plan=PlanDoc.of(new).to_json(),
-            rescale=rescale.to_json(), stopped_s=round(time.monotonic() - t0, 3),
-        )  # fmt: skip
         try:
-            announce_width(self._settings, new, op)
-            self._shape[0] = PlanShape.of(new, rescale)
-            self._runs.reshape(new.subtasks(), [(o.name, o.parallelism) for o in new.operators])
+            # The new subtasks go on once this is recorded: it carries their rescale
+            # record. A driver that dies after it leaves a job whose next run takes the
+            # recorded shape. prepare_rescale announced the new writer count already.
+            # Timed before the record: no new subtask can start before it exists.
+            handover = time.time()
+            record_job_event(
+                self._settings, job, "rescaled", run=self._run_id, request=rid, target=op,
+                previous=previous, parallelism=n, plan=PlanDoc.of(new).to_json(),
+                rescale=rescale.to_json(), stopped_s=round(time.monotonic() - t0, 3),
+                producer=self._producer(),
+            )  # fmt: skip
+            clock.lap("record")
+            self._shape[0] = PlanShape.of(new, rescale)  # for operators launched later
             self.plan, self.rescale = new, rescale
-            self._runs.start_operator(op)
         except Exception:
-            # The new shape is recorded but not in force: end the run; the next one
-            # (spillway run, same job id) starts in the recorded shape.
-            log.exception("rescale of %s recorded but not completed: stopping the job", op)
+            # Not known whether the new shape was recorded: end the run; the next one
+            # (spillway run, same job id) starts in the shape last recorded.
+            log.exception("rescale of %s not completed: stopping the job", op)
             self._runs.cancel_all()
             return
         log.info("%s of %s runs with %d subtasks (%.1f s)", op, job, n, time.monotonic() - t0)
+        phases = driver_phases(
+            float(request.get("time", stop_requested)),
+            stop_requested,
+            last_checkpoint,
+            handover,
+            scheduled,
+        )
+        try:  # for the record only: the rescale is done whether or not this is written
+            record_job_event(
+                self._settings, job, "rescale-phases", run=self._run_id, request=rid,
+                target=op, previous=previous, parallelism=n, phases=phases, steps=clock.steps,
+                producer=self._producer(),
+            )  # fmt: skip
+        except Exception:
+            log.exception("the phases of rescale %s were not recorded", rid)
+
+    def _in_shape(self, plan: JobPlan, shape: PlanShape) -> None:
+        """Launch operators from now on with ``plan``'s subtasks and ``shape``."""
+        self._shape[0] = shape
+        self._runs.reshape(plan.subtasks(), [(o.name, o.parallelism) for o in plan.operators])
+
+
+class _Clock:
+    """Seconds spent in each of the driver's steps of a rescale (where the time goes)."""
+
+    def __init__(self) -> None:
+        self.steps: dict[str, float] = {}
+        self._lap = time.monotonic()
+
+    def lap(self, name: str) -> None:
+        """Record the time since the previous lap as step ``name``."""
+        now = time.monotonic()
+        self.steps[name] = round(now - self._lap, 3)
+        self._lap = now

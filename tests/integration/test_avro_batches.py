@@ -1,4 +1,4 @@
-"""Avro values of a Kafka topic on Spark (issue 21), read record by record and decoded
+"""Avro values of a Kafka topic on Spark, read record by record and decoded
 column by column into Arrow batches, with subtasks SIGKILLed mid-run: malformed values
 are dead-lettered once each with ``topic[partition]@offset`` while the rest of their
 batch goes on, and the output equals the record path's and a plain-Python reference

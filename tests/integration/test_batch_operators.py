@@ -1,4 +1,4 @@
-"""Batch operators on real Spark and Kafka (issue 21): map_batches and filter_batches
+"""Batch operators on real Spark and Kafka: map_batches and filter_batches
 between record operators, their subtasks SIGKILLed mid-run, a poison row dead-lettered
 with its origin while the rest of its batch goes on. The output equals the same pipeline
 written with map/filter and a plain-Python reference, exactly."""

@@ -1,4 +1,4 @@
-"""Built-in aggregations in a tumbling window on real Spark and Kafka (issue 30): the
+"""Built-in aggregations in a tumbling window on real Spark and Kafka: the
 window reads the event time its source declared, a window subtask is killed after a
 commit, and the output equals a plain-Python reference exactly."""
 

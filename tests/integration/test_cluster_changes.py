@@ -1,6 +1,6 @@
 """`spillway rescale`, `spillway upgrade` and a savepoint restart on a Spark standalone
 cluster (:class:`spillway.devtools.cluster.LocalCluster`: a master, two workers and a broker, all
-on 127.0.0.1), as issue 16 asks: "the commands work on local mode and on `spillway
+on 127.0.0.1), as asked: "the commands work on local mode and on `spillway
 cluster`". One job (generate → map ``tag`` → keyed ``count`` → files, and ``tag`` → a
 ``rows`` file sink) goes through three changes:
 

@@ -314,7 +314,7 @@ def test_worker_node_killed_mid_job_only_its_subtasks_recover(
             assert final["attempt"] == e["attempt"]
             assert set(final["replay"]) <= own, (s, final["replay"])
             # What it re-processed ends where the killed attempt's last read mark says it had
-            # read (issue 14): records written during the outage are read for the first time,
+            # read: records written during the outage are read for the first time,
             # not counted as replayed (this test used to require them to be).
             if own:
                 assert final["replay_basis"] == "read", (s, final)

@@ -1,4 +1,4 @@
-"""Issue 30, items 5 and 6, on real Spark and a real broker.
+"""A quiet run and liveness from fresh data, on real Spark and a real broker.
 
 Liveness on a loaded machine: the clicks job runs with a busy-loop process per core beside
 it, and the metrics endpoint is scraped throughout. No subtask is ever reported ``lost``
@@ -134,7 +134,7 @@ def test_the_driver_feed_judges_fresh_heartbeats_however_long_the_ends_take(
 ) -> None:
     """The driver's metrics feed on a real broker, for a subtask owning many partitions
     and sending a heartbeat every 0.5 s, beside a busy loop per core. Probing the ends of
-    that many partitions one by one took longer than the liveness limit (issue 30); now
+    that many partitions one by one took longer than the liveness limit; now
     they are probed in one batched query on a thread of their own, and the subtask is
     never reported lost."""
     settings = KafkaSettings(kafka_bootstrap)

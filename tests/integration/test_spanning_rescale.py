@@ -1,4 +1,4 @@
-"""Records that span messages through an operator rescaled live (issue 16 item 5): 10
+"""Records that span messages through an operator rescaled live: 10
 records of 5 MB among 1,490 small ones go through a keyed channel (messages of at most
 256 KiB, so 21 parts each) into ``count``, which ``spillway rescale`` takes from 2 to 3
 subtasks while the generators keep writing; the new ``count[2]`` is SIGKILLed after its

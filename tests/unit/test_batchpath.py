@@ -1,4 +1,4 @@
-"""The columnar path's runtime pieces (issue 21), without a broker: channel messages read
+"""The columnar path's runtime pieces, without a broker: channel messages read
 as Arrow batches, batches routed and written as Arrow, the API's definition checks."""
 
 from __future__ import annotations

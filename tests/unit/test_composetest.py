@@ -73,7 +73,7 @@ def _op(name: str, upstream: str | None, partitions: int) -> dict[str, Any]:
     return {
         "name": name,
         "parallelism": 2,
-        "kind": "map",
+        "kind": "transform",
         "stateful": False,
         "checkpoint_topic": f"spillway.{JOB}.ckpt.{name}",
         "inputs": inputs,

@@ -144,7 +144,7 @@ def test_services_and_images() -> None:
 
 def test_only_known_compose_keys_are_used() -> None:
     data = compose()
-    # No top-level `name:` (issue 19): Debian's docker-compose 1.29 rejects it. The project
+    # No top-level `name:`: Debian's docker-compose 1.29 rejects it. The project
     # name comes from docker/.env, which both 1.29 and v2 read from the project directory.
     assert set(data) - {k for k in data if k.startswith("x-")} == {"services", "volumes"}
     dotenv = (DOCKER / ".env").read_text(encoding="utf-8").splitlines()
@@ -250,7 +250,7 @@ def test_brokers_keep_their_data_in_named_volumes() -> None:
 
 
 def test_broker_health_check_asks_its_own_internal_listener_without_a_jvm() -> None:
-    # Issue 19: the check was kafka-broker-api-versions.sh, a JVM every 10 s per broker.
+    # The check was kafka-broker-api-versions.sh, a JVM every 10 s per broker.
     # Now bash sends an ApiVersions request over /dev/tcp and reads the answer's header.
     for broker in BROKERS:
         test = services()[broker]["healthcheck"]["test"]
@@ -377,7 +377,7 @@ def test_readme_submit_matches_the_compose_file() -> None:
 
 
 def test_readme_says_how_it_is_run_for_real() -> None:
-    # Issue 19: the deployment runs now (make compose-test); the "not run yet" note goes.
+    # The deployment runs now (make compose-test); the "not run yet" note goes.
     text = (DOCKER / "README.md").read_text(encoding="utf-8")
     assert "**Not run yet.**" not in text
     assert "make compose-test" in text

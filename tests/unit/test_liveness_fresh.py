@@ -1,6 +1,6 @@
 """Liveness from fresh data only: a subtask is lost only if it was silent for the limit
 before the reader's newest catch-up; slow reads elsewhere never age a heartbeat, and a
-stale feed gives no verdict (issue 30, item 6)."""
+stale feed gives no verdict."""
 
 from __future__ import annotations
 
@@ -111,7 +111,7 @@ class FakeReader:
 
 
 def test_a_slow_offsets_query_never_turns_fresh_heartbeats_into_lost() -> None:
-    """The bug of issue 30: 65 end-offset queries (5-6 s) between reading the heartbeats
+    """The bug this guards against: 65 end-offset queries (5-6 s) between reading the heartbeats
     and taking the snapshot made every subtask lost. The query now runs on the probe's own
     thread: here it takes 6 s of the feed's clock each time it is called, and the feed's
     rounds never call it."""

@@ -169,7 +169,7 @@ class ListSink:
 
 
 def test_a_sink_reports_the_rows_it_wrote_as_records_out() -> None:
-    """Issue 30: sinks reported records_out 0 although they wrote rows."""
+    """Sinks once reported records_out 0 although they wrote rows."""
     sink = ListSink()
     p = Processor(
         SUB,

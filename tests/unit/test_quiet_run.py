@@ -1,4 +1,4 @@
-"""A quiet run (issue 30, item 5): handled Kafka conditions at DEBUG, the run's log file,
+"""A quiet run: handled Kafka conditions at DEBUG, the run's log file,
 the end-of-run summary."""
 
 from __future__ import annotations
