@@ -16,6 +16,7 @@ from spillway.channels.errors import ConfigError
 from spillway.channels.kafka.admin import Admin
 from spillway.channels.modes import CHECKPOINT_MODES, choose
 from spillway.channels.naming import job_id
+from spillway.recovery.control.autopolicy import describe_decisions
 from spillway.recovery.control.globalckpt import read_completed, savepoint
 from spillway.recovery.control.liverescale import (
     await_answer,
@@ -294,7 +295,7 @@ def _status(args: argparse.Namespace) -> int:
         rescale = Rescale.from_json(submitted["rescale"], f"the submitted event of job {job}")
         print(describe(rescale, {op.name: op.parallelism for op in plan.operators}))
     if not args.json:
-        lines = describe_upgrades(events) + describe_unmarked(events)
+        lines = describe_upgrades(events) + describe_decisions(events) + describe_unmarked(events)
         for line in lines + describe_rescales(events):
             print(line)
     return 0

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +22,11 @@ from spillway.channels.errors import ConfigError
 from spillway.channels.modes import CHECKPOINT_MODES, CODECS, GUARANTEES, choose
 from spillway.channels.naming import job_id
 from spillway.recovery.cli import add_bootstrap, add_pipeline_conf, client_settings
+from spillway.recovery.control.autopolicy import AutoscalePolicy
 from spillway.recovery.control.savepoint import check_savepoint
 from spillway.recovery.job.jobconf import forwarded_env, parse_conf, parse_env_names
+from spillway.spark_jobs.autoscale.cli import parse_bounds
+from spillway.spark_jobs.autoscale.loop import Autoscaler
 from spillway.spark_jobs.spark.taskslots import StartSlots, start_slots
 
 
@@ -57,6 +62,14 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument(
         "--metrics-host", default="127.0.0.1", help="address the metrics endpoint binds to"
+    )
+    p.add_argument(
+        "--autoscale",
+        action="append",
+        default=[],
+        metavar="OP=MIN:MAX",
+        help="while the job runs, scale OP between MIN and MAX subtasks as spillway autoscale "
+        "does (its default settings); repeatable; give room with --slots",
     )
     p.add_argument(
         "--progress",
@@ -227,9 +240,19 @@ def _run(args: argparse.Namespace) -> int:
         allow_dropped_state=args.allow_dropped_state,
     )
     summaries: list[RunSummary] = []
+    scaling = _autoscaler(args, KafkaSettings(args.bootstrap, client=client))
     with run_log(args.job_id, verbose=args.verbose, directory=Path(args.log_dir)) as log_file:
         print(f"spillway run {args.job_id}: log in {log_file}", file=sys.stderr, flush=True)
-        results = run_on_spark(config, rewind_to=rewind_to, on_summary=summaries.append)
+        try:
+            results = run_on_spark(
+                config,
+                rewind_to=rewind_to,
+                on_running=scaling.start if scaling else None,
+                on_summary=summaries.append,
+            )
+        finally:
+            if scaling:
+                scaling.stop()
     if args.json:
         for r in results:
             print(json.dumps(r.__dict__))
@@ -239,6 +262,39 @@ def _run(args: argparse.Namespace) -> int:
             print(render_summary(summary))
     failed = [r for r in results if r.status not in ("finished", "skipped", "stopped", "fenced")]
     return 1 if failed else 0
+
+
+class _Scaling:
+    """``--autoscale``: an :class:`Autoscaler` on a thread of the driver, from when every
+    operator runs until the run ends."""
+
+    def __init__(self, scaler: Autoscaler) -> None:
+        self._scaler = scaler
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="autoscale", daemon=True)
+
+    def start(self, _runs: object) -> None:
+        """Start measuring (``run_on_spark``'s ``on_running``: never blocks)."""
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop and wait for a decision under way to be answered or time out."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(self._scaler.answer_timeout_s + 15)
+
+    def _run(self) -> None:
+        try:
+            self._scaler.run(self._stop)
+        except Exception:  # the autoscaler must never take the job down
+            logging.getLogger("spillway.autoscale").exception("the autoscaler stopped")
+
+
+def _autoscaler(args: argparse.Namespace, settings: KafkaSettings) -> _Scaling | None:
+    if not args.autoscale:
+        return None
+    policy = AutoscalePolicy(parse_bounds(args.autoscale))
+    return _Scaling(Autoscaler(settings, job_id(args.job_id), policy))
 
 
 def parse_parallelism(values: list[str]) -> dict[str, int]:

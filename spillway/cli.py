@@ -25,6 +25,7 @@ from spillway.recovery import cli as recovery_cli
 from spillway.recovery import housekeepcli
 from spillway.recovery.commands import run_command
 from spillway.spark_jobs import cli as run_cli
+from spillway.spark_jobs.autoscale import cli as autoscale_cli
 from spillway.spark_jobs.ui import cli as ui_cli
 
 Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -40,6 +41,7 @@ COMMANDS: tuple[Command, ...] = (
     registry_cli,
     run_cli,
     recovery_cli,
+    autoscale_cli,
     housekeepcli,
     demo,
     clustercli,

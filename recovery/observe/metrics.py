@@ -17,7 +17,8 @@ the limit (or never has), there is no verdict: a restoring or running subtask is
 ``unknown``, never ``lost``; :func:`as_of` applies the same rule to a snapshot shown later.
 Counters survive restarts: an incarnation's counts start at zero again, so a subtask's
 ``records_in`` is the sum over its incarnations of the newest count each reported (a
-replayed record counts again: it was processed again). Restarts and states come from the
+replayed record counts again: it was processed again); so is ``busy_s``, the seconds a
+subtask spent processing records. Restarts and states come from the
 event log of this run (:func:`spillway.recovery.observe.status.fold_events`).
 """
 
@@ -54,6 +55,7 @@ class SubtaskMetrics:
     records_in: int = 0
     records_out: int = 0
     checkpoints: int = 0
+    busy_s: float = 0.0  # seconds spent processing records, over incarnations
     checkpoint: int | None = None
     checkpoint_age_s: float | None = None
     checkpoint_s: float | None = None
@@ -64,6 +66,9 @@ class SubtaskMetrics:
     replayed: dict[str, int] = field(default_factory=dict)  # records, over incarnations
     progress: tuple[int, int] | None = None  # a bounded source's (done, total)
     source: bool = False  # an operator without input channels
+    # Wall time of the current incarnation's newest heartbeat (None: none yet): the
+    # counters above are as of then, not as of the snapshot (rates divide by its change).
+    beat_time: float | None = None
 
     @property
     def name(self) -> str:
@@ -91,6 +96,7 @@ class Snapshot:
 class _Incarnation:
     counts: dict[str, int] = field(default_factory=dict)  # records_in, records_out, checkpoints
     replayed: dict[str, int] = field(default_factory=dict)
+    busy_s: float = 0.0
 
 
 class JobMetrics:
@@ -160,6 +166,9 @@ class JobMetrics:
             v = doc.get(k)
             if isinstance(v, int):
                 inc.counts[k] = max(v, inc.counts.get(k, 0))
+        busy = doc.get("busy_s")
+        if isinstance(busy, int | float):
+            inc.busy_s = max(float(busy), inc.busy_s)
         replay = doc.get("replay")
         if isinstance(replay, Mapping):
             for tp, v in replay.items():
@@ -194,6 +203,7 @@ class JobMetrics:
             m.records_in += inc.counts.get("records_in", 0)
             m.records_out += inc.counts.get("records_out", 0)
             m.checkpoints += inc.counts.get("checkpoints", 0)
+            m.busy_s += inc.busy_s
             for tp, n in inc.replayed.items():
                 m.replayed[tp] = m.replayed.get(tp, 0) + n
         beat = self._beat.get(key)
@@ -245,6 +255,7 @@ def _inc(doc: Mapping[str, Any]) -> Incarnation:
 
 
 def _from_beat(m: SubtaskMetrics, beat: Mapping[str, Any], now: float) -> None:
+    m.beat_time = _float(beat.get("time"))
     ckpt = beat.get("checkpoint")
     if isinstance(ckpt, int):
         m.checkpoint = ckpt

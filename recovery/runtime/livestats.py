@@ -8,6 +8,7 @@ metrics (:mod:`spillway.recovery.observe.metrics`) and the progress line are bui
 Fields (all optional for readers; older heartbeats have none of them):
 
 - ``records_in``, ``records_out``, ``checkpoints``: this incarnation's counts so far;
+- ``busy_s``: this incarnation's seconds spent processing input records so far;
 - ``checkpoint``, ``checkpoint_time``, ``checkpoint_s``, ``commit_s``: the last checkpoint's
   id, wall time, duration (flush to commit) and the commit's latency;
 - ``checkpointed``: per input partition, the next offset to read in the last checkpoint
@@ -73,6 +74,7 @@ class LiveStats:
             records_in=result.records_in,
             records_out=result.records_out,
             checkpoints=result.checkpoints,
+            busy_s=round(result.busy_s, 6),
             replay={tp: list(v) for tp, v in list(result.replay.items())},
         )
         if reader is not None:

@@ -58,6 +58,9 @@ class SubtaskResult:
     # Records written to its output channels, or, for a sink, rows the sink wrote (replays
     # included: what this incarnation wrote)
     records_out: int = 0
+    # Seconds spent running the operator on input records and writing its outputs (not
+    # waiting for input): records_in / busy_s is its true processing rate (an autoscaler's)
+    busy_s: float = 0.0
     replay: dict[str, list[int]] = field(default_factory=dict)  # tp -> [from, to, records]
     replay_basis: str | None = None  # spillway.recovery.restore.progress: "read" or "upper-bound"
     source_replay: dict[str, Any] = field(default_factory=dict)  # what its source re-reads

@@ -141,10 +141,12 @@ class Processor:
                 if self.replay.pending:
                     self.replay.count(d.tp, d.offset, len(records))
                 if cadence.chunk is None:
-                    self.path.message(records, d.tp, d.offset)
+                    self._deliver(records, d.tp, d.offset)
                 else:
                     yield from self._deliver_chunks(records, d.tp, d.offset, done, cadence)
+        start = time.perf_counter()
         self.path.poll_done()  # before anything below may checkpoint
+        self.result.busy_s += time.perf_counter() - start
         if (
             self.replay.pending
             and self.result.catchup_s is None
@@ -176,7 +178,16 @@ class Processor:
                 n = cadence.between_chunks()
                 if n is not None:
                     yield InsideMessage(n, (tp, offset, done + start))
-            self.path.message(records[start : start + chunk], tp, offset)
+            self._deliver(records[start : start + chunk], tp, offset)
+
+    def _deliver(self, records: Sequence[Record], tp: TopicPartition, offset: int) -> None:
+        """One message (or chunk of one) through the path, its time counted as busy: the
+        autoscaler's true rate is records per busy second, not per second waiting for input."""
+        start = time.perf_counter()
+        try:
+            self.path.message(records, tp, offset)
+        finally:
+            self.result.busy_s += time.perf_counter() - start
 
     def _step_source(self, source: Source) -> bool:
         """One read of the source, through the path."""

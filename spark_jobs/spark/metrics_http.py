@@ -235,6 +235,7 @@ def families(job: str, snap: Snapshot) -> list[Any]:
     c_in = fam(CounterMetricFamily, "subtask_records_in", "Records read, replays included", lab)
     c_out = fam(CounterMetricFamily, "subtask_records_out", "Records written", lab)
     c_ck = fam(CounterMetricFamily, "subtask_checkpoints", "Checkpoints committed", lab)
+    c_busy = fam(CounterMetricFamily, "subtask_busy_seconds", "Time spent processing records", lab)
     c_rs = fam(CounterMetricFamily, "subtask_restarts", "Restarts in this run", lab)
     g_up = fam(GaugeMetricFamily, "subtask_state", "1 for the subtask's state", [*lab, "state"])
     g_id = fam(GaugeMetricFamily, "subtask_checkpoint_id", "Last checkpoint's id", lab)
@@ -250,6 +251,7 @@ def families(job: str, snap: Snapshot) -> list[Any]:
         c_in.add_metric(v, s.records_in)
         c_out.add_metric(v, s.records_out)
         c_ck.add_metric(v, s.checkpoints)
+        c_busy.add_metric(v, s.busy_s)
         c_rs.add_metric(v, s.restarts)
         g_up.add_metric([*v, s.state], 1)
         _opt(g_id, v, s.checkpoint)
@@ -269,7 +271,8 @@ def families(job: str, snap: Snapshot) -> list[Any]:
         labels=["job_id"],
     )
     h.add_metric([job], _buckets(snap.global_durations_s), sum(snap.global_durations_s))
-    return [c_in, c_out, c_ck, c_rs, g_up, g_id, g_age, g_dur, g_com, g_st, g_debt, g_lag, c_rp, h]
+    gauges = [g_up, g_id, g_age, g_dur, g_com, g_st, g_debt, g_lag]
+    return [c_in, c_out, c_ck, c_busy, c_rs, *gauges, c_rp, h]
 
 
 def _opt(f: GaugeMetricFamily, labels: list[str], v: float | None) -> None:

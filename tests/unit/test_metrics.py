@@ -54,14 +54,17 @@ def test_restart_replay_and_counts_across_incarnations() -> None:
     m = JobMetrics(PLAN, RUN)
     m.event(ev("fencing", "count", 0, 0, 10))
     m.event(ev("started", "count", 0, 0, 10, replay={}))
-    m.heartbeat(beat("count", 0, 0, 10, 101, records_in=500, records_out=5, checkpoints=3))
+    m.heartbeat(
+        beat("count", 0, 0, 10, 101, records_in=500, records_out=5, checkpoints=3, busy_s=2.5)
+    )
     # attempt 0 is SIGKILLed; attempt 1 restores and replays 120 records of partition 0
     m.event(ev("fencing", "count", 0, 1, 11))
     m.event(ev("started", "count", 0, 1, 11, replay={f"{CH}[0]": [400, 520, 0]}))
     m.heartbeat(
         beat(
             "count", 0, 1, 11, 103.0,
-            records_in=200, records_out=2, checkpoints=1, checkpoint=7, checkpoint_time=102.5,
+            records_in=200, records_out=2, checkpoints=1, busy_s=0.75, checkpoint=7,
+            checkpoint_time=102.5,
             checkpoint_s=0.02, commit_s=0.01, state_keys=42,
             checkpointed={f"{CH}[0]": 600}, positions={f"{CH}[0]": 610},
             replay={f"{CH}[0]": [400, 520, 120]},
@@ -74,7 +77,7 @@ def test_restart_replay_and_counts_across_incarnations() -> None:
     snap = m.snapshot(now=104.0)
     c = {s.name: s for s in snap.subtasks}["count[0]"]
     assert (c.state, c.restarts) == ("running", 1)
-    assert (c.records_in, c.records_out, c.checkpoints) == (700, 7, 4)
+    assert (c.records_in, c.records_out, c.checkpoints, c.busy_s) == (700, 7, 4, 3.25)
     assert c.replayed == {f"{CH}[0]": 120}
     assert c.replay_debt == {f"{CH}[0]": 50}
     assert c.lag == {f"{CH}[0]": 40}
@@ -129,12 +132,14 @@ def scrape(snap: Snapshot) -> dict[tuple[str, tuple[tuple[str, str], ...]], floa
 
 def test_prometheus_text() -> None:
     s = SubtaskMetrics("count", 0, state="running", restarts=2, records_in=7, checkpoint=3,
-                       checkpoint_s=0.5, replay_debt={"t[0]": 4}, replayed={"t[0]": 9})  # fmt: skip
+                       checkpoint_s=0.5, replay_debt={"t[0]": 4}, replayed={"t[0]": 9},
+                       busy_s=1.25)  # fmt: skip
     got = scrape(Snapshot([s], [0.2, 3.0], read_at=time.time()))
     lab = (("index", "0"), ("job_id", "j"), ("operator", "count"))
     part = tuple(sorted((*lab, ("partition", "t[0]"))))
     assert got[("spillway_subtask_restarts_total", lab)] == 2
     assert got[("spillway_subtask_records_in_total", lab)] == 7
+    assert got[("spillway_subtask_busy_seconds_total", lab)] == 1.25
     assert got[("spillway_subtask_checkpoint_id", lab)] == 3
     assert got[("spillway_subtask_checkpoint_duration_seconds", lab)] == 0.5
     assert got[("spillway_subtask_replay_debt_offsets", part)] == 4
@@ -146,7 +151,7 @@ def test_prometheus_text() -> None:
     assert got[(f"{h}_bucket", (("job_id", "j"), ("le", "+Inf")))] == 2
     assert got[(f"{h}_count", (("job_id", "j"),))] == 2
     assert got[(f"{h}_sum", (("job_id", "j"),))] == 3.2
-    assert len(families("j", Snapshot([], []))) == 14
+    assert len(families("j", Snapshot([], []))) == 15
 
 
 def snap_of(records: int, restarts: int = 0, progress: tuple[int, int] | None = None) -> Snapshot:

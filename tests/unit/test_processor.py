@@ -4,6 +4,7 @@ recorded, not committed)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -190,3 +191,26 @@ def test_a_sink_reports_the_rows_it_wrote_as_records_out() -> None:
         pass
     assert sink.rows == [1, 2, 3]
     assert (p.result.records_in, p.result.records_out) == (3, 3)
+
+
+@dataclass
+class SlowDoubling(Doubling):
+    def process(self, records: Sequence[Any]) -> list[Any]:
+        time.sleep(0.05)
+        return super().process(records)
+
+
+@dataclass
+class WaitingReader(ScriptedReader):
+    def poll(self, n: int, wait_s: float, *, stop_after_barrier: bool = False) -> list[Delivery]:
+        time.sleep(0.2)  # waiting for input: not busy
+        return super().poll(n, wait_s, stop_after_barrier=stop_after_barrier)
+
+
+def test_busy_time_counts_processing_not_waiting_for_input() -> None:
+    p, _, writer = processor(WaitingReader([[data(0, [1, 2])], [data(1, [3])]]), SlowDoubling())
+    while not steps(p, []).ended:
+        pass
+    assert writer.written == [2, 4, 6]
+    # two calls of 50 ms each; the 400 ms the reader waited are not in it
+    assert 0.1 <= p.result.busy_s < 0.3
