@@ -30,6 +30,12 @@ VALUE_FORMATS: tuple[ValueFormat, ...] = get_args(ValueFormat)
 SinkValueFormat = Literal["json", "avro"]
 SINK_VALUE_FORMATS: tuple[SinkValueFormat, ...] = get_args(SinkValueFormat)
 
+# How write_kafka names the registry subject of its values, as Confluent's strategies do:
+# TopicNameStrategy (<topic>-value), RecordNameStrategy (the record's full name),
+# TopicRecordNameStrategy (<topic>-<full name>).
+SubjectStrategy = Literal["topic", "record", "topic_record"]
+SUBJECT_STRATEGIES: tuple[SubjectStrategy, ...] = get_args(SubjectStrategy)
+
 # The files read_files reads; as Arrow batches (batches=True) only CSV and Parquet.
 FileFormat = Literal["jsonl", "csv", "parquet"]
 FILE_FORMATS: tuple[FileFormat, ...] = get_args(FileFormat)

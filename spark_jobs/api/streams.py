@@ -26,9 +26,11 @@ from spillway.spark_jobs.connectors.sinks import ConsoleSink, JsonlFileSink, Kaf
 from spillway.spark_jobs.connectors.tablesinks import columnar_sink
 from spillway.spark_jobs.modes import (
     SINK_VALUE_FORMATS,
+    SUBJECT_STRATEGIES,
     BatchEmit,
     Emit,
     SinkValueFormat,
+    SubjectStrategy,
     batch_emit_of,
     emit_of,
 )
@@ -286,6 +288,7 @@ class Stream:
         value_format: SinkValueFormat = "json",
         registry: RegistryConfig | None = None,
         subject: str | None = None,
+        subject_strategy: SubjectStrategy = "topic",
     ) -> None:
         """JSON records to ``topic``, in the subtask's transactions (read them read_committed).
 
@@ -295,10 +298,17 @@ class Stream:
 
         ``value_format="avro", registry=RegistryConfig(url=...)``: each value is the
         record's Avro datum in the Confluent wire format, under the input's schema
-        registered (or found) in ``subject`` (default TopicNameStrategy, ``<topic>-value``)
-        (:mod:`spillway.spark_jobs.connectors.confluentavro`). The registry is asked now,
-        before the job starts, whether the subject's compatibility rule admits the schema:
-        ``PipelineDefinitionError`` with its reasons if not.
+        registered (or found) in ``subject``
+        (:mod:`spillway.spark_jobs.connectors.confluentavro`). Without ``subject``,
+        ``subject_strategy`` names it as Confluent's strategies do: ``"topic"`` (the
+        default, TopicNameStrategy) ``<topic>-value``, ``"record"`` (RecordNameStrategy)
+        the record schema's full name, ``"topic_record"`` (TopicRecordNameStrategy)
+        ``<topic>-<full name>``; giving both is a ``PipelineDefinitionError``. The
+        registry is asked now, before the job starts, whether the subject's compatibility
+        rule admits the schema: ``PipelineDefinitionError`` with its reasons if not. A
+        batch (from ``read_kafka(..., batches=True)`` or a batch operator) is encoded
+        column by column for a flat schema
+        (:mod:`spillway.spark_jobs.connectors.batchavroencode`).
         """
         # Without a key function, alone in its subtask, a flat channel is read as Arrow
         # batches and written column by column (spillway.channels.wire.arrowjson).
@@ -308,8 +318,15 @@ class Stream:
             f"write_kafka {name!r}: value_format",
             PipelineDefinitionError,
         )
+        strategy = choose(
+            subject_strategy,
+            SUBJECT_STRATEGIES,
+            f"write_kafka {name!r}: subject_strategy",
+            PipelineDefinitionError,
+        )
         schema = self._schema()
-        encoder = _registry_writer(name, topic, schema, fmt, registry, subject)
+        naming = _SubjectNaming(topic, subject, strategy)
+        encoder = _registry_writer(name, schema, fmt, registry, naming)
         flat = arrow_schema(schema) if schema is not None else None
         description: dict[str, Any] = {"sink": "kafka"}
         if isinstance(key, str):
@@ -320,7 +337,7 @@ class Stream:
                 )
             description["key"] = key
         key_fn = ColumnKey(key) if isinstance(key, str) else key and adapt(key)
-        batches = encoder is None and flat is not None and (key is None or isinstance(key, str))
+        batches = flat is not None and (key is None or isinstance(key, str))
         if encoder is not None:
             description |= {"values": value_format, "subject": encoder.subject}
         self._then(
@@ -339,21 +356,49 @@ class Stream:
         )
 
 
+@dataclasses.dataclass(frozen=True)
+class _SubjectNaming:
+    """How ``write_kafka`` was asked to name its subject: ``subject`` as given, else by
+    ``strategy`` from ``topic`` and the records' schema."""
+
+    topic: str
+    subject: str | None
+    strategy: SubjectStrategy
+
+    def check(self, where: str) -> None:
+        """``PipelineDefinitionError`` naming both if a subject and a strategy other than
+        the default are given: one would be ignored."""
+        if self.subject is not None and self.strategy != "topic":
+            raise PipelineDefinitionError(
+                f"{where}: give subject= or subject_strategy=, not both (subject="
+                f"{self.subject!r}, subject_strategy={self.strategy!r})"
+            )
+
+    def given(self) -> bool:
+        """True if either was given (they need a registry)."""
+        return self.subject is not None or self.strategy != "topic"
+
+    def of(self, schema: Schema) -> str:
+        """The subject of records of ``schema``."""
+        return self.subject or subject_name(self.topic, dict(schema), self.strategy)
+
+
 def _registry_writer(
     name: str,
-    topic: str,
     schema: Schema | None,
     value_format: SinkValueFormat,
     registry: RegistryConfig | None,
-    subject: str | None,
+    naming: _SubjectNaming,
 ) -> RegistryAvroWriter | None:
     """The wire-format encoder of ``write_kafka``, its subject checked with the registry;
     ``None`` for JSON values."""
     where = f"write_kafka {name!r}"
+    naming.check(where)
     if registry is None:
-        if value_format == "avro" or subject is not None:
+        if value_format == "avro" or naming.given():
             raise PipelineDefinitionError(
-                f'{where}: value_format="avro" and subject= need registry=RegistryConfig(...)'
+                f'{where}: value_format="avro", subject= and subject_strategy= need '
+                "registry=RegistryConfig(...)"
             )
         return None
     check_registry_format(where, value_format, registry, "written")
@@ -362,7 +407,7 @@ def _registry_writer(
             f"{where}: Avro values need the input's schema; give the operator before it "
             "an output schema"
         )
-    writer = RegistryAvroWriter(dict(schema), registry, subject or subject_name(topic))
+    writer = RegistryAvroWriter(dict(schema), registry, naming.of(schema))
     writer.check(where)
     return writer
 

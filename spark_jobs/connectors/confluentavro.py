@@ -9,7 +9,9 @@ compared (the reader's schema describes fields; producers name their records as 
 like); nested named types are. A value whose id the registry does not know, or whose
 writer's schema cannot be resolved into the reader's, is a bad record whose reason names
 the id. :class:`RegistryAvroWriter` registers the channel's schema under a subject
-(TopicNameStrategy: ``<topic>-value``) and frames each record's datum with its id.
+(:func:`subject_name`: Confluent's TopicNameStrategy by default) and frames each record's
+datum, or each row of an Arrow batch (column by column,
+:mod:`spillway.spark_jobs.connectors.batchavroencode`), with its id.
 """
 
 from __future__ import annotations
@@ -21,15 +23,18 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 import fastavro
+import pyarrow as pa
 from fastavro.read import SchemaResolutionError
 
 from spillway.channels.errors import PipelineDefinitionError
+from spillway.spark_jobs.connectors.batchavroencode import batch_encoder
 from spillway.spark_jobs.connectors.registry import (
     RegistryClient,
     RegistryConfig,
     SchemaId,
     SchemaNotFound,
 )
+from spillway.spark_jobs.modes import SubjectStrategy
 from spillway.spark_jobs.records.lines import LineError
 
 MAGIC = 0
@@ -46,9 +51,37 @@ class SchemaSource(Protocol):
         ...
 
 
-def subject_name(topic: str) -> str:
-    """The value subject of ``topic`` under TopicNameStrategy: ``<topic>-value``."""
-    return f"{topic}-value"
+class SubjectRegistry(Protocol):
+    """What a writer asks of a registry
+    (:class:`~spillway.spark_jobs.connectors.registry.RegistryClient` is one)."""
+
+    def register(self, subject: str, schema: str) -> SchemaId:
+        """Register ``schema`` under ``subject`` (or find it there); its id."""
+        ...
+
+    def compatible(self, subject: str, schema: str) -> tuple[bool, list[str]]:
+        """Whether ``subject``'s compatibility rule admits ``schema``, with its reasons."""
+        ...
+
+
+def record_full_name(schema: dict[str, Any]) -> str:
+    """The full name of record ``schema`` as Avro defines it: a name holding a dot is
+    already full; else ``<namespace>.<name>``, or the name alone without a namespace."""
+    name = str(schema["name"])
+    namespace = schema.get("namespace")
+    return name if "." in name or not namespace else f"{namespace}.{name}"
+
+
+def subject_name(topic: str, schema: dict[str, Any], strategy: SubjectStrategy = "topic") -> str:
+    """The value subject of records of ``schema`` written to ``topic``, as Confluent's
+    strategies name it: ``"topic"`` (TopicNameStrategy) ``<topic>-value``, ``"record"``
+    (RecordNameStrategy) the record's full name, ``"topic_record"``
+    (TopicRecordNameStrategy) ``<topic>-<full name>``."""
+    if strategy == "topic":
+        return f"{topic}-value"
+    if strategy == "record":
+        return record_full_name(schema)
+    return f"{topic}-{record_full_name(schema)}"
 
 
 def split_header(value: bytes | None) -> tuple[SchemaId, bytes]:
@@ -155,21 +188,38 @@ class RegistryAvroWriter:
     """Frames records as the registry's Avro wire format under ``subject``'s schema.
 
     :meth:`check` (before the job starts) asks the registry whether the subject's
-    compatibility rule admits the schema; :meth:`encode` registers it on first use.
+    compatibility rule admits the schema; :meth:`encode` and :meth:`encode_batch` register
+    it on first use. Picklable (the client is made on first use, by ``connect``: a
+    module-level callable, :class:`RegistryClient` unless a test fakes it).
     """
 
-    def __init__(self, schema: dict[str, Any], registry: RegistryConfig, subject: str) -> None:
+    def __init__(
+        self,
+        schema: dict[str, Any],
+        registry: RegistryConfig,
+        subject: str,
+        connect: Callable[[RegistryConfig], SubjectRegistry] = RegistryClient,
+    ) -> None:
         self.schema, self.registry, self.subject = schema, registry, subject
+        self.connect = connect
         self._text = json.dumps(schema, separators=(",", ":"))
         self._parsed = fastavro.parse_schema(schema, named_schemas={})
-        self._client: RegistryClient | None = None
+        self._columns = batch_encoder(schema)  # None: not flat, rows are written one by one
+        self._client: SubjectRegistry | None = None
         self._header: bytes | None = None
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"schema": self.schema, "registry": self.registry, "subject": self.subject}
+        return {
+            "schema": self.schema,
+            "registry": self.registry,
+            "subject": self.subject,
+            "connect": self.connect,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["schema"], state["registry"], state["subject"])  # type: ignore[misc]
+        self.__init__(  # type: ignore[misc]
+            state["schema"], state["registry"], state["subject"], state["connect"]
+        )
 
     def check(self, where: str) -> None:
         """``PipelineDefinitionError`` naming ``where`` if the subject's compatibility
@@ -184,15 +234,30 @@ class RegistryAvroWriter:
 
     def encode(self, record: dict[str, Any]) -> bytes:
         """``record`` as magic byte, schema id and Avro datum."""
-        if self._header is None:
-            schema_id = self._connect().register(self.subject, self._text)
-            self._header = bytes([MAGIC]) + int(schema_id).to_bytes(4, "big")
         out = io.BytesIO()
-        out.write(self._header)
+        out.write(self.header())
         fastavro.schemaless_writer(out, self._parsed, record)
         return out.getvalue()
 
-    def _connect(self) -> RegistryClient:
+    def encode_batch(self, batch: pa.RecordBatch) -> list[bytes]:
+        """Each row of ``batch`` as :meth:`encode` writes its dict: column by column for a
+        flat schema, else (or for a row the columns cannot write, e.g. a null in a field
+        that is not nullable: fastavro's error) row by row."""
+        header = self.header()
+        if self._columns is not None:
+            values = self._columns.encode(batch, header)
+            if values is not None:
+                return values
+        return [self.encode(r) for r in batch.to_pylist()]
+
+    def header(self) -> bytes:
+        """Magic byte and the schema's id under the subject (registered on first use)."""
+        if self._header is None:
+            schema_id = self._connect().register(self.subject, self._text)
+            self._header = bytes([MAGIC]) + int(schema_id).to_bytes(4, "big")
+        return self._header
+
+    def _connect(self) -> SubjectRegistry:
         if self._client is None:
-            self._client = RegistryClient(self.registry)
+            self._client = self.connect(self.registry)
         return self._client

@@ -176,14 +176,16 @@ class JsonlFileSink(StagedFileSink):
 
 
 class KafkaTopicSink:
-    """Writes records as JSON to a user topic inside the subtask's transaction.
+    """Writes records as JSON (or, with ``encoder``, registry-framed Avro) to a user topic
+    inside the subtask's transaction.
 
     ``key``: a function of the record, or a column's name (``ColumnKey``), whose
     ``key_bytes`` key each message. With ``batches`` (a flat input schema, no key function
     but a column), alone in its subtask it reads its channel as Arrow batches
-    (``spillway.recovery.runtime.batchpath``) and writes each batch's values and keys column by
-    column
-    (:mod:`spillway.channels.wire.arrowjson`): the same bytes as the records', with no dict per row.
+    (``spillway.recovery.runtime.batchpath``). A batch, read so or from a batch operator it
+    is chained behind, is written column by column (:mod:`spillway.channels.wire.arrowjson`,
+    or :meth:`RegistryAvroWriter.encode_batch`): the same bytes as the records', with no
+    dict per row.
     """
 
     def __init__(
@@ -196,6 +198,7 @@ class KafkaTopicSink:
         self.topic = topic
         self.key = key
         # Avro in the registry's wire format (spark_jobs.connectors.confluentavro), else JSON.
+        self._encoder = encoder
         self._encode: Callable[[Record], bytes] = _to_json if encoder is None else encoder.encode
         # A key function is asked record by record: such a sink takes records.
         self.takes_batches = batches and (key is None or isinstance(key, ColumnKey))
@@ -220,13 +223,19 @@ class KafkaTopicSink:
             )
 
     def _columnar(self, batch: pa.RecordBatch) -> list[tuple[bytes | None, bytes]] | None:
-        """The batch's messages built column by column; ``None``: a type only records take."""
-        values = json_values(batch)
+        """The batch's messages built column by column in the sink's value format (a
+        chained sink gets batches whatever it takes); ``None``: write the rows as records
+        (a key function, or a type only records take)."""
+        if self.key is not None and not isinstance(self.key, ColumnKey):
+            return None  # a key function is asked record by record
+        if self._encoder is not None:
+            values: list[bytes] | None = self._encoder.encode_batch(batch)
+        else:
+            values = json_values(batch)
         if values is None:
             return None
         if self.key is None:
             return [(None, v) for v in values]
-        assert isinstance(self.key, ColumnKey)
         keys = key_values(batch.column(self.key.column))
         return None if keys is None else list(zip(keys, values, strict=True))
 

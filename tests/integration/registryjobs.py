@@ -1,9 +1,11 @@
 """The pipelines of test_schema_registry.py: registry-framed Avro orders (an unbounded
-topic) → a map → registry-framed Avro output; and the same orders (bounded) read as Arrow
-batches → ``map_batches`` → JSONL.
+topic) → a map → registry-framed Avro output; the same orders (bounded) read as Arrow
+batches → ``map_batches`` → JSONL; and those batches → ``map_batches`` → registry-framed
+Avro output, written by a sink chained behind the batch operator and by one alone.
 
 Environment: ``SPILLWAY_TEST_IN``/``SPILLWAY_TEST_OUT`` (topics; for the batches, the
-output directory), ``SPILLWAY_TEST_REGISTRY`` (the registry's URL).
+output directory), ``SPILLWAY_TEST_OUT2`` (the second output topic),
+``SPILLWAY_TEST_REGISTRY`` (the registry's URL).
 """
 
 from __future__ import annotations
@@ -73,4 +75,28 @@ def registry_orders_batches() -> Pipeline:
     )  # fmt: skip
     tax = orders.map_batches("tax", taxed_batch, schema=channel_schema(TAXED))
     tax.write_jsonl("out", os.environ["SPILLWAY_TEST_OUT"])
+    return p
+
+
+def registry_orders_batches_to_kafka() -> Pipeline:
+    """The bounded orders topic read as Arrow batches by their schema ids, taxed with
+    ``map_batches`` twice: one written by a sink chained behind it to ``SPILLWAY_TEST_OUT``
+    (TopicRecordNameStrategy), one rebalanced to a sink alone that reads batches, to
+    ``SPILLWAY_TEST_OUT2`` (RecordNameStrategy); both registry-framed Avro."""
+    registry = RegistryConfig(os.environ["SPILLWAY_TEST_REGISTRY"])
+    p = Pipeline("registry-orders-batches-out", chaining=True)
+    orders = p.read_kafka(
+        "orders", os.environ["SPILLWAY_TEST_IN"], schema=ORDER_V2, parallelism=2,
+        bounded=True, batches=True, value_format="avro", registry=registry,
+    )  # fmt: skip
+    chained = orders.map_batches("tax", taxed_batch, schema=channel_schema(TAXED))
+    chained.write_kafka(
+        "chained", os.environ["SPILLWAY_TEST_OUT"], value_format="avro", registry=registry,
+        subject_strategy="topic_record",
+    )  # fmt: skip
+    alone = orders.map_batches("tax2", taxed_batch, schema=channel_schema(TAXED))
+    alone.rebalance().write_kafka(
+        "alone", os.environ["SPILLWAY_TEST_OUT2"], value_format="avro", registry=registry,
+        subject_strategy="record",
+    )  # fmt: skip
     return p

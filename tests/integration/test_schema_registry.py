@@ -13,6 +13,12 @@ into the reader's, a value with an unknown id and a truncated one, read by a bou
 as Arrow batches (each flat version decoded column by column) and taxed with
 ``map_batches``: the output is exact and each bad value is dead-lettered once with its
 origin and its schema id.
+
+Writing batches: the two versions read as Arrow batches, taxed with ``map_batches`` and
+written as registry-framed Avro (encoded column by column) by a Kafka sink chained behind
+the batch operator and by one alone in its subtask, under TopicRecordNameStrategy and
+RecordNameStrategy: read back with confluent-kafka's ``AvroDeserializer``, each output is
+exact, and each subject holds the records' schema.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from spillway.channels.config import KafkaSettings
 from spillway.channels.errors import PipelineDefinitionError
 from spillway.channels.kafka.admin import Admin, TopicSpec
 from spillway.spark_jobs.api.pipeline import Pipeline
+from spillway.spark_jobs.connectors.batchregistry import channel_schema
 from spillway.spark_jobs.connectors.registry import RegistryConfig
 from spillway.spark_jobs.spark.driver import run_on_spark
 from spillway.spark_jobs.spark.jobconfig import JobConfig
@@ -282,3 +289,50 @@ def test_a_batch_job_reads_two_schema_versions_by_id_into_exact_output(
         f"schema id {clash_id}: the writer's schema cannot be resolved into the reader's: "
         "the writer's field 'id' is string, the reader's 'id' is long"
     )
+
+
+def test_a_batch_job_writes_registry_avro_read_back_exactly_under_its_subjects(
+    kafka_bootstrap: str,
+    schema_registry_url: str,
+    unique: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    topic_in, topic_out, topic_out2 = f"{unique}-in", f"{unique}-out", f"{unique}-out2"
+    Admin(KafkaSettings(kafka_bootstrap)).ensure_topics(
+        [TopicSpec(t, PARTITIONS) for t in (topic_in, topic_out, topic_out2)]
+    )
+    registry = SchemaRegistryClient({"url": schema_registry_url})
+    ctx = SerializationContext(topic_in, MessageField.VALUE)
+    v1 = AvroSerializer(registry, json.dumps(ORDER_V1))
+    v2 = AvroSerializer(registry, json.dumps(ORDER_V2))
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "enable.idempotence": True})
+    expected: list[dict[str, Any]] = []
+    for i in range(2 * PER_VERSION):
+        order: dict[str, Any] = {"id": i, "amount": 100 + i % 1000}
+        if i < PER_VERSION:
+            value = v1(order, ctx)
+            order["note"] = "none"  # version 1 has no note: the reader's default
+        else:
+            order["note"] = f"n{i % 7}\u00e9" if i % 5 else ""
+            value = v2(order, ctx)
+        producer.produce(topic_in, value, partition=i % PARTITIONS)
+        expected.append(taxed(order))
+    assert producer.flush(60) == 0
+
+    monkeypatch.setenv("SPILLWAY_TEST_IN", topic_in)
+    monkeypatch.setenv("SPILLWAY_TEST_OUT", topic_out)
+    monkeypatch.setenv("SPILLWAY_TEST_OUT2", topic_out2)
+    monkeypatch.setenv("SPILLWAY_TEST_REGISTRY", schema_registry_url)
+    results = run_on_spark(
+        JobConfig(
+            "tests.integration.registryjobs:registry_orders_batches_to_kafka", unique,
+            kafka_bootstrap, master="local[6,3]", checkpoint_interval_s=0.1,
+        )
+    )  # fmt: skip
+    assert {r.status for r in results} == {"finished"}
+    for topic in (topic_out, topic_out2):
+        got = read_output(kafka_bootstrap, topic, schema_registry_url)
+        assert sorted(got, key=lambda o: o["id"]) == expected, topic  # each exactly once
+    written = channel_schema(TAXED)  # the batches' schema: the reader's defaults dropped
+    for subject in (f"{topic_out}-spillway.test.Taxed", "spillway.test.Taxed"):
+        assert json.loads(registry.get_latest_version(subject).schema.schema_str) == written

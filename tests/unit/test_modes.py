@@ -132,5 +132,12 @@ def test_write_kafka_refuses_an_unknown_value_format() -> None:
     with pytest.raises(PipelineDefinitionError) as info:
         src.write_kafka("out", "o", value_format="avro")
     assert str(info.value) == (
-        """write_kafka 'out': value_format="avro" and subject= need registry=RegistryConfig(...)"""
+        """write_kafka 'out': value_format="avro", subject= and subject_strategy= need """
+        "registry=RegistryConfig(...)"
+    )
+    with pytest.raises(PipelineDefinitionError) as info:
+        src.write_kafka("out", "o", subject_strategy="records")  # type: ignore[arg-type]
+    assert str(info.value) == (
+        "write_kafka 'out': subject_strategy must be one of 'topic', 'record', "
+        "'topic_record', got 'records'"
     )

@@ -57,7 +57,7 @@ def test_the_header_gives_the_schema_id_and_the_body() -> None:
     ]:
         with pytest.raises(LineError, match=why.replace("(", r"\(").replace(")", r"\)")):
             split_header(bad)
-    assert subject_name("orders") == "orders-value"
+    assert subject_name("orders", ORDER) == "orders-value"
 
 
 def test_the_decoder_pickles_without_its_client_and_cache() -> None:
