@@ -3,14 +3,18 @@
 - the click-stream example's output and events (``spillway.examples.clicks``),
 - the processes of a local standalone cluster,
 - channel writers of the channel tests (also imported by their writer subprocess),
-- a topic's committed messages, read to its end.
+- a topic's committed messages, read to its end,
+- ``spillway`` run as a command in a child process.
 """
 
 from __future__ import annotations
 
 import glob
 import json
+import os
 import socket
+import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -187,3 +191,19 @@ def read_committed(
                 out.append((m.partition() or 0, m.offset() or 0, m.value() or b""))
     consumer.close()
     return out
+
+
+# --- the command line ----------------------------------------------------------------------
+
+
+def spillway(*argv: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``spillway ARGV`` in a child process (``env`` added to this one's), capturing what
+    it prints."""
+    return subprocess.run(
+        [sys.executable, "-m", "spillway.cli", *argv],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )

@@ -13,9 +13,6 @@ its origin, its size, the limit and the setting to raise.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections import Counter
 from typing import Any
 
@@ -30,7 +27,7 @@ from spillway.recovery.observe.events import read_events
 from spillway.spark_jobs.spark.driver import run_on_spark
 from spillway.spark_jobs.spark.jobconfig import JobConfig
 from tests.integration.deadletters import read_dlq
-from tests.integration.support import read_committed
+from tests.integration.support import read_committed, spillway
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark]
 
@@ -119,15 +116,7 @@ def test_without_dead_letters_a_record_too_large_for_the_sink_stops_the_job_with
         "SPILLWAY_TEST_OUT": topic_out,
         "SPILLWAY_TEST_BATCHES": "chained",
     }
-    argv = ["run", REF, "--job-id", unique, "--bootstrap", kafka_bootstrap]
-    proc = subprocess.run(
-        [sys.executable, "-m", "spillway.cli", *argv],
-        env={**os.environ, **env},
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    proc = spillway("run", REF, "--job-id", unique, "--bootstrap", kafka_bootstrap, env=env)
 
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2, proc.stderr[-3000:]
