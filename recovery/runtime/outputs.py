@@ -33,7 +33,7 @@ from spillway.channels.errors import RecordError, RecordTooLargeError
 from spillway.channels.ids import SubtaskId
 from spillway.channels.wire.batchread import ArrowRows, one_batch
 from spillway.channels.writer import ChannelWriter
-from spillway.recovery.job.origins import Origins
+from spillway.recovery.job.origins import Listed, Origins
 from spillway.recovery.job.plan import Record, Sink
 from spillway.recovery.runtime.batchpath import rows_of, write_batches
 from spillway.recovery.runtime.crashpoints import CrashPoints
@@ -107,7 +107,7 @@ class Outputs:
                 raise emit_failure(
                     self._subtask, self._operator, recs, origins, e, self._write_all
                 ) from e
-            recs = self._write_good(recs, origins, self._dead_letters)
+            recs, origins = self._write_good(recs, origins, self._dead_letters)
         self.result.records_out += len(recs)
         if self._sink is not None:  # the end of a chain
             self._to_sink(recs, origins)
@@ -138,15 +138,18 @@ class Outputs:
 
     def _write_good(
         self, recs: list[Record], origins: Origins, dead_letters: DeadLetters
-    ) -> list[Record]:
-        good = []
+    ) -> tuple[list[Record], Origins]:
+        """Write ``recs`` one by one, dead-lettering those refused; the written ones and
+        their origins."""
+        good, kept = [], []
         for k, r in enumerate(recs):
             try:
                 self._write_all([r])
                 good.append(r)
+                kept.append(origins.at(k))
             except RecordError as e1:
                 dead_letters.send(stage="emit", error=e1, origin=origins.at(k), record=r)
-        return good
+        return good, Listed(kept)
 
     def _write_all(self, records: list[Record]) -> None:
         for w in self._writers:

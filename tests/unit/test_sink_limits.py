@@ -4,7 +4,9 @@ do with a record over it (spillway.recovery.runtime.outputs, .sinklimit)."""
 
 from __future__ import annotations
 
+import json
 import logging
+from collections.abc import Sequence
 from typing import Any, ClassVar, cast
 
 import pyarrow as pa
@@ -12,7 +14,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from spillway.channels.config import KafkaSettings
-from spillway.channels.errors import RecordTooLargeError, SpillwayError
+from spillway.channels.errors import RecordError, RecordTooLargeError, SpillwayError
 from spillway.channels.ids import JobId, OperatorName, SubtaskId
 from spillway.channels.kafka import limits
 from spillway.channels.kafka.idempotent import IdempotentProducer
@@ -167,9 +169,26 @@ class Crash:
     armed = False
 
 
-def outputs(sink: KafkaTopicSink, dead: DeadLetters | None) -> tuple[Outputs, SubtaskResult]:
+class Writer:
+    """A channel writer refusing the records whose ``n`` is in ``refuse``."""
+
+    def __init__(self, refuse: set[int]) -> None:
+        self.refuse = refuse
+        self.took: list[Any] = []
+
+    def write_many(self, records: list[Any]) -> None:
+        if any(r["n"] in self.refuse for r in records):
+            raise RecordError("refused by the writer")
+        self.took += records
+
+
+def outputs(
+    sink: KafkaTopicSink, dead: DeadLetters | None, writers: Sequence[Writer] = ()
+) -> tuple[Outputs, SubtaskResult]:
     result = SubtaskResult(str(SUB), 1, "running")
-    made = Outputs(SUB, "sink", [], sink, cast(Any, dead), cast(Any, Crash()), result)
+    made = Outputs(
+        SUB, "sink", cast(Any, writers), sink, cast(Any, dead), cast(Any, Crash()), result
+    )
     return made, result
 
 
@@ -202,6 +221,20 @@ def test_with_dead_letters_records_over_the_limit_go_there_with_their_origin() -
         ),
     ]
     assert result.records_out == 3
+
+
+def test_a_record_the_sink_refuses_after_a_writer_refused_another_keeps_its_origin() -> None:
+    producer, dead, writer = FakeProducer(), DeadLetters(), Writer({0})
+    made, result = outputs(limited_sink(producer), dead, [writer])
+    made.records(RECORDS, ORIGINS)
+    assert [(d[0], d[2], d[3]["n"]) for d in dead.sent] == [
+        ("emit", TopicOffset("in", 3, 40), 0),
+        ("sink", TopicOffset("in", 3, 41), 1),
+        ("sink", TopicOffset("in", 3, 43), 3),
+    ]
+    assert writer.took == RECORDS[1:]
+    assert [json.loads(v)["n"] for _, _, v in producer.sent] == [2, 4]
+    assert result.records_out == 4  # what the writer took
 
 
 def test_dead_letters_of_a_batch_sink_are_its_rows() -> None:
