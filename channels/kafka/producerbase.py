@@ -22,6 +22,7 @@ from spillway.channels.errors import (
     TransactionAbortedError,
 )
 from spillway.channels.ids import Offset, TopicPartition
+from spillway.channels.kafka.limits import producer_bytes
 from spillway.channels.kafka.retry import is_fenced, kafka_error
 
 log = logging.getLogger("spillway.producer")
@@ -71,6 +72,20 @@ class ProducerBase:
                 log.info("flush on close of %s: %s", self.name, e)
             self._producer = None
         self._in_txn = False
+
+    @property
+    def message_max_bytes(self) -> int:
+        """The largest message this producer sends (its ``message.max.bytes``)."""
+        return producer_bytes(self._config)
+
+    def cap_batch_size(self, size: int) -> None:
+        """Keep this producer's record batches within ``size`` bytes (``batch.size``), e.g.
+        below a sink topic's ``max.message.bytes``. Before :meth:`start` only; a producer
+        recreated later keeps the cap."""
+        if self._producer is not None:
+            raise SpillwayError(f"producer {self.name}: batch.size capped after start()")
+        current = int(self._config.get("batch.size", size))
+        self._config["batch.size"] = min(current, size)
 
     @property
     def _p(self) -> Producer:
@@ -260,7 +275,7 @@ class ProducerBase:
                 self._abort_quietly()
             what = f"a message of {size} bytes" if size else "a message"
             to = f" to {topic}" if topic else ""
-            limit = self._config.get("message.max.bytes", 1000000)  # librdkafka's default
+            limit = producer_bytes(self._config)
             return RecordTooLargeError(
                 f"producer {self.name}: {what}{to} is too large ({err.str()}); raise the "
                 f"producer's message.max.bytes (now {limit}; a client setting) and that "

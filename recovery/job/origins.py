@@ -11,7 +11,7 @@ object per record) and an :class:`Origin` is made only for a record that is repo
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -70,6 +70,18 @@ class Same:
     def at(self, k: int) -> Origin | None:
         """The message's origin, whatever ``k``."""
         return self.origin
+
+
+class Listed:
+    """Origins given one per record: those of some of another sequence's records (the
+    records a writer took, say)."""
+
+    def __init__(self, origins: Sequence[Origin | None]) -> None:
+        self._origins = list(origins)
+
+    def at(self, k: int) -> Origin | None:
+        """The origin of record ``k`` (``None`` past the end)."""
+        return self._origins[k] if 0 <= k < len(self._origins) else None
 
 
 class Runs:

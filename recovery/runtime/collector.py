@@ -51,6 +51,14 @@ class OutputCollector(Protocol):
         """The highest offset acknowledged for ``tp`` (after a flush)."""
         ...
 
+    @property
+    def message_max_bytes(self) -> int:
+        """The largest message the producer sending the outputs sends."""
+        ...
+
+    def cap_batch_size(self, size: int) -> None:
+        """Keep the outputs' record batches within ``size`` bytes (before :meth:`start`)."""
+
     def flush(self) -> None:
         """Wait until everything sent is acknowledged."""
 
@@ -72,6 +80,15 @@ class ExactlyOnceCollector:
 
     def start(self) -> None:
         """The subtask's producer is already started (it fenced the predecessor)."""
+
+    @property
+    def message_max_bytes(self) -> int:
+        """The subtask's producer's ``message.max.bytes``."""
+        return self._producer.message_max_bytes
+
+    def cap_batch_size(self, size: int) -> None:
+        """Caps the subtask's producer (which must not have started yet)."""
+        self._producer.cap_batch_size(size)
 
     def flush(self) -> None:
         """Put everything sent so far on the broker (still uncommitted)."""
@@ -99,6 +116,15 @@ class AtLeastOnceCollector:
     def start(self) -> None:
         """Create the producer (no fencing: it has no transactional id)."""
         self._producer.start()
+
+    @property
+    def message_max_bytes(self) -> int:
+        """The output producer's ``message.max.bytes``."""
+        return self._producer.message_max_bytes
+
+    def cap_batch_size(self, size: int) -> None:
+        """Caps the output producer (before :meth:`start`)."""
+        self._producer.cap_batch_size(size)
 
     def flush(self) -> None:
         """Wait until everything sent is acknowledged (raise if any delivery failed)."""

@@ -15,11 +15,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from spillway.channels.errors import RecordError, SpillwayError
+from spillway.channels.errors import RecordError, RecordTooLargeError, SpillwayError
 from spillway.channels.ids import SubtaskId
 from spillway.recovery.job.origins import Origin, Origins, Same
 from spillway.recovery.job.plan import Record, Rejected
 from spillway.recovery.runtime.deadletter import DeadLetters, dead_letter_topic
+from spillway.recovery.runtime.sinklimit import SinkRefusal
 
 
 def one_line(text: str) -> str:
@@ -73,12 +74,15 @@ def process_failure(
     """
     found = first_failing(records, call)
     k, cause = found if found is not None else (0, error)
-    origin, where = _where(origins, k, len(records))
-    return RecordError(
-        f"{subtask}: operator {operator!r} failed on {where}: {type(cause).__name__}: "
-        f"{one_line(str(cause))}. {fix_hint(subtask, 'the function or the input')}",
-        subtasks=[subtask],
-        origin=None if origin is None else str(origin),
+    return _named(
+        RecordError,
+        subtask,
+        _where(origins, k, len(records)),
+        lambda where: (
+            f"operator {operator!r} failed on {where}: {type(cause).__name__}: "
+            f"{one_line(str(cause))}"
+        ),
+        "the function or the input",
     )
 
 
@@ -97,10 +101,50 @@ def emit_failure(
     """
     found = first_failing(records, write)
     k, cause = found if found is not None else (0, error)
-    origin, where = _where(origins, k, len(records))
-    return (type(cause) if isinstance(cause, RecordError) else RecordError)(
-        f"{subtask}: operator {operator!r} emitted a record it cannot write ({where}): "
-        f"{one_line(str(cause))}. {fix_hint(subtask, 'the input or the schema')}",
+    return _named(
+        type(cause) if isinstance(cause, RecordError) else RecordError,
+        subtask,
+        _where(origins, k, len(records)),
+        lambda where: (
+            f"operator {operator!r} emitted a record it cannot write ({where}): "
+            f"{one_line(str(cause))}"
+        ),
+        "the input or the schema",
+    )
+
+
+def sink_failure(
+    subtask: SubtaskId,
+    operator: str,
+    records: Sequence[Record],
+    origins: Origins,
+    refusal: SinkRefusal,
+) -> RecordError:
+    """The error for the sink of ``operator`` refusing some of ``records`` as too large
+    for its topic: names the first refused record, its origin, its size, the limit and
+    the setting to raise."""
+    k, reason = refusal.refused[0]
+    return _named(
+        RecordTooLargeError,
+        subtask,
+        _where(origins, k, len(records)),
+        lambda where: f"the sink of operator {operator!r} cannot write {where}: {reason}",
+        "the limit or the record",
+    )
+
+
+def _named(
+    kind: type[RecordError],
+    subtask: SubtaskId,
+    found: tuple[Origin | None, str],
+    what: Callable[[str], str],
+    fix: str,
+) -> RecordError:
+    """A ``kind`` error of ``subtask`` about the record ``found`` (its origin, and where
+    it was as :func:`_where` says it): ``what(where)`` went wrong; ``fix`` it."""
+    origin, where = found
+    return kind(
+        f"{subtask}: {what(where)}. {fix_hint(subtask, fix)}",
         subtasks=[subtask],
         origin=None if origin is None else str(origin),
     )

@@ -49,8 +49,9 @@ class SinkPath(_NoOperator):
         self._outputs: Outputs = parts.outputs
 
     def message(self, records: Sequence[Record], tp: TopicPartition, offset: int) -> None:
-        """The sink writes ``records`` (its output: the rows it wrote)."""
-        self._outputs.sink_alone(records)
+        """The sink writes ``records`` (its output: the rows it wrote), every one's origin
+        the message."""
+        self._outputs.sink_alone(records, Same(TopicOffset(tp.topic, tp.partition, offset)))
 
     def rows(self, read: Sequence[Any]) -> int:
         """Rows are records here."""
@@ -58,7 +59,7 @@ class SinkPath(_NoOperator):
 
     def read(self, read: list[Any], origins: Origins) -> None:
         """The sink writes what was read, as it writes a message."""
-        self._outputs.sink_alone(read)
+        self._outputs.sink_alone(read, origins)
 
 
 class ForwardRecords(_NoOperator):

@@ -48,6 +48,7 @@ from spillway.recovery.runtime.lifecycle import Lifecycle, Phase
 from spillway.recovery.runtime.livestats import LiveStats
 from spillway.recovery.runtime.observer import AttemptObserver
 from spillway.recovery.runtime.options import RunOptions, SubtaskResult
+from spillway.recovery.runtime.sinklimit import LimitedSink
 from spillway.recovery.runtime.taskfactory import (
     Clients,
     Hooks,
@@ -169,6 +170,9 @@ class SubtaskRunner:
         finished earlier)."""
         obs = self.observer
         obs.restoring()
+        sink: object = self.operator[2]
+        if isinstance(sink, LimitedSink):  # batches within its topic's message limit
+            self.out.cap_batch_size(sink.read_limit(self.settings, self.out.message_max_bytes))
         self.producer.start()  # fences the previous incarnation, aborts its open transaction
         obs.fenced()
         self.out.start()

@@ -18,7 +18,9 @@ from typing import Any
 
 import pyarrow as pa
 
+from spillway.channels.config import KafkaSettings
 from spillway.channels.errors import SpillwayError
+from spillway.channels.kafka.limits import MessageLimit, message_size, read_message_limit
 from spillway.channels.output import MessageOutput
 from spillway.channels.routing.batchwrite import ColumnKey
 from spillway.channels.routing.partitioners import key_bytes
@@ -26,6 +28,7 @@ from spillway.channels.wire import jsontext
 from spillway.channels.wire.arrowjson import json_values, key_values
 from spillway.channels.wire.batchread import ArrowRows
 from spillway.recovery.job.plan import Context, Record
+from spillway.recovery.runtime.sinklimit import SinkRefusal
 from spillway.spark_jobs.connectors.confluentavro import RegistryAvroWriter
 
 _SUFFIX = ".inprogress"
@@ -186,6 +189,12 @@ class KafkaTopicSink:
     is chained behind, is written column by column (:mod:`spillway.channels.wire.arrowjson`,
     or :meth:`RegistryAvroWriter.encode_batch`): the same bytes as the records', with no
     dict per row.
+
+    Every message is checked against the topic's :class:`MessageLimit` (read by
+    :meth:`read_limit` before the subtask's producer starts) before any is produced: a
+    write with a record too large for the topic produces nothing and raises
+    :class:`SinkRefusal` naming each such record's position, so the transaction is never
+    spoiled by the broker's refusal.
     """
 
     def __init__(
@@ -203,24 +212,35 @@ class KafkaTopicSink:
         # A key function is asked record by record: such a sink takes records.
         self.takes_batches = batches and (key is None or isinstance(key, ColumnKey))
         self._producer: MessageOutput | None = None
+        self.limit: MessageLimit | None = None  # None until read_limit (then checked)
+
+    def read_limit(self, settings: KafkaSettings, producer_bytes: int) -> int:
+        """Read the topic's message limit (once; see :func:`read_message_limit`); the
+        ``batch.size`` the producer must keep to."""
+        if self.limit is None:
+            self.limit = read_message_limit(settings, self.topic, producer_bytes)
+        return self.limit.batch_size
 
     def open(self, ctx: Context, committed: Mapping[str, Any], producer: Any) -> None:
         """Writes share the subtask's transaction, so nothing needs finishing."""
         self._producer = producer
 
     def write(self, records: Sequence[Record]) -> None:
-        """Produce each record (keyed if a key was given; librdkafka partitions)."""
+        """Produce each record (keyed if a key was given; librdkafka partitions), or none
+        if one is too large for the topic (:class:`SinkRefusal`)."""
         assert self._producer is not None
-        if isinstance(records, ArrowRows) and (messages := self._columnar(records.batch)):
-            self._producer.produce_many(self.topic, messages)
-            return
-        key, encode = self.key, self._encode
-        if key is None:
-            self._producer.produce_many(self.topic, [(None, encode(r)) for r in records])
-        else:
-            self._producer.produce_many(
-                self.topic, [(key_bytes(key(r)), encode(r)) for r in records]
-            )
+        messages = None
+        if isinstance(records, ArrowRows):
+            messages = self._columnar(records.batch)
+        if messages is None:
+            key, encode = self.key, self._encode
+            if key is None:
+                messages = [(None, encode(r)) for r in records]
+            else:
+                messages = [(key_bytes(key(r)), encode(r)) for r in records]
+        if self.limit is not None:
+            check_sizes(self.limit, messages)
+        self._producer.produce_many(self.topic, messages)
 
     def _columnar(self, batch: pa.RecordBatch) -> list[tuple[bytes | None, bytes]] | None:
         """The batch's messages built column by column in the sink's value format (a
@@ -245,6 +265,23 @@ class KafkaTopicSink:
 
     def committed(self, info: Mapping[str, Any]) -> None:
         """Visible to read_committed consumers now."""
+
+
+def check_sizes(limit: MessageLimit, messages: Sequence[tuple[bytes | None, bytes]]) -> None:
+    """:class:`SinkRefusal` naming every message over ``limit`` by its position (and why),
+    if there is one."""
+    most = limit.payload_bytes  # key + value bytes a message without headers may carry
+    refused = [
+        (k, limit.refusal(message_size(key, value)))
+        for k, (key, value) in enumerate(messages)
+        if len(value) + (len(key) if key else 0) > most
+    ]
+    if refused:
+        raise SinkRefusal(
+            f"{len(refused)} of {len(messages)} records too large for topic {limit.topic}: "
+            f"the first {refused[0][1]}",
+            refused,
+        )
 
 
 class ConsoleSink:

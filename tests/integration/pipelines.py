@@ -65,6 +65,27 @@ def kafka_to_kafka() -> Pipeline:
     return p
 
 
+NOTE = {
+    "type": "record",
+    "name": "Note",
+    "fields": [{"name": "id", "type": "long"}, {"name": "text", "type": "string"}],
+}
+
+
+def kafka_straight_to_kafka() -> Pipeline:
+    """A bounded Kafka topic written as it is to a Kafka topic (``SPILLWAY_TEST_IN`` →
+    ``SPILLWAY_TEST_OUT``). With ``SPILLWAY_TEST_BATCHES=chained`` the sink is chained
+    into the source's subtask (its records' origins are the input's offsets); else it is
+    alone in its own subtask, reading its channel as Arrow batches."""
+    chained = os.environ.get("SPILLWAY_TEST_BATCHES") == "chained"
+    p = Pipeline("kafka-straight-to-kafka", chaining=chained)
+    notes = p.read_kafka(
+        "notes", os.environ["SPILLWAY_TEST_IN"], schema=NOTE, parallelism=2, bounded=True
+    )
+    notes.write_kafka("sink", os.environ["SPILLWAY_TEST_OUT"], parallelism=2)
+    return p
+
+
 EVENT = {
     "type": "record",
     "name": "Event",

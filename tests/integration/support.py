@@ -2,19 +2,27 @@
 
 - the click-stream example's output and events (``spillway.examples.clicks``),
 - the processes of a local standalone cluster,
-- channel writers of the channel tests (also imported by their writer subprocess).
+- channel writers of the channel tests (also imported by their writer subprocess),
+- a topic's committed messages, read to its end,
+- ``spillway`` run as a command in a child process.
 """
 
 from __future__ import annotations
 
 import glob
 import json
+import os
 import socket
+import subprocess
+import sys
+import time
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import Consumer
+from confluent_kafka import TopicPartition as CkTopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
 from spillway.channels.config import ChannelSettings, KafkaSettings
@@ -147,3 +155,55 @@ def states_of(samples: Samples) -> dict[str, str]:
             d = dict(labels)
             out[f"{d['operator']}[{d['index']}]"] = d["state"]
     return out
+
+
+# --- a topic's committed messages ---------------------------------------------------------
+
+
+def read_committed(
+    bootstrap: str, topic: str, partitions: int, timeout_s: float = 60.0
+) -> list[tuple[int, int, bytes]]:
+    """``(partition, offset, value)`` of every committed message of ``topic``, read
+    read_committed to each partition's end; fails if an end is not reached in time."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"{topic}-check",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+        }
+    )
+    tps = [CkTopicPartition(topic, p, 0) for p in range(partitions)]
+    consumer.assign(tps)
+    ends = {
+        p: consumer.get_watermark_offsets(CkTopicPartition(topic, p))[1] for p in range(partitions)
+    }
+    out: list[tuple[int, int, bytes]] = []
+    deadline = time.monotonic() + timeout_s
+    while any(
+        (consumer.position([CkTopicPartition(topic, p)])[0].offset or 0) < end
+        for p, end in ends.items()
+        if end
+    ):
+        assert time.monotonic() < deadline, f"{topic} not read to its end {ends}"
+        for m in consumer.consume(1000, 0.2):
+            if not m.error():
+                out.append((m.partition() or 0, m.offset() or 0, m.value() or b""))
+    consumer.close()
+    return out
+
+
+# --- the command line ----------------------------------------------------------------------
+
+
+def spillway(*argv: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``spillway ARGV`` in a child process (``env`` added to this one's), capturing what
+    it prints."""
+    return subprocess.run(
+        [sys.executable, "-m", "spillway.cli", *argv],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )

@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -39,6 +36,7 @@ from spillway.recovery.runtime.deadletter import (
 from spillway.spark_jobs.spark.driver import run_on_spark
 from spillway.spark_jobs.spark.jobconfig import JobConfig
 from tests.integration.deadletters import read_dlq
+from tests.integration.support import spillway
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark]
 
@@ -196,18 +194,6 @@ def test_dead_letter_channel_takes_every_class_of_bad_kafka_value_with_its_origi
     assert sorted(json.loads(str(d["record"]))["n"] for d in poisoned) == [
         1_000_000 + j for j in range(PER_CLASS)
     ]
-
-
-def spillway(*argv: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    """``spillway ARGV`` in a child process, capturing what it prints."""
-    return subprocess.run(
-        [sys.executable, "-m", "spillway.cli", *argv],
-        env={**os.environ, **env},
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
 
 
 def test_without_dead_letters_the_first_bad_value_stops_the_job_once_with_one_line(

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import json
-import time
 from collections import Counter
 
 import pytest
-from confluent_kafka import Consumer, Producer
-from confluent_kafka import TopicPartition as CkTopicPartition
+from confluent_kafka import Producer
 
 from spillway.channels.config import KafkaSettings
 from spillway.channels.kafka.admin import Admin, TopicSpec
@@ -16,37 +14,11 @@ from spillway.recovery.observe.events import read_events
 from spillway.spark_jobs.spark.driver import run_on_spark
 from spillway.spark_jobs.spark.jobconfig import JobConfig
 from tests.integration.pipelines import taxed
+from tests.integration.support import read_committed
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark]
 
 ORDERS = 30_000
-
-
-def read_all_committed(bootstrap: str, topic: str, partitions: int) -> list[dict[str, int]]:
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "verify",
-            "isolation.level": "read_committed",
-            "enable.auto.commit": False,
-        }
-    )
-    tps = [CkTopicPartition(topic, p, 0) for p in range(partitions)]
-    consumer.assign(tps)
-    ends = {
-        p: consumer.get_watermark_offsets(CkTopicPartition(topic, p))[1] for p in range(partitions)
-    }
-    out = []
-    deadline = time.monotonic() + 60
-    while any(
-        (consumer.position([CkTopicPartition(topic, p)])[0].offset or 0) < ends[p]
-        for p in ends
-        if ends[p]
-    ):
-        assert time.monotonic() < deadline
-        out.extend(json.loads(m.value()) for m in consumer.consume(1000, 0.2) if not m.error())
-    consumer.close()
-    return out
 
 
 # "batches": the source decodes each partition's values as one Arrow batch; "chained":
@@ -87,7 +59,7 @@ def test_kafka_source_and_sink_are_exactly_once_across_a_kill(
     results = run_on_spark(config)
     assert {r.status for r in results} == {"finished"}
 
-    got = read_all_committed(kafka_bootstrap, topic_out, 2)
+    got = [json.loads(v) for _, _, v in read_committed(kafka_bootstrap, topic_out, 2)]
     assert Counter(o["id"] for o in got) == Counter(range(ORDERS))  # every order exactly once
     assert sorted(got, key=lambda o: o["id"]) == [taxed(o) for o in orders]
     restarted = {

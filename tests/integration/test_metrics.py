@@ -32,7 +32,6 @@ REF = "spillway.examples.clicks:pipeline"
 SUBTASKS = [f"{op}[{i}]" for op in ("clicks", "enrich", "count", "out") for i in range(2)]
 
 
-
 def per_subtask(samples: Samples, name: str) -> dict[str, float]:
     """``operator[index]`` → value of metric ``name`` (summed over partitions)."""
     out: dict[str, float] = {}
