@@ -142,9 +142,7 @@ class TopicProbe:
         return {(k.topic, k.partition): int(f.result().offset) for k, f in futs.items()}
 
 
-def sample(
-    t: float, session: int, broker_pid: int | None, topics: TopicProbe | None
-) -> Sample:
+def sample(t: float, session: int, broker_pid: int | None, topics: TopicProbe | None) -> Sample:
     """Everything measured at ``t`` seconds into the run (topics only with a probe)."""
     rss, count, fds = sample_processes(session, broker_pid)
     return Sample(t, rss, count, fds, topics.sizes() if topics is not None else {})

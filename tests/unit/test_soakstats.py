@@ -113,9 +113,7 @@ def test_checkpoints_must_be_pruned_and_bounded() -> None:
     assert unbounded_checkpoints([*ok, _sample(130, 1, ckpt=too_long)], 1000, 60) == [
         "a checkpoint partition retained 2000 offsets at 130s (bound 1000)"
     ]
-    assert unbounded_checkpoints([_sample(0, 1)], 1000, 60) == [
-        "no sample saw a checkpoint topic"
-    ]
+    assert unbounded_checkpoints([_sample(0, 1)], 1000, 60) == ["no sample saw a checkpoint topic"]
 
 
 def test_render_states_rss_topics_and_exactness() -> None:
