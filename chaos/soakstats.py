@@ -7,6 +7,7 @@ Pure: reading ``/proc``, the broker's data directory and offsets is :mod:`chaos.
 from __future__ import annotations
 
 import enum
+import itertools
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ class ProcessKind(enum.StrEnum):
 
     DRIVER_PYTHON = "driver-python"  # `spillway run`
     DRIVER_JVM = "driver-jvm"  # Spark in local mode: driver and executors in one JVM
-    PYTHON_DAEMON = "python-daemon"  # pyspark.daemon, which forks the workers
+    PYTHON_DAEMON = "python-daemon"  # Spark's Python daemon, which forks the workers
     PYTHON_WORKER = "python-worker"  # a forked worker: runs one subtask at a time
     BROKER_JVM = "broker-jvm"
     OTHER = "other"
@@ -76,11 +77,16 @@ def classify(cmdline: Sequence[str], parent_cmdline: Sequence[str], broker: bool
         return ProcessKind.OTHER
     if "spillway.cli" in cmdline:
         return ProcessKind.DRIVER_PYTHON
-    if "pyspark.daemon" in cmdline:
+    if _daemon(cmdline):
         # The daemon's forks keep its command line: a worker's parent is the daemon.
-        daemon_parent = "pyspark.daemon" in parent_cmdline
-        return ProcessKind.PYTHON_WORKER if daemon_parent else ProcessKind.PYTHON_DAEMON
+        return ProcessKind.PYTHON_WORKER if _daemon(parent_cmdline) else ProcessKind.PYTHON_DAEMON
     return ProcessKind.PYTHON_WORKER  # a worker started directly (no daemon)
+
+
+def _daemon(cmdline: Sequence[str]) -> bool:
+    """Runs Spark's Python daemon module: ``pyspark.daemon`` or the project's own
+    (``spark.python.daemon.module``, spillway.spark_jobs.spark.daemon)."""
+    return any(a == "-m" and m.endswith(".daemon") for a, m in itertools.pairwise(cmdline))
 
 
 @dataclass(frozen=True)

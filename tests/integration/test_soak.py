@@ -47,5 +47,4 @@ def test_five_minute_soak_is_exact_under_kills_with_checkpoints_pruned(tmp_path:
     assert set(result.summary.rss) == {
         "driver-python", "driver-jvm", "python-daemon", "python-worker", "broker-jvm"
     }  # fmt: skip
-    assert result.summary.procs_end["python-worker"] == 8
     assert result.problems(growth_limit=None) == []

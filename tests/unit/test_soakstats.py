@@ -50,6 +50,10 @@ def test_processes_are_classified_by_command_line_and_parent() -> None:
     assert classify(java, driver, broker=False) == ProcessKind.DRIVER_JVM
     assert classify(DAEMON, java, broker=False) == ProcessKind.PYTHON_DAEMON
     assert classify(DAEMON, DAEMON, broker=False) == ProcessKind.PYTHON_WORKER
+    own = ("/w/.venv/bin/python", "-m", "spillway.spark_jobs.spark.daemon")
+    assert classify(own, java, broker=False) == ProcessKind.PYTHON_DAEMON
+    assert classify(own, own, broker=False) == ProcessKind.PYTHON_WORKER
+    assert classify(("python", "daemon"), java, broker=False) == ProcessKind.PYTHON_WORKER
     assert classify(("java", "kafka.Kafka"), (), broker=True) == ProcessKind.BROKER_JVM
     assert classify(("/bin/sh", "-c", "x"), java, broker=False) == ProcessKind.OTHER
     assert classify((), (), broker=False) == ProcessKind.OTHER
