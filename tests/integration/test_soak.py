@@ -42,9 +42,9 @@ def test_five_minute_soak_is_exact_under_kills_with_checkpoints_pruned(tmp_path:
     assert result.checkpoint_problems == []
     assert result.summary is not None
     assert result.summary.topics_end["checkpoint"].max_partition_retained <= CHECKPOINT_BOUND
-    # Every process kind was sampled throughout (RSS is reported, not judged: five minutes
-    # are too short to tell growth from warm-up).
-    assert set(result.summary.rss) == {
-        "driver-python", "driver-jvm", "python-daemon", "python-worker", "broker-jvm"
-    }  # fmt: skip
+    # Every process kind was sampled after warm-up (RSS is reported, not judged: five
+    # minutes are too short to tell growth from warm-up); a short-lived helper process of
+    # the driver's session may show up too, as "other".
+    kinds = {"driver-python", "driver-jvm", "python-daemon", "python-worker", "broker-jvm"}
+    assert set(result.summary.rss) - {"other"} == kinds
     assert result.problems(growth_limit=None) == []
