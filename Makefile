@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 # Debian's chromium for the browser test of `spillway ui` (apt-get, as root), when missing.
 INSTALL_CHROMIUM := command -v chromium >/dev/null || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium)
 
-.PHONY: demo test soak docs ui-test compose-test lint typecheck unit chaos chaos-long bench bench-columnar bench-channels bench-checkpoints bench-codecs bench-windows bench-windows-peers bench-restart bench-statesweep bench-rescale bench-budget bench-suite broker-start broker-stop clean
+.PHONY: demo test soak soak-long docs ui-test compose-test lint typecheck unit chaos chaos-long bench bench-columnar bench-channels bench-checkpoints bench-codecs bench-windows bench-windows-peers bench-restart bench-statesweep bench-rescale bench-budget bench-suite broker-start broker-stop clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required")'
@@ -87,6 +87,14 @@ bench: $(BENCH_STAMP)
 ## point, broker/driver/zombie/stop faults), output checked exactly; also part of `make soak`
 chaos: $(STAMP)
 	$(BIN)/python -m chaos --profile short --seeds 1
+
+## soak-long: the chaos job at a steady 1000 records/s for MINUTES (default 60), a subtask's
+## Python worker SIGKILLed every 3 min; samples RSS and open fds per process kind and the
+## checkpoint/changelog/channel topic sizes every 5 s, checks the output exactly, writes
+## bench/results/soak-<UTC>.json. `make soak` runs the same code for 5 min (test_soak.py)
+MINUTES ?= 60
+soak-long: $(STAMP)
+	$(BIN)/python -m chaos.soak --minutes $(MINUTES)
 
 ## chaos-long: the long profile over 5 seeds, 400k records each (2M in all); in no test tier
 chaos-long: $(STAMP)
