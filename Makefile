@@ -91,7 +91,8 @@ chaos: $(STAMP)
 ## soak-long: the chaos job at a steady 1000 records/s for MINUTES (default 60), a subtask's
 ## Python worker SIGKILLed every 3 min; samples RSS and open fds per process kind and the
 ## checkpoint/changelog/channel topic sizes every 5 s, checks the output exactly, writes
-## bench/results/soak-<UTC>.json. `make soak` runs the same code for 5 min (test_soak.py)
+## bench/results/soak-<UTC>.json. tests/integration/soak_five.py runs the same code for 5 min
+## (by path; not yet in `make soak`)
 MINUTES ?= 60
 soak-long: $(STAMP)
 	$(BIN)/python -m chaos.soak --minutes $(MINUTES)

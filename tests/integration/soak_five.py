@@ -2,6 +2,10 @@
 
 The keyed chaos job on a broker of its own at 1000 records/s, a subtask's Python worker
 SIGKILLed every minute, processes and topics sampled every 5 s.
+
+Not named test_*.py, so neither `make test` nor `make soak` collects it: it joins
+`make soak` (as test_soak.py) once it has passed twice in a row; until then run it by
+path, `pytest tests/integration/soak_five.py`.
 """
 
 from __future__ import annotations
