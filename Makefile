@@ -21,17 +21,19 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/spillway demo
 
-## test: lint, type-check, build the docs, then every test not marked soak (pytest -m "not soak"): unit,
-## channel and broker tests, and Spark jobs on a real broker, at least one per capability
+## test: lint, type-check, build the docs, then the fast tier (pytest -m "not soak and not extended"):
+## unit, channel and broker tests, and one Spark job on a real broker per capability
 test: $(STAMP) lint typecheck docs
-	$(BIN)/python -m pytest tests -m "not soak" --durations=15
+	$(BIN)/python -m pytest tests -m "not soak and not extended" --durations=15
 
-## soak: the long scenarios (pytest -m soak): the chaos runs and their at-least-once control,
+## soak: the further Spark tests (pytest -m extended: more variants of each capability, the
+## status page, metrics, security, sinks, ...) and the long scenarios (pytest -m soak): the
+## chaos runs and their at-least-once control,
 ## cluster changes, node failure, the standalone cluster, Kafka 3.9, packaging, the rescale
 ## family but the one in `make test`; then the UI in headless Chromium (browser_ui.py,
 ## installing chromium as ui-test does, without writing docs/ui.png)
 soak: $(STAMP)
-	$(BIN)/python -m pytest tests -m soak --durations=15
+	$(BIN)/python -m pytest tests -m "soak or extended" --durations=15
 	$(INSTALL_CHROMIUM)
 	$(BIN)/python -m pytest tests/integration/browser_ui.py -m soak -q
 

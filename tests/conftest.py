@@ -12,7 +12,8 @@ Nothing here ever skips a test.
 
 Markers hold (checked at collection, which fails otherwise): a test that uses the
 session broker (``kafka_bootstrap``, directly or through another fixture) is marked
-``broker``. A ``soak`` test that skips fails instead: `make soak` must run each one.
+``broker``. A ``soak`` or ``extended`` test that skips fails instead: `make soak` must run
+each one.
 """
 
 from __future__ import annotations
@@ -72,10 +73,11 @@ def pytest_runtest_makereport(
     item: pytest.Item,
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report = yield
-    if report.skipped and item.get_closest_marker("soak") and not hasattr(report, "wasxfail"):
+    tier = item.get_closest_marker("soak") or item.get_closest_marker("extended")
+    if report.skipped and tier is not None and not hasattr(report, "wasxfail"):
         why = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
         report.outcome = "failed"
-        report.longrepr = f"a soak test must run, not skip ({why})"
+        report.longrepr = f"a {tier.name} test must run, not skip ({why})"
     return report
 
 

@@ -29,7 +29,7 @@ from tests.integration.deadletters import read_dlq
 from tests.integration.gates import Gates, started
 from tests.integration.pipelines import ORDER, taxed
 
-pytestmark = [pytest.mark.broker, pytest.mark.spark]
+pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.extended]
 
 ORDERS = 20_000
 PARTITIONS = 3

@@ -88,6 +88,7 @@ def run(
     return read_totals(out), read_dlq(bootstrap, job), status
 
 
+@pytest.mark.extended
 def test_batch_operators_survive_kills_and_equal_the_record_operators(
     kafka_bootstrap: str, unique: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -144,6 +145,7 @@ def test_columnar_aggregate_survives_kills_and_equals_the_record_aggregate(
     ]
 
 
+@pytest.mark.extended
 def test_batch_operators_are_exact_under_unaligned_checkpoints_with_kills(
     kafka_bootstrap: str, unique: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -190,6 +192,7 @@ def committed_values(bootstrap: str, topic: str, partitions: int) -> list[bytes]
     return out
 
 
+@pytest.mark.extended
 def test_kafka_sink_writes_batches_exactly_once_across_kills(
     kafka_bootstrap: str, unique: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

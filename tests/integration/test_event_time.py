@@ -173,7 +173,14 @@ def in_process(
 # "kafka"/"column": read_kafka(batches=True), its event time the Kafka timestamp or the
 # "ts" column; its watermarks are observed per batch and partition
 # (spillway.spark_jobs.connectors.batchsources).
-@pytest.mark.parametrize("batches", ["", "kafka", "column"])
+@pytest.mark.parametrize(
+    "batches",
+    [
+        "",
+        pytest.param("kafka", marks=pytest.mark.extended),
+        pytest.param("column", marks=pytest.mark.extended),
+    ],
+)
 def test_windows_fire_on_an_unbounded_kafka_source_and_late_records_are_dead_lettered(
     kafka_bootstrap: str,
     unique: str,

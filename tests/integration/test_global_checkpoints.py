@@ -147,6 +147,7 @@ def test_global_checkpoints_are_consistent_and_exact_with_a_kill(
     assert str(completed[-1]["id"]) in listing
 
 
+@pytest.mark.extended
 def test_coordinator_death_does_not_stop_processing_and_numbering_resumes(
     kafka_bootstrap: str, unique: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -230,6 +231,7 @@ def test_coordinator_death_does_not_stop_processing_and_numbering_resumes(
     assert min(second.completed) > sp["id"] > max(first.completed)
 
 
+@pytest.mark.extended
 def test_unaligned_checkpoints_inside_a_message_restore_exactly(
     kafka_bootstrap: str, unique: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -183,6 +183,7 @@ def published(out: Path) -> list[dict[str, Any]]:
     return rows(out, "lookup_out")
 
 
+@pytest.mark.extended
 def test_lookup_join_follows_its_table_topic_across_kills(
     kafka_bootstrap: str, unique: str, tmp_path: Path
 ) -> None:

@@ -42,7 +42,7 @@ from tests.integration.keygroupjobs import (
     wait_until,
 )
 
-pytestmark = [pytest.mark.broker, pytest.mark.spark]
+pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.extended]
 
 REF = "tests.integration.keygroupjobs:key_totals"
 RECORDS = 30_000

@@ -36,7 +36,7 @@ from spillway.recovery.observe.events import read_events
 from tests.integration.deadletters import read_dlq
 from tests.integration.keyedops import BOUND_MS, GAP_MS, HOP_MS, LATENESS_MS, SIZE_MS
 
-pytestmark = [pytest.mark.broker, pytest.mark.spark]
+pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.extended]
 
 REF = "tests.integration.keyedops:keyed_operators"
 KEYS = [f"k{i}" for i in range(6)]

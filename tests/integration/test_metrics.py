@@ -26,7 +26,7 @@ from spillway.examples import clicks
 from tests.integration.conftest import RECORDS
 from tests.integration.support import Samples, free_port, read_output, scrape
 
-pytestmark = [pytest.mark.broker, pytest.mark.spark]
+pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.extended]
 
 REF = "spillway.examples.clicks:pipeline"
 SUBTASKS = [f"{op}[{i}]" for op in ("clicks", "enrich", "count", "out") for i in range(2)]

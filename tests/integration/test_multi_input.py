@@ -23,7 +23,7 @@ from tests.integration.multiinput import (
     tick_b,
 )
 
-pytestmark = [pytest.mark.broker, pytest.mark.spark]
+pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.extended]
 
 N_A, N_B = 6_000, 2_000
 

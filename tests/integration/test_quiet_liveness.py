@@ -41,7 +41,8 @@ from spillway.spark_jobs.spark.metrics_http import MetricsFeed
 from tests.integration.conftest import RECORDS
 from tests.integration.support import free_port, read_output, scrape, states_of
 
-pytestmark = pytest.mark.broker  # every test here runs against the real broker
+# every test here runs against the real broker
+pytestmark = [pytest.mark.broker, pytest.mark.extended]
 
 REF = "spillway.examples.clicks:pipeline"
 

@@ -19,7 +19,7 @@ from spillway.spark_jobs.spark.driver import run_on_spark
 from spillway.spark_jobs.spark.jobconfig import JobConfig
 from tests.integration.support import output_files, paced_clicks, read_output
 
-pytestmark = [pytest.mark.broker, pytest.mark.spark]
+pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.extended]
 
 REF = "spillway.examples.clicks:pipeline"
 RECORDS = 40_000

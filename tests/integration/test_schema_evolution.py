@@ -44,7 +44,7 @@ from tests.integration.gates import Gates
 from tests.integration.keygroupjobs import count_checkpoints, last_run_starts, wait_until
 from tests.integration.schemajobs import V1_ID, V2, channel_events, reference
 
-pytestmark = [pytest.mark.broker, pytest.mark.spark]
+pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.extended]
 
 MODULE = "tests.integration.schemajobs"
 RECORDS = 3_000

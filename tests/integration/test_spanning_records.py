@@ -37,7 +37,7 @@ from spillway.spark_jobs.spark.driver import run_on_spark
 from spillway.spark_jobs.spark.jobconfig import JobConfig
 from tests.integration.spanjobs import BIG_BYTES, is_big, make_event, read_output, reference
 
-pytestmark = [pytest.mark.broker, pytest.mark.spark]
+pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.extended]
 
 REF = "tests.integration.spanjobs:span_totals"
 RECORDS = 3000  # 20 big ones

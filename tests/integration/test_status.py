@@ -27,7 +27,7 @@ from spillway.channels.routing.keygroups import key_group_range
 from spillway.cli import main
 from spillway.recovery.observe.events import last_submission, read_events
 
-pytestmark = pytest.mark.broker
+pytestmark = [pytest.mark.broker, pytest.mark.extended]
 
 ENV_REF = "tests.integration.pipelines:env_configured"
 CONF_REF = "tests.integration.pipelines:configured"

@@ -27,7 +27,7 @@ from tests.integration.uijob import (
     spillway,
 )
 
-pytestmark = pytest.mark.broker
+pytestmark = [pytest.mark.broker, pytest.mark.extended]
 
 
 @pytest.mark.spark
