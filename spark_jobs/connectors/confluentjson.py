@@ -205,10 +205,13 @@ class RegistryJsonRecords:
 class RegistryJsonBatches:
     """Decodes runs of registry-framed JSON values into Arrow batches of the flat reader's
     ``schema`` (its defaults dropped:
-    :func:`~spillway.spark_jobs.connectors.batchregistry.channel_schema`), as plain JSON values are
-    decoded (one ``pyarrow.json`` call per run) once each is validated against its id's
-    JSON schema; ``decode`` as
+    :func:`~spillway.spark_jobs.connectors.batchregistry.channel_schema`); ``decode`` as
     :meth:`AvroDecoder.decode <spillway.spark_jobs.connectors.batchavro.AvroDecoder.decode>`.
+
+    Each value is parsed alone (orjson) to be validated against its id's JSON schema, as
+    on the record path; the valid ones are then decoded together as plain JSON values are
+    (:func:`~spillway.spark_jobs.connectors.batchjson.decode_json_values`: one
+    ``pyarrow.json`` call per run), so the columns hold what the JSON path would.
 
     Picklable (its decoder's client and validators are made again where it is unpickled).
     """

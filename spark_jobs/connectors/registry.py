@@ -142,11 +142,7 @@ class RegistryClient:
             known = str(answer.get("schemaType", "AVRO")), str(answer["schema"])
             self._by_id[schema_id] = known
         if known[0] != kind:
-            names = {"AVRO": "Avro", "JSON": "JSON Schema"}
-            raise SchemaNotFound(
-                f"schema id {schema_id} is a {names.get(known[0], known[0])} schema, not "
-                f"{names[kind]}"
-            )
+            raise SchemaNotFound(f"schema id {schema_id} is a {known[0]} schema, not {kind}")
         return known[1]
 
     def register(self, subject: str, schema: str, kind: SchemaKind = "AVRO") -> SchemaId:

@@ -32,6 +32,7 @@ from spillway.spark_jobs.connectors.confluentjson import (
     json_subject_name,
 )
 from spillway.spark_jobs.connectors.registry import (
+    RegistryClient,
     RegistryConfig,
     SchemaId,
     SchemaKind,
@@ -80,7 +81,7 @@ class FakeRegistry:
     def json_schema(self, schema_id: SchemaId) -> str:
         ASKED.append(int(schema_id))
         if schema_id == AVRO_ID:
-            raise SchemaNotFound(f"schema id {schema_id} is a Avro schema, not JSON Schema")
+            raise SchemaNotFound(f"schema id {schema_id} is a AVRO schema, not JSON")
         if schema_id not in SCHEMAS:
             raise SchemaNotFound(f"no schema with id {schema_id}")
         return json.dumps(SCHEMAS[schema_id])
@@ -150,8 +151,8 @@ BAD: list[tuple[bytes | None, str]] = [
     ),
     (
         framed(AVRO_ID, {"id": 7}),
-        f"schema id {AVRO_ID} is not in the schema registry (schema id {AVRO_ID} is a Avro "
-        "schema, not JSON Schema)",
+        f"schema id {AVRO_ID} is not in the schema registry (schema id {AVRO_ID} is a AVRO "
+        "schema, not JSON)",
     ),
     (
         framed(4, {"id": 8}),
@@ -428,3 +429,33 @@ def test_the_api_reads_and_refuses_json_schema_as_documented() -> None:
             "u", "out", value_format="json-schema", registry=REGISTRY,
             schema={"type": "object"}, subject_strategy="record",
         )  # fmt: skip
+
+
+def test_the_client_asks_for_and_registers_schemas_of_their_kind(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    asked: list[tuple[str, str, Any]] = []
+    answers = {
+        "/schemas/ids/3": {"schema": '{"type": "object"}', "schemaType": "JSON"},
+        "/schemas/ids/4": {"schema": '"long"'},  # no schemaType: Avro
+        "/subjects/out-value/versions": {"id": 5},
+    }
+
+    def request(method: str, path: str, body: Any = None) -> dict[str, Any]:
+        asked.append((method, path, body))
+        return answers[path]
+
+    client = RegistryClient(REGISTRY)
+    monkeypatch.setattr(client, "_request", request)
+    assert client.json_schema(SchemaId(3)) == '{"type": "object"}'
+    with pytest.raises(SchemaNotFound, match=r"^schema id 3 is a JSON schema, not AVRO$"):
+        client.schema(SchemaId(3))
+    with pytest.raises(SchemaNotFound, match=r"^schema id 4 is a AVRO schema, not JSON$"):
+        client.json_schema(SchemaId(4))
+    assert client.register("out-value", "{}", "JSON") == 5
+    assert client.json_schema(SchemaId(5)) == "{}"  # known by its registration
+    assert asked == [
+        ("GET", "/schemas/ids/3", None),
+        ("GET", "/schemas/ids/4", None),
+        ("POST", "/subjects/out-value/versions", {"schema": "{}", "schemaType": "JSON"}),
+    ]  # each id asked once
