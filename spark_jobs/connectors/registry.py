@@ -113,6 +113,10 @@ class SchemaNotFound(LookupError):
     """The registry has no such schema id, subject or version (its 404)."""
 
 
+class _Conflict(ConfigError):
+    """The registry refused a request as conflicting with its state (its 409)."""
+
+
 class RegistryClient:
     """Requests to one registry; schemas fetched by id are cached (ids never change)."""
 
@@ -147,11 +151,13 @@ class RegistryClient:
 
     def register(self, subject: str, schema: str, kind: SchemaKind = "AVRO") -> SchemaId:
         """Register ``schema`` (text of ``kind``) under ``subject`` (or find it there); its id."""
-        answer = self._request(
-            "POST",
-            f"/subjects/{_quote(subject)}/versions",
-            {"schema": schema, "schemaType": kind},
-        )
+        path, body = f"/subjects/{_quote(subject)}/versions", {"schema": schema, "schemaType": kind}
+        try:
+            answer = self._request("POST", path, body)
+        except _Conflict:
+            # Another subtask registered the subject's first version at the same moment
+            # (Apicurio answers the loser 409): registering again finds that version.
+            answer = self._request("POST", path, body)
         schema_id = SchemaId(int(answer["id"]))
         self._by_id[schema_id] = kind, schema
         return schema_id
@@ -196,7 +202,11 @@ class RegistryClient:
                 raise AuthorizationError(f"{where} refused {method} {path} (403)") from None
             if e.code == 404 and detail.get("error_code", 40403) in _SCHEMA_NOT_FOUND:
                 raise SchemaNotFound(str(detail.get("message", "not found"))) from None
-            if e.code in (409, 422):
+            if e.code == 409:
+                raise _Conflict(
+                    f"{where}: {method} {path} refused (409): {detail.get('message', '')}"
+                ) from None
+            if e.code == 422:
                 raise ConfigError(
                     f"{where}: {method} {path} refused ({e.code}): {detail.get('message', '')}"
                 ) from None

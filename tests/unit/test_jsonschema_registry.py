@@ -22,6 +22,7 @@ from spillway.channels.routing.partitioners import key_bytes
 from spillway.channels.wire.batchread import ArrowRows
 from spillway.recovery.job.origins import TopicOffset
 from spillway.spark_jobs.api.pipeline import Pipeline
+from spillway.spark_jobs.connectors import registry as registry_module
 from spillway.spark_jobs.connectors.batchavro import decode_kafka_avro
 from spillway.spark_jobs.connectors.confluentjson import (
     DRAFT,
@@ -459,3 +460,20 @@ def test_the_client_asks_for_and_registers_schemas_of_their_kind(
         ("GET", "/schemas/ids/4", None),
         ("POST", "/subjects/out-value/versions", {"schema": "{}", "schemaType": "JSON"}),
     ]  # each id asked once
+
+
+def test_a_registration_that_loses_a_race_for_the_first_version_registers_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: list[str] = []
+
+    def request(method: str, path: str, body: Any = None) -> dict[str, Any]:
+        calls.append(path)
+        if len(calls) == 1:  # another subtask created the subject a moment before
+            raise registry_module._Conflict("refused (409): artifact already exists")
+        return {"id": 7}
+
+    client = RegistryClient(REGISTRY)
+    monkeypatch.setattr(client, "_request", request)
+    assert client.register("out-value", "{}", "JSON") == 7
+    assert calls == ["/subjects/out-value/versions"] * 2
