@@ -22,13 +22,20 @@ EMITS: tuple[Emit, ...] = get_args(Emit)
 BatchEmit = Literal["final", "updates", "rows"]
 BATCH_EMITS: tuple[BatchEmit, ...] = get_args(BatchEmit)
 
-# How read_kafka reads a value: JSON, one Avro datum, or the Confluent wire format.
-ValueFormat = Literal["json", "avro", "avro-confluent"]
+# How read_kafka reads a value: JSON, one Avro datum, the Confluent wire format (Avro), or
+# JSON behind the wire format's header (JSON Schema, with a registry).
+ValueFormat = Literal["json", "avro", "avro-confluent", "json-schema"]
 VALUE_FORMATS: tuple[ValueFormat, ...] = get_args(ValueFormat)
 
-# How write_kafka writes a value: JSON, or Avro in the Confluent wire format (with a registry).
-SinkValueFormat = Literal["json", "avro"]
+# How write_kafka writes a value: JSON, or Avro or JSON Schema in the Confluent wire format
+# (with a registry).
+SinkValueFormat = Literal["json", "avro", "json-schema"]
 SINK_VALUE_FORMATS: tuple[SinkValueFormat, ...] = get_args(SinkValueFormat)
+
+# The value formats a schema registry frames (the Confluent wire format's body): Avro
+# datums, or JSON text validated by a JSON Schema.
+RegistryFormat = Literal["avro", "json-schema"]
+REGISTRY_FORMATS: tuple[RegistryFormat, ...] = get_args(RegistryFormat)
 
 # How write_kafka names the registry subject of its values, as Confluent's strategies do:
 # TopicNameStrategy (<topic>-value), RecordNameStrategy (the record's full name),

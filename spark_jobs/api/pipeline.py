@@ -48,9 +48,16 @@ from spillway.spark_jobs.connectors.batchavro import AvroRecords, avro_framing
 from spillway.spark_jobs.connectors.batchregistry import channel_schema
 from spillway.spark_jobs.connectors.batchsources import BatchFileSource, BatchKafkaSource
 from spillway.spark_jobs.connectors.confluentavro import RegistryAvroRecords
+from spillway.spark_jobs.connectors.confluentjson import RegistryJsonRecords
 from spillway.spark_jobs.connectors.registry import RegistryConfig, check_registry_format
 from spillway.spark_jobs.connectors.sources import FileSource, GeneratorSource, KafkaTopicSource
-from spillway.spark_jobs.modes import FILE_FORMATS, VALUE_FORMATS, FileFormat, ValueFormat
+from spillway.spark_jobs.modes import (
+    FILE_FORMATS,
+    VALUE_FORMATS,
+    FileFormat,
+    RegistryFormat,
+    ValueFormat,
+)
 from spillway.spark_jobs.records.records import adapt, output_schema
 from spillway.spark_jobs.records.schemas import avro_schema
 from spillway.spark_jobs.records.tombstones import keyed_schema
@@ -154,14 +161,19 @@ class Pipeline(Graph):
         watermarks: Watermarks | None,
         framing: str | None = None,
         registry: RegistryConfig | None = None,
+        registry_format: RegistryFormat = "avro",
     ) -> Stream:
         schema = avro_schema(spec, where=f"source {name!r}", name=name)
-        args = (topic, parallelism, bounded, schema, timestamp, watermarks, framing, registry)
+        args = (
+            topic, parallelism, bounded, schema, timestamp, watermarks, framing, registry,
+            registry_format,
+        )  # fmt: skip
         BatchKafkaSource(*args)  # checks the schema and the timestamp column now
         description = {"source": "kafka", "topic": topic, "bounded": bounded, "batch": True}
         if framing is not None:
             description["values"] = "avro" if framing == "none" else "avro-confluent"
         if registry is not None:
+            description["values"] = registry_format
             description["registry"] = registry.url
             schema = channel_schema(schema)  # its defaults serve resolution only
         node = self._add(
@@ -255,17 +267,29 @@ class Pipeline(Graph):
         into ``schema`` by Avro's resolution rules
         (:mod:`spillway.spark_jobs.connectors.confluentavro`); a value whose id the
         registry does not know, or whose schema does not resolve, is a bad record with the
-        id in its reason. Avro only for now. With ``batches=True`` (a flat ``schema``, whose
+        id in its reason. With ``batches=True`` (a flat ``schema``, whose
         defaults then serve resolution only) each id's values are decoded column by column
         when its writer's schema is flat too, record by record otherwise
         (:mod:`spillway.spark_jobs.connectors.batchregistry`).
+
+        ``value_format="json-schema", registry=RegistryConfig(url=...)``: each value is JSON
+        text behind the wire format's header, validated against the JSON schema its id
+        names, then read into ``schema`` as plain JSON values are (records, or with
+        ``batches=True`` one Arrow batch per read); a value with an id the registry does
+        not know or that its JSON schema refuses is a bad record with the id in its reason
+        (:mod:`spillway.spark_jobs.connectors.confluentjson`).
         """
         where = f"source {name!r}"
         value_format = choose(
             value_format, VALUE_FORMATS, f"{where}: value_format", PipelineDefinitionError
         )
+        registry_format: RegistryFormat = "avro"
         if registry is not None:
-            check_registry_format(where, value_format, registry, "read")
+            registry_format = check_registry_format(where, value_format, registry, "read")
+        elif value_format == "json-schema":
+            raise PipelineDefinitionError(
+                f'{where}: value_format="json-schema" needs registry=RegistryConfig(...)'
+            )
         framing = avro_framing(value_format, where, key_field is not None or tombstones)
         if kafka_timestamp_field is not None:
             _check_kafka_time_field(
@@ -281,7 +305,7 @@ class Pipeline(Graph):
             ts_col = _batch_event_time(name, timestamp, timestamp_column, watermarks, False)
             stream = self._batch_kafka(
                 name, topic, schema, parallelism, bounded, *ts_col, framing=framing,
-                registry=registry,
+                registry=registry, registry_format=registry_format,
             )  # fmt: skip
             node = self._nodes[name]
             node.time = _record_time(name, None, timestamp_column, ts_col[1], node.schema or {})
@@ -289,8 +313,10 @@ class Pipeline(Graph):
         avro = avro_schema(schema, where=where, name=name)
         ts = _event_time_args(name, timestamp, timestamp_column, watermarks, avro, required=False)
         source = partial(KafkaTopicSource, topic, parallelism, bounded, avro, ts[0], ts[1])
-        values: AvroRecords | RegistryAvroRecords | None = None
-        if registry is not None:
+        values: AvroRecords | RegistryAvroRecords | RegistryJsonRecords | None = None
+        if registry is not None and registry_format == "json-schema":
+            values = RegistryJsonRecords(avro, registry)
+        elif registry is not None:
             values = RegistryAvroRecords(avro, registry)
         elif framing is not None:
             values = AvroRecords(avro, framing)
@@ -310,7 +336,7 @@ class Pipeline(Graph):
                 "bounded": bounded,
                 **({"key_field": key_field} if key_field is not None else {}),
                 **({"tombstones": True} if tombstones else {}),
-                **({"values": value_format} if framing is not None else {}),
+                **({"values": value_format} if value_format != "json" else {}),
                 **({"registry": registry.url} if registry is not None else {}),
                 **(
                     {"kafka_timestamp_field": kafka_timestamp_field}

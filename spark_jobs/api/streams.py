@@ -21,6 +21,11 @@ from spillway.spark_jobs.api import batchspecs, keyedops, recordtime, windowspec
 from spillway.spark_jobs.api.graph import DeclaredRouting, Edge, Graph, Schema
 from spillway.spark_jobs.api.windowspec import Duration, Window
 from spillway.spark_jobs.connectors.confluentavro import RegistryAvroWriter, subject_name
+from spillway.spark_jobs.connectors.confluentjson import (
+    RegistryJsonWriter,
+    json_schema_of,
+    json_subject_name,
+)
 from spillway.spark_jobs.connectors.registry import RegistryConfig, check_registry_format
 from spillway.spark_jobs.connectors.sinks import ConsoleSink, JsonlFileSink, KafkaTopicSink
 from spillway.spark_jobs.connectors.tablesinks import columnar_sink
@@ -289,6 +294,7 @@ class Stream:
         registry: RegistryConfig | None = None,
         subject: str | None = None,
         subject_strategy: SubjectStrategy = "topic",
+        schema: Mapping[str, Any] | None = None,
     ) -> None:
         """JSON records to ``topic``, in the subtask's transactions (read them read_committed).
 
@@ -309,6 +315,15 @@ class Stream:
         batch (from ``read_kafka(..., batches=True)`` or a batch operator) is encoded
         column by column for a flat schema
         (:mod:`spillway.spark_jobs.connectors.batchavroencode`).
+
+        ``value_format="json-schema", registry=RegistryConfig(url=...)``: each value is the
+        record's JSON behind the wire format's header, with the id of the JSON schema
+        ``schema`` (a dict; by default the input's schema as JSON Schema,
+        :func:`~spillway.spark_jobs.connectors.confluentjson.json_schema_of`) registered
+        (or found) in the subject, named as for Avro (the record name is the JSON schema's
+        ``title``) and checked with the registry as for Avro, before the job starts
+        (:mod:`spillway.spark_jobs.connectors.confluentjson`). ``schema=`` with another
+        value format is a ``PipelineDefinitionError``.
         """
         # Without a key function, alone in its subtask, a flat channel is read as Arrow
         # batches and written column by column (spillway.channels.wire.arrowjson).
@@ -324,10 +339,10 @@ class Stream:
             f"write_kafka {name!r}: subject_strategy",
             PipelineDefinitionError,
         )
-        schema = self._schema()
+        records = self._schema()
         naming = _SubjectNaming(topic, subject, strategy)
-        encoder = _registry_writer(name, schema, fmt, registry, naming)
-        flat = arrow_schema(schema) if schema is not None else None
+        encoder = _registry_writer(name, records, fmt, registry, naming, schema)
+        flat = arrow_schema(records) if records is not None else None
         description: dict[str, Any] = {"sink": "kafka"}
         if isinstance(key, str):
             if flat is not None and key not in flat.names:
@@ -389,25 +404,43 @@ def _registry_writer(
     value_format: SinkValueFormat,
     registry: RegistryConfig | None,
     naming: _SubjectNaming,
-) -> RegistryAvroWriter | None:
+    json_schema: Mapping[str, Any] | None = None,
+) -> RegistryAvroWriter | RegistryJsonWriter | None:
     """The wire-format encoder of ``write_kafka``, its subject checked with the registry;
-    ``None`` for JSON values."""
+    ``None`` for JSON values. ``json_schema``: the JSON schema of JSON Schema values
+    (else derived from ``schema``, the input's)."""
     where = f"write_kafka {name!r}"
     naming.check(where)
+    if json_schema is not None and value_format != "json-schema":
+        raise PipelineDefinitionError(
+            f'{where}: schema= is the JSON schema of value_format="json-schema" values; '
+            f"got value_format={value_format!r}"
+        )
     if registry is None:
-        if value_format == "avro" or naming.given():
+        if value_format != "json" or naming.given():
             raise PipelineDefinitionError(
-                f'{where}: value_format="avro", subject= and subject_strategy= need '
-                "registry=RegistryConfig(...)"
+                f'{where}: value_format="avro" or "json-schema", subject= and '
+                "subject_strategy= need registry=RegistryConfig(...)"
             )
         return None
-    check_registry_format(where, value_format, registry, "written")
-    if schema is None:
-        raise PipelineDefinitionError(
-            f"{where}: Avro values need the input's schema; give the operator before it "
-            "an output schema"
+    fmt = check_registry_format(where, value_format, registry, "written")
+    if fmt == "json-schema" and json_schema is not None:
+        values = dict(json_schema)
+        subject = naming.subject or json_subject_name(naming.topic, values, naming.strategy)
+        writer: RegistryAvroWriter | RegistryJsonWriter = RegistryJsonWriter(
+            values, registry, subject
         )
-    writer = RegistryAvroWriter(dict(schema), registry, naming.of(schema))
+    elif schema is None:
+        raise PipelineDefinitionError(
+            f"{where}: {fmt} values need the input's schema; give the operator before it "
+            "an output schema" + (" (or write_kafka a JSON schema=)" if fmt != "avro" else "")
+        )
+    elif fmt == "json-schema":
+        values = json_schema_of(dict(schema))
+        subject = naming.subject or json_subject_name(naming.topic, values, naming.strategy)
+        writer = RegistryJsonWriter(values, registry, subject)
+    else:
+        writer = RegistryAvroWriter(dict(schema), registry, naming.of(schema))
     writer.check(where)
     return writer
 

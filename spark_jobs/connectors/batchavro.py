@@ -338,6 +338,7 @@ FRAMING_OF: dict[ValueFormat, str | None] = {
     "json": None,
     "avro": "none",
     "avro-confluent": "confluent",
+    "json-schema": None,  # JSON text behind the header: spark_jobs.connectors.confluentjson
 }
 
 
@@ -346,7 +347,7 @@ def avro_framing(value_format: ValueFormat, where: str, keyed: bool = False) -> 
     ``PipelineDefinitionError`` naming ``where`` for another format, or Avro with message
     keys as fields (``keyed``: key_field/tombstones read JSON values only)."""
     framing = FRAMING_OF[value_format]
-    if framing is not None and keyed:
+    if value_format != "json" and keyed:
         raise PipelineDefinitionError(
             f"{where}: key_field/tombstones read JSON values; drop them or value_format"
         )

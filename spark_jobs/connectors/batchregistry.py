@@ -37,13 +37,12 @@ from spillway.channels.errors import PipelineDefinitionError
 from spillway.channels.wire.arrowcodec import arrow_schema
 from spillway.spark_jobs.connectors.batchavro import AvroDecoder, AvroField, AvroRun, avro_fields
 from spillway.spark_jobs.connectors.confluentavro import (
-    HEADER_BYTES,
-    MAGIC,
     RegistryAvroRecords,
     SchemaSource,
     split_header,
 )
 from spillway.spark_jobs.connectors.registry import RegistryClient, RegistryConfig, SchemaId
+from spillway.spark_jobs.connectors.subjectschema import HEADER_BYTES, MAGIC
 from spillway.spark_jobs.records.lines import LineError
 
 # Avro's promotions between the column decoder's numeric kinds (writer → reader).
@@ -62,6 +61,19 @@ def channel_schema(reader: dict[str, Any]) -> dict[str, Any]:
     """``reader`` without its fields' defaults, which only resolution reads: the schema
     of the batches (and of the channel they go to); pure."""
     return {**reader, "fields": [_no_default(f) for f in reader.get("fields", [])]}
+
+
+def flat_reader(reader: dict[str, Any]) -> pa.Schema:
+    """The Arrow schema of the batches a registry's values are read into by ``reader``
+    (:func:`channel_schema`'s); ``PipelineDefinitionError`` if ``reader`` is not flat."""
+    arrow = arrow_schema(channel_schema(reader))
+    if arrow is None:
+        raise PipelineDefinitionError(
+            "read_kafka(batches=True) with a registry reads into a flat record schema "
+            "(fields of boolean, int, long, float, double, string or bytes, each "
+            f'optionally ["null", T]); got {reader!r}: read records (batches=False) instead'
+        )
+    return arrow
 
 
 def _no_default(field: Any) -> Any:
@@ -113,14 +125,7 @@ class RegistryAvroBatches:
         registry: RegistryConfig,
         connect: Callable[[RegistryConfig], SchemaSource] = RegistryClient,
     ) -> None:
-        arrow = arrow_schema(channel_schema(schema))
-        if arrow is None:
-            raise PipelineDefinitionError(
-                "read_kafka(batches=True) with a registry reads into a flat record schema "
-                "(fields of boolean, int, long, float, double, string or bytes, each "
-                f'optionally ["null", T]); got {schema!r}: read records (batches=False) instead'
-            )
-        self.arrow: pa.Schema = arrow
+        self.arrow = flat_reader(schema)
         self.schema = schema
         self.fields = avro_fields(channel_schema(schema))
         self._records = RegistryAvroRecords(schema, registry, connect)

@@ -54,9 +54,10 @@ from spillway.spark_jobs.connectors.batchfiles import (
 )
 from spillway.spark_jobs.connectors.batchjson import decode_kafka_json
 from spillway.spark_jobs.connectors.batchregistry import RegistryAvroBatches, channel_schema
+from spillway.spark_jobs.connectors.confluentjson import RegistryJsonBatches
 from spillway.spark_jobs.connectors.registry import RegistryConfig
 from spillway.spark_jobs.connectors.sources import FileSource, KafkaTopicSource
-from spillway.spark_jobs.modes import BATCH_FILE_FORMATS, FileFormat
+from spillway.spark_jobs.modes import BATCH_FILE_FORMATS, FileFormat, RegistryFormat
 from spillway.spark_jobs.records.watermarks import Watermarks, WatermarkTracker
 
 # Messages a batch Kafka source reads at most per call, whatever the runner's max_records:
@@ -172,9 +173,11 @@ class Chained:
 
 class BatchKafkaSource(KafkaTopicSource):
     """JSON (or Avro: ``framing``, :mod:`spillway.spark_jobs.connectors.batchavro`; or Avro
-    by a schema registry: ``registry``, :mod:`spillway.spark_jobs.connectors.batchregistry`)
-    values of an existing Kafka topic as Arrow batches of the (flat) schema. With a
-    registry the schema's defaults serve resolution only: the batches' schema has none."""
+    by a schema registry: ``registry``, :mod:`spillway.spark_jobs.connectors.batchregistry`;
+    or JSON Schema by one: ``registry_format="json-schema"``,
+    :mod:`spillway.spark_jobs.connectors.confluentjson`) values of an existing Kafka topic
+    as Arrow batches of the (flat) schema. With a registry the schema's defaults serve
+    resolution only: the batches' schema has none."""
 
     # Its subtask writes what it reads as Arrow (spillway.recovery.runtime.batchpath).
     returns_batches = True
@@ -189,6 +192,7 @@ class BatchKafkaSource(KafkaTopicSource):
         watermarks: Watermarks | None = None,
         framing: str | None = None,
         registry: RegistryConfig | None = None,
+        registry_format: RegistryFormat = "avro",
     ):
         reader = dict(schema)
         if registry is not None:
@@ -204,8 +208,10 @@ class BatchKafkaSource(KafkaTopicSource):
         self._arrow = flat
         self._ts_column = timestamp
         self._batch_origins: Origins = Chained([])
-        self._columns: AvroDecoder | RegistryAvroBatches | None = None
-        if registry is not None:
+        self._columns: AvroDecoder | RegistryAvroBatches | RegistryJsonBatches | None = None
+        if registry is not None and registry_format == "json-schema":
+            self._columns = RegistryJsonBatches(reader, registry)
+        elif registry is not None:
             self._columns = RegistryAvroBatches(reader, registry)
         elif framing is not None:
             self._columns = AvroDecoder(reader, framing)

@@ -26,7 +26,6 @@ import fastavro
 import pyarrow as pa
 from fastavro.read import SchemaResolutionError
 
-from spillway.channels.errors import PipelineDefinitionError
 from spillway.spark_jobs.connectors.batchavroencode import batch_encoder
 from spillway.spark_jobs.connectors.registry import (
     RegistryClient,
@@ -34,11 +33,15 @@ from spillway.spark_jobs.connectors.registry import (
     SchemaId,
     SchemaNotFound,
 )
+from spillway.spark_jobs.connectors.subjectschema import (
+    HEADER_BYTES,
+    MAGIC,
+    SubjectRegistry,
+    SubjectSchema,
+)
 from spillway.spark_jobs.modes import SubjectStrategy
 from spillway.spark_jobs.records.lines import LineError
 
-MAGIC = 0
-HEADER_BYTES = 5
 _REASON_CHARS = 300
 
 
@@ -48,19 +51,6 @@ class SchemaSource(Protocol):
 
     def schema(self, schema_id: SchemaId) -> str:
         """The schema text of ``schema_id``; ``SchemaNotFound`` if there is none."""
-        ...
-
-
-class SubjectRegistry(Protocol):
-    """What a writer asks of a registry
-    (:class:`~spillway.spark_jobs.connectors.registry.RegistryClient` is one)."""
-
-    def register(self, subject: str, schema: str) -> SchemaId:
-        """Register ``schema`` under ``subject`` (or find it there); its id."""
-        ...
-
-    def compatible(self, subject: str, schema: str) -> tuple[bool, list[str]]:
-        """Whether ``subject``'s compatibility rule admits ``schema``, with its reasons."""
         ...
 
 
@@ -189,8 +179,9 @@ class RegistryAvroWriter:
 
     :meth:`check` (before the job starts) asks the registry whether the subject's
     compatibility rule admits the schema; :meth:`encode` and :meth:`encode_batch` register
-    it on first use. Picklable (the client is made on first use, by ``connect``: a
-    module-level callable, :class:`RegistryClient` unless a test fakes it).
+    it on first use (:class:`~spillway.spark_jobs.connectors.subjectschema.SubjectSchema`).
+    Picklable (the client is made on first use, by ``connect``: a module-level callable,
+    :class:`RegistryClient` unless a test fakes it).
     """
 
     def __init__(
@@ -200,42 +191,35 @@ class RegistryAvroWriter:
         subject: str,
         connect: Callable[[RegistryConfig], SubjectRegistry] = RegistryClient,
     ) -> None:
-        self.schema, self.registry, self.subject = schema, registry, subject
-        self.connect = connect
-        self._text = json.dumps(schema, separators=(",", ":"))
+        self.schema = schema
+        text = json.dumps(schema, separators=(",", ":"))
+        self.target = SubjectSchema(text, "AVRO", registry, subject, connect)
         self._parsed = fastavro.parse_schema(schema, named_schemas={})
         self._columns = batch_encoder(schema)  # None: not flat, rows are written one by one
-        self._client: SubjectRegistry | None = None
-        self._header: bytes | None = None
+
+    @property
+    def subject(self) -> str:
+        """The subject the schema is registered under."""
+        return self.target.subject
 
     def __getstate__(self) -> dict[str, Any]:
-        return {
-            "schema": self.schema,
-            "registry": self.registry,
-            "subject": self.subject,
-            "connect": self.connect,
-        }
+        return {"schema": self.schema, "target": self.target}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        target: SubjectSchema = state["target"]
         self.__init__(  # type: ignore[misc]
-            state["schema"], state["registry"], state["subject"], state["connect"]
+            state["schema"], target.registry, target.subject, target.connect
         )
 
     def check(self, where: str) -> None:
         """``PipelineDefinitionError`` naming ``where`` if the subject's compatibility
         rule refuses the schema (the registry's reasons included)."""
-        ok, reasons = self._connect().compatible(self.subject, self._text)
-        if not ok:
-            raise PipelineDefinitionError(
-                f"{where}: the schema registry's compatibility rule for subject "
-                f"{self.subject!r} refuses the records' schema"
-                + (f": {'; '.join(reasons)}" if reasons else "")
-            )
+        self.target.check(where, "the records' schema")
 
     def encode(self, record: dict[str, Any]) -> bytes:
         """``record`` as magic byte, schema id and Avro datum."""
         out = io.BytesIO()
-        out.write(self.header())
+        out.write(self.target.header())
         fastavro.schemaless_writer(out, self._parsed, record)
         return out.getvalue()
 
@@ -243,21 +227,9 @@ class RegistryAvroWriter:
         """Each row of ``batch`` as :meth:`encode` writes its dict: column by column for a
         flat schema, else (or for a row the columns cannot write, e.g. a null in a field
         that is not nullable: fastavro's error) row by row."""
-        header = self.header()
+        header = self.target.header()
         if self._columns is not None:
             values = self._columns.encode(batch, header)
             if values is not None:
                 return values
         return [self.encode(r) for r in batch.to_pylist()]
-
-    def header(self) -> bytes:
-        """Magic byte and the schema's id under the subject (registered on first use)."""
-        if self._header is None:
-            schema_id = self._connect().register(self.subject, self._text)
-            self._header = bytes([MAGIC]) + int(schema_id).to_bytes(4, "big")
-        return self._header
-
-    def _connect(self) -> SubjectRegistry:
-        if self._client is None:
-            self._client = self.connect(self.registry)
-        return self._client

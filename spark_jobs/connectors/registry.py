@@ -19,7 +19,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, NewType
+from typing import Any, Literal, NewType
 
 from spillway.channels.config import remember_secrets
 from spillway.channels.errors import (
@@ -29,10 +29,13 @@ from spillway.channels.errors import (
     PipelineDefinitionError,
     RegistryUnavailableError,
 )
-from spillway.spark_jobs.modes import ValueFormat
+from spillway.spark_jobs.modes import REGISTRY_FORMATS, RegistryFormat, SinkValueFormat, ValueFormat
 
 SchemaId = NewType("SchemaId", int)
 """A schema's id in the registry: the 4 bytes after the magic byte of the wire format."""
+
+SchemaKind = Literal["AVRO", "JSON"]
+"""A schema's ``schemaType`` in the registry's API (absent means ``AVRO``)."""
 
 SETTINGS = (
     "basic.auth.user.info",
@@ -88,23 +91,30 @@ class RegistryConfig:
 
 
 def check_registry_format(
-    where: str, value_format: ValueFormat, registry: object, verb: str
-) -> None:
-    """Refuse a ``registry`` argument that is not a :class:`RegistryConfig`, or a value
-    format other than Avro with one (``verb``: "read" or "written", for the message)."""
+    where: str, value_format: ValueFormat | SinkValueFormat, registry: object, verb: str
+) -> RegistryFormat:
+    """``value_format`` as a :data:`~spillway.spark_jobs.modes.RegistryFormat`; refuse a
+    ``registry`` argument that is not a :class:`RegistryConfig`, or a value format the
+    registry path does not frame (``verb``: "read" or "written", for the message)."""
     if not isinstance(registry, RegistryConfig):
         raise PipelineDefinitionError(
             f"{where}: registry must be a RegistryConfig, got {type(registry).__name__}"
         )
-    if value_format != "avro":
-        raise PipelineDefinitionError(
-            f'{where}: with a registry, value_format must be "avro" (JSON Schema and '
-            f"Protobuf values are not {verb} with a registry yet), got {value_format!r}"
-        )
+    for fmt in REGISTRY_FORMATS:
+        if value_format == fmt:
+            return fmt
+    raise PipelineDefinitionError(
+        f'{where}: with a registry, value_format must be "avro" or "json-schema" (Protobuf '
+        f"values are not {verb} with a registry), got {value_format!r}"
+    )
 
 
 class SchemaNotFound(LookupError):
     """The registry has no such schema id, subject or version (its 404)."""
+
+
+class _Conflict(ConfigError):
+    """The registry refused a request as conflicting with its state (its 409)."""
 
 
 class RegistryClient:
@@ -118,38 +128,51 @@ class RegistryClient:
             token = base64.b64encode(user_info.encode()).decode("ascii")
             self._headers["Authorization"] = f"Basic {token}"
         self._ssl = _ssl_context(config.client) if self._base.startswith("https:") else None
-        self._by_id: dict[SchemaId, str] = {}
+        self._by_id: dict[SchemaId, tuple[str, str]] = {}  # id → (schemaType, text)
 
     def schema(self, schema_id: SchemaId) -> str:
-        """The schema text of ``schema_id``; :class:`SchemaNotFound` if the registry has none."""
-        text = self._by_id.get(schema_id)
-        if text is None:
-            answer = self._request("GET", f"/schemas/ids/{int(schema_id)}")
-            kind = answer.get("schemaType", "AVRO")
-            if kind != "AVRO":
-                raise SchemaNotFound(f"schema id {schema_id} is a {kind} schema, not Avro")
-            text = self._by_id[schema_id] = str(answer["schema"])
-        return text
+        """The Avro schema text of ``schema_id``; :class:`SchemaNotFound` if the registry has
+        none, or only a schema of another kind under that id."""
+        return self._of_kind(schema_id, "AVRO")
 
-    def register(self, subject: str, schema: str) -> SchemaId:
-        """Register ``schema`` (Avro text) under ``subject`` (or find it there); its id."""
-        answer = self._request(
-            "POST",
-            f"/subjects/{_quote(subject)}/versions",
-            {"schema": schema, "schemaType": "AVRO"},
-        )
+    def json_schema(self, schema_id: SchemaId) -> str:
+        """The JSON Schema text of ``schema_id``; :class:`SchemaNotFound` as :meth:`schema`."""
+        return self._of_kind(schema_id, "JSON")
+
+    def _of_kind(self, schema_id: SchemaId, kind: SchemaKind) -> str:
+        known = self._by_id.get(schema_id)
+        if known is None:
+            answer = self._request("GET", f"/schemas/ids/{int(schema_id)}")
+            known = str(answer.get("schemaType", "AVRO")), str(answer["schema"])
+            self._by_id[schema_id] = known
+        if known[0] != kind:
+            raise SchemaNotFound(f"schema id {schema_id} is a {known[0]} schema, not {kind}")
+        return known[1]
+
+    def register(self, subject: str, schema: str, kind: SchemaKind = "AVRO") -> SchemaId:
+        """Register ``schema`` (text of ``kind``) under ``subject`` (or find it there); its id."""
+        path, body = f"/subjects/{_quote(subject)}/versions", {"schema": schema, "schemaType": kind}
+        try:
+            answer = self._request("POST", path, body)
+        except _Conflict:
+            # Another subtask registered the subject's first version at the same moment
+            # (Apicurio answers the loser 409): registering again finds that version.
+            answer = self._request("POST", path, body)
         schema_id = SchemaId(int(answer["id"]))
-        self._by_id[schema_id] = schema
+        self._by_id[schema_id] = kind, schema
         return schema_id
 
-    def compatible(self, subject: str, schema: str) -> tuple[bool, list[str]]:
-        """Whether ``subject``'s compatibility rule admits ``schema`` as its next version,
-        with the registry's reasons when not; a subject with no version admits any."""
+    def compatible(
+        self, subject: str, schema: str, kind: SchemaKind = "AVRO"
+    ) -> tuple[bool, list[str]]:
+        """Whether ``subject``'s compatibility rule admits ``schema`` (text of ``kind``) as
+        its next version, with the registry's reasons when not; a subject with no version
+        admits any."""
         try:
             answer = self._request(
                 "POST",
                 f"/compatibility/subjects/{_quote(subject)}/versions/latest?verbose=true",
-                {"schema": schema, "schemaType": "AVRO"},
+                {"schema": schema, "schemaType": kind},
             )
         except SchemaNotFound:
             return True, []
@@ -179,7 +202,11 @@ class RegistryClient:
                 raise AuthorizationError(f"{where} refused {method} {path} (403)") from None
             if e.code == 404 and detail.get("error_code", 40403) in _SCHEMA_NOT_FOUND:
                 raise SchemaNotFound(str(detail.get("message", "not found"))) from None
-            if e.code in (409, 422):
+            if e.code == 409:
+                raise _Conflict(
+                    f"{where}: {method} {path} refused (409): {detail.get('message', '')}"
+                ) from None
+            if e.code == 422:
                 raise ConfigError(
                     f"{where}: {method} {path} refused ({e.code}): {detail.get('message', '')}"
                 ) from None

@@ -30,6 +30,7 @@ from spillway.channels.wire.batchread import ArrowRows
 from spillway.recovery.job.plan import Context, Record
 from spillway.recovery.runtime.sinklimit import SinkRefusal
 from spillway.spark_jobs.connectors.confluentavro import RegistryAvroWriter
+from spillway.spark_jobs.connectors.confluentjson import RegistryJsonWriter
 
 _SUFFIX = ".inprogress"
 _to_json = jsontext.dumps  # compact, key-sorted UTF-8 JSON (see spillway.channels.wire.jsontext)
@@ -179,7 +180,7 @@ class JsonlFileSink(StagedFileSink):
 
 
 class KafkaTopicSink:
-    """Writes records as JSON (or, with ``encoder``, registry-framed Avro) to a user topic
+    """Writes records as JSON (or, with ``encoder``, registry-framed Avro or JSON) to a user topic
     inside the subtask's transaction.
 
     ``key``: a function of the record, or a column's name (``ColumnKey``), whose
@@ -187,7 +188,7 @@ class KafkaTopicSink:
     but a column), alone in its subtask it reads its channel as Arrow batches
     (``spillway.recovery.runtime.batchpath``). A batch, read so or from a batch operator it
     is chained behind, is written column by column (:mod:`spillway.channels.wire.arrowjson`,
-    or :meth:`RegistryAvroWriter.encode_batch`): the same bytes as the records', with no
+    or the encoder's ``encode_batch``): the same bytes as the records', with no
     dict per row.
 
     Every message is checked against the topic's :class:`MessageLimit` (read by
@@ -202,11 +203,12 @@ class KafkaTopicSink:
         topic: str,
         key: Callable[[Record], Any] | None = None,
         batches: bool = False,
-        encoder: RegistryAvroWriter | None = None,
+        encoder: RegistryAvroWriter | RegistryJsonWriter | None = None,
     ) -> None:
         self.topic = topic
         self.key = key
-        # Avro in the registry's wire format (spark_jobs.connectors.confluentavro), else JSON.
+        # Avro or JSON in the registry's wire format (spark_jobs.connectors.confluentavro,
+        # .confluentjson), else JSON.
         self._encoder = encoder
         self._encode: Callable[[Record], bytes] = _to_json if encoder is None else encoder.encode
         # A key function is asked record by record: such a sink takes records.

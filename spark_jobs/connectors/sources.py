@@ -27,6 +27,7 @@ from spillway.recovery.job.origins import (
 from spillway.recovery.job.plan import Context, Record, Rejected
 from spillway.spark_jobs.connectors.batchavro import AvroRecords
 from spillway.spark_jobs.connectors.confluentavro import RegistryAvroRecords
+from spillway.spark_jobs.connectors.confluentjson import RegistryJsonRecords
 from spillway.spark_jobs.modes import FileFormat
 from spillway.spark_jobs.records.lines import (
     LineError,
@@ -375,12 +376,14 @@ class KafkaTopicSource:
         watermarks: Watermarks | None = None,
         key_field: str | None = None,
         tombstones: bool = False,
-        avro: AvroRecords | RegistryAvroRecords | None = None,
+        avro: AvroRecords | RegistryAvroRecords | RegistryJsonRecords | None = None,
         time_field: str | None = None,
     ) -> None:
         self.topic, self.p, self.bounded = topic, parallelism, bounded
         self._time_field = time_field  # the Kafka timestamp goes into this field
-        self._avro = avro  # Avro values (spillway.spark_jobs.connectors.batchavro), else JSON
+        # Avro values (spark_jobs.connectors.batchavro), or registry-framed ones (Avro or
+        # JSON Schema), else JSON.
+        self._avro = avro
         self.timestamp, self.watermarks = timestamp, watermarks
         self._fields = field_types(schema)
         self._keys = (

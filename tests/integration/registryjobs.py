@@ -1,7 +1,9 @@
 """The pipelines of test_schema_registry.py: registry-framed Avro orders (an unbounded
 topic) → a map → registry-framed Avro output; the same orders (bounded) read as Arrow
 batches → ``map_batches`` → JSONL; and those batches → ``map_batches`` → registry-framed
-Avro output, written by a sink chained behind the batch operator and by one alone.
+Avro output, written by a sink chained behind the batch operator and by one alone. For
+test_jsonschema_registry.py: JSON Schema orders (bounded) read as records and as batches,
+each taxed and written as JSON Schema values.
 
 Environment: ``SPILLWAY_TEST_IN``/``SPILLWAY_TEST_OUT`` (topics; for the batches, the
 output directory), ``SPILLWAY_TEST_OUT2`` (the second output topic),
@@ -99,4 +101,56 @@ def registry_orders_batches_to_kafka() -> Pipeline:
         "alone", os.environ["SPILLWAY_TEST_OUT2"], value_format="avro", registry=registry,
         subject_strategy="record",
     )  # fmt: skip
+    return p
+
+
+# JSON Schema values: the reader's schema (an Avro record schema, as for plain JSON values)
+# reads both versions of the producers' JSON schema; version 1 has no note (null here).
+ORDER_JSON = {
+    "type": "record",
+    "name": "Order",
+    "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "amount", "type": "long"},
+        {"name": "note", "type": ["null", "string"], "default": None},
+    ],
+}
+TAXED_JSON = {
+    "type": "record",
+    "name": "Taxed",
+    "namespace": "spillway.test",
+    "fields": [*ORDER_JSON["fields"], {"name": "gross", "type": "long"}],
+}
+
+
+def taxed_json(order: dict[str, Any]) -> dict[str, Any]:
+    """The order in :data:`TAXED_JSON`'s fields (a version 1 order has no note: null)."""
+    return {
+        "id": order["id"],
+        "amount": order["amount"],
+        "note": order.get("note"),
+        "gross": order["amount"] * 6 // 5,
+    }
+
+
+def registry_json_orders() -> Pipeline:
+    """The bounded orders topic of JSON Schema values read twice, as records and as Arrow
+    batches, each taxed and written as JSON Schema values (the records' schema derived,
+    registered under ``<topic>-value``) to ``SPILLWAY_TEST_OUT`` and ``SPILLWAY_TEST_OUT2``."""
+    registry = RegistryConfig(os.environ["SPILLWAY_TEST_REGISTRY"])
+    p = Pipeline("registry-json-orders", chaining=True)
+    for name, batches, out in (("orders", False, "OUT"), ("orders_b", True, "OUT2")):
+        orders = p.read_kafka(
+            name, os.environ["SPILLWAY_TEST_IN"], schema=ORDER_JSON, parallelism=2,
+            bounded=True, batches=batches, value_format="json-schema", registry=registry,
+        )  # fmt: skip
+        tax = (
+            orders.map_batches(f"{name}_tax", taxed_batch, schema=channel_schema(TAXED_JSON))
+            if batches
+            else orders.map(f"{name}_tax", taxed_json, schema=TAXED_JSON)
+        )
+        tax.write_kafka(
+            f"{name}_sink", os.environ[f"SPILLWAY_TEST_{out}"], value_format="json-schema",
+            registry=registry,
+        )  # fmt: skip
     return p

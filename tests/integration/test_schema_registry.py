@@ -67,9 +67,15 @@ def wait_for(what: str, check: Callable[[], bool], timeout_s: float = 180.0) -> 
         time.sleep(0.2)
 
 
-def read_output(bootstrap: str, topic: str, url: str) -> list[dict[str, Any]]:
-    """Every committed output value, decoded by confluent-kafka's AvroDeserializer."""
-    decode = AvroDeserializer(SchemaRegistryClient({"url": url}))
+def read_output(
+    bootstrap: str,
+    topic: str,
+    url: str,
+    deserializer: Callable[[SchemaRegistryClient], Any] = AvroDeserializer,
+) -> list[dict[str, Any]]:
+    """Every committed output value, decoded by confluent-kafka's AvroDeserializer (or
+    the deserializer ``deserializer`` makes with a registry client)."""
+    decode = deserializer(SchemaRegistryClient({"url": url}))
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,

@@ -29,7 +29,7 @@ from spillway.spark_jobs.connectors.confluentavro import (
     record_full_name,
     subject_name,
 )
-from spillway.spark_jobs.connectors.registry import RegistryConfig, SchemaId
+from spillway.spark_jobs.connectors.registry import RegistryConfig, SchemaId, SchemaKind
 from spillway.spark_jobs.connectors.sinks import KafkaTopicSink
 from tests.unit.test_arrowjson import FakeProducer
 from tests.unit.test_sinks_sources import ctx
@@ -96,11 +96,15 @@ class FakeRegistry:
     def __init__(self, config: RegistryConfig) -> None:
         self.config = config
 
-    def register(self, subject: str, schema: str) -> SchemaId:
+    def register(self, subject: str, schema: str, kind: SchemaKind = "AVRO") -> SchemaId:
+        assert kind == "AVRO"
         FakeRegistry.registered.append((subject, json.loads(schema)))
         return SchemaId(SCHEMA_ID)
 
-    def compatible(self, subject: str, schema: str) -> tuple[bool, list[str]]:
+    def compatible(
+        self, subject: str, schema: str, kind: SchemaKind = "AVRO"
+    ) -> tuple[bool, list[str]]:
+        assert kind == "AVRO"
         return True, []
 
 
@@ -184,7 +188,11 @@ def test_the_writer_pickles_with_its_connect_and_without_its_client() -> None:
     w = writer()
     w.encode_batch(pa.RecordBatch.from_pylist(rows(2), schema=ARROW))
     copy = pickle.loads(pickle.dumps(w))
-    assert (copy.schema, copy.subject, copy.connect) == (SCHEMA, "orders-value", FakeRegistry)
+    assert (copy.schema, copy.subject, copy.target.connect) == (
+        SCHEMA,
+        "orders-value",
+        FakeRegistry,
+    )
     FakeRegistry.registered.clear()
     assert decoded(copy.encode_batch(pa.RecordBatch.from_pylist(rows(2), schema=ARROW))) == (
         rows(2)

@@ -16,7 +16,14 @@ from spillway.channels.modes import (
 )
 from spillway.cli import build_parser
 from spillway.spark_jobs.api.pipeline import Pipeline
-from spillway.spark_jobs.modes import BATCH_EMITS, EMITS, FILE_FORMATS, VALUE_FORMATS
+from spillway.spark_jobs.modes import (
+    BATCH_EMITS,
+    EMITS,
+    FILE_FORMATS,
+    REGISTRY_FORMATS,
+    SINK_VALUE_FORMATS,
+    VALUE_FORMATS,
+)
 from spillway.spark_jobs.operators.batchagg import Agg
 
 SCHEMA = {
@@ -32,7 +39,9 @@ def test_the_allowed_values_are_the_literal_types_values() -> None:
     assert CODECS == ("arrow", "avro")
     assert EMITS == ("final", "updates")
     assert BATCH_EMITS == ("final", "updates", "rows")
-    assert VALUE_FORMATS == ("json", "avro", "avro-confluent")
+    assert VALUE_FORMATS == ("json", "avro", "avro-confluent", "json-schema")
+    assert SINK_VALUE_FORMATS == ("json", "avro", "json-schema")
+    assert REGISTRY_FORMATS == ("avro", "json-schema")
     assert FILE_FORMATS == ("jsonl", "csv", "parquet")
 
 
@@ -101,7 +110,8 @@ def test_read_kafka_refuses_an_unknown_value_format() -> None:
     with pytest.raises(PipelineDefinitionError) as info:
         Pipeline("m").read_kafka("src", "t", schema=SCHEMA, value_format="protobuf")  # type: ignore[arg-type]
     assert str(info.value) == (
-        "source 'src': value_format must be one of 'json', 'avro', 'avro-confluent', got 'protobuf'"
+        "source 'src': value_format must be one of 'json', 'avro', 'avro-confluent', "
+        "'json-schema', got 'protobuf'"
     )
 
 
@@ -127,13 +137,14 @@ def test_write_kafka_refuses_an_unknown_value_format() -> None:
     with pytest.raises(PipelineDefinitionError) as info:
         src.write_kafka("out", "o", value_format="avro-confluent")  # type: ignore[arg-type]
     assert str(info.value) == (
-        "write_kafka 'out': value_format must be one of 'json', 'avro', got 'avro-confluent'"
+        "write_kafka 'out': value_format must be one of 'json', 'avro', 'json-schema', got "
+        "'avro-confluent'"
     )
     with pytest.raises(PipelineDefinitionError) as info:
         src.write_kafka("out", "o", value_format="avro")
     assert str(info.value) == (
-        """write_kafka 'out': value_format="avro", subject= and subject_strategy= need """
-        "registry=RegistryConfig(...)"
+        """write_kafka 'out': value_format="avro" or "json-schema", subject= and """
+        "subject_strategy= need registry=RegistryConfig(...)"
     )
     with pytest.raises(PipelineDefinitionError) as info:
         src.write_kafka("out", "o", subject_strategy="records")  # type: ignore[arg-type]

@@ -81,7 +81,11 @@ def test_the_api_refuses_what_the_registry_path_does_not_do_yet() -> None:
     s = p.read_kafka("c", "t", schema=ORDER, value_format="avro", registry=registry)
     with pytest.raises(PipelineDefinitionError, match='value_format must be "avro"'):
         s.write_kafka("d", "out", value_format="json", registry=registry)
-    with pytest.raises(PipelineDefinitionError, match="must be one of 'json', 'avro', got 'proto"):
+    with pytest.raises(PipelineDefinitionError, match="'avro', 'json-schema', got 'proto"):
         s.write_kafka("d", "out", value_format="protobuf", registry=registry)  # type: ignore[arg-type]
     with pytest.raises(PipelineDefinitionError, match="need registry=RegistryConfig"):
         s.write_kafka("e", "out", value_format="avro")
+    with pytest.raises(PipelineDefinitionError, match="need registry=RegistryConfig"):
+        s.write_kafka("e", "out", value_format="json-schema")
+    with pytest.raises(PipelineDefinitionError, match=r"json-schema.* needs registry="):
+        p.read_kafka("f", "t", schema=ORDER, value_format="json-schema")
