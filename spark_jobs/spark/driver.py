@@ -65,6 +65,9 @@ from spillway.spark_jobs.spark.taskslots import Offer, mode_of
 
 log = logging.getLogger("spillway.spark_jobs.spark.driver")
 
+# Tasks this Python worker has entered (a forked worker starts at 0: the daemon never runs one).
+_TASKS_ENTERED = 0
+
 
 def subtask_count(
     pipeline_ref: str,
@@ -411,8 +414,15 @@ def _task(
     entered = time.time()
     phases = PhaseClock()
     # Forked from spillway.spark_jobs.spark.daemon: the fork time it noted; else the process's start
-    # time.
-    born = getattr(sys.modules.get("__main__"), "spillway_forked_at", None) or process_start_time()
+    # time. A worker PySpark reuses (spark.python.worker.reuse) was born for an earlier task,
+    # maybe before this one was scheduled: for this attempt its Python started on entry.
+    global _TASKS_ENTERED
+    _TASKS_ENTERED += 1
+    born = (
+        getattr(sys.modules.get("__main__"), "spillway_forked_at", None) or process_start_time()
+        if _TASKS_ENTERED == 1
+        else entered
+    )
     if born is not None:
         phases.mark("python_started", born)
         phases.step("worker", max(0.0, entered - born))
