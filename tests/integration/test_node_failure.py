@@ -271,6 +271,22 @@ def test_worker_node_killed_mid_job_only_its_subtasks_recover(
         expected = on_b - finished_at_kill
         restarted_on: dict[str, int | None] = {}
         replacement_s: float | None = None  # kill → replacement executor process (±0.5 s)
+        # A restarted subtask can start, restore and finish, its executor stopped with the
+        # job, before the loop below reads its "started" event: its pid is gone by then. So
+        # the workers' descendants are sampled while the job runs (every process since the
+        # kill, keyed by pid, the latest sample winning), and the loop falls back to that.
+        placement: dict[int, int] = {}
+        sampling = threading.Event()
+
+        def sample() -> None:
+            while not sampling.wait(0.1):
+                for pid in live_processes():
+                    anc = ancestor_in(pid, {worker_a, worker_b})
+                    if anc is not None:
+                        placement[pid] = anc
+
+        sampler = threading.Thread(target=sample, name="placement", daemon=True)
+        sampler.start()
         while set(restarted_on) != expected and driver.is_alive():
             assert time.monotonic() - t1 < JOB_TIMEOUT_S, f"restarted so far: {restarted_on}"
             time.sleep(0.5)
@@ -278,7 +294,12 @@ def test_worker_node_killed_mid_job_only_its_subtasks_recover(
                 replacement_s = time.monotonic() - killed_mono
             for e in read_events(settings, JobId(job)):
                 if e.get("event") == "started" and e["attempt"] > 0 and name(e) not in restarted_on:
-                    restarted_on[name(e)] = ancestor_in(int(e["pid"]), {worker_a, worker_b})
+                    pid = int(e["pid"])
+                    restarted_on[name(e)] = ancestor_in(
+                        pid, {worker_a, worker_b}
+                    ) or placement.get(pid)
+        sampling.set()
+        sampler.join()
         driver.join(max(1.0, JOB_TIMEOUT_S - (time.monotonic() - t1)))
         assert not driver.is_alive(), f"the job did not finish within {JOB_TIMEOUT_S:.0f} s"
         job_s = time.monotonic() - t1
