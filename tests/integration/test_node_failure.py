@@ -273,17 +273,20 @@ def test_worker_node_killed_mid_job_only_its_subtasks_recover(
         replacement_s: float | None = None  # kill → replacement executor process (±0.5 s)
         # A restarted subtask can start, restore and finish, its executor stopped with the
         # job, before the loop below reads its "started" event: its pid is gone by then. So
-        # the workers' descendants are sampled while the job runs (every process since the
-        # kill, keyed by pid, the latest sample winning), and the loop falls back to that.
+        # the workers' descendants are sampled while the job runs, and the loop falls back
+        # to that. Worker B is dead by now, so a pid once placed stays placed: only new
+        # pids have their parent chain read.
         placement: dict[int, int] = {}
         sampling = threading.Event()
 
         def sample() -> None:
             while not sampling.wait(0.1):
-                for pid in live_processes():
-                    anc = ancestor_in(pid, {worker_a, worker_b})
+                for entry in Path("/proc").iterdir():
+                    if not entry.name.isdigit() or int(entry.name) in placement:
+                        continue
+                    anc = ancestor_in(int(entry.name), {worker_a, worker_b})
                     if anc is not None:
-                        placement[pid] = anc
+                        placement[int(entry.name)] = anc
 
         sampler = threading.Thread(target=sample, name="placement", daemon=True)
         sampler.start()
