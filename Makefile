@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 # Debian's chromium for the browser test of `spillway ui` (apt-get, as root), when missing.
 INSTALL_CHROMIUM := command -v chromium >/dev/null || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium)
 
-.PHONY: demo test soak soak-long docs ui-test compose-test lint typecheck unit chaos chaos-long bench bench-columnar bench-channels bench-checkpoints bench-codecs bench-windows bench-windows-peers bench-restart bench-statesweep bench-rescale bench-budget bench-suite broker-start broker-stop clean
+.PHONY: demo test soak soak-long docs ui-test compose-test lint typecheck unit chaos chaos-long bench bench-columnar bench-channels bench-checkpoints bench-codecs bench-windows bench-windows-peers bench-restart bench-statesweep bench-rescale bench-budget bench-suite coverage broker-start broker-stop clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required")'
@@ -156,6 +156,13 @@ bench-rescale: $(BENCH_STAMP)
 SUITE ?= test soak compose-test
 bench-suite: $(STAMP)
 	$(BIN)/python -m bench.suitetime $(SUITE)
+
+## coverage: line coverage of the product code by `make test` and `make soak` (COVERAGE_SUITE="test"
+## for one), measured in every Python process they start (the Spark driver and PySpark's
+## workers included), per module into bench/results/coverage-<UTC time>.json; ~1 h for both
+COVERAGE_SUITE ?= test soak
+coverage: $(STAMP)
+	$(BIN)/python -m bench.suitecover $(COVERAGE_SUITE)
 
 broker-start: $(STAMP)
 	$(BIN)/spillway broker start
