@@ -12,8 +12,9 @@ Nothing here ever skips a test.
 
 Markers hold (checked at collection, which fails otherwise): a test that uses the
 session broker (``kafka_bootstrap``, directly or through another fixture) is marked
-``broker``. A ``soak`` or ``extended`` test that skips fails instead: `make soak` must run
-each one.
+``broker``. A test that starts a Spark context in the test process without the ``spark``
+marker fails (checked as it runs). A ``soak`` or ``extended`` test that skips fails instead:
+`make soak` must run each one.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import contextlib
 import logging
 import os
 import re
+import sys
 import uuid
 from collections.abc import Generator, Iterator
 
@@ -65,6 +67,40 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         raise pytest.UsageError(
             f"{len(no_registry_mark)} test(s) use the {REGISTRY_FIXTURE} fixture without the "
             "registry marker: " + ", ".join(no_registry_mark)
+        )
+
+
+def _spark_contexts_started() -> int:
+    """How many Spark contexts this process started since pyspark was first seen here.
+
+    Counted by wrapping ``SparkContext.__init__`` once pyspark is imported, so a run
+    that never imports pyspark pays nothing.
+    """
+    pyspark = sys.modules.get("pyspark")
+    if pyspark is None:
+        return 0
+    context = pyspark.SparkContext
+    if not hasattr(context, "_tests_started"):
+        init = context.__init__
+
+        def counting_init(self: object, *args: object, **kwargs: object) -> None:
+            context._tests_started += 1
+            init(self, *args, **kwargs)
+
+        context._tests_started = int(context._active_spark_context is not None)
+        context.__init__ = counting_init
+    started: int = context._tests_started
+    return started
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+    before = _spark_contexts_started()
+    yield
+    if item.get_closest_marker("spark") is None and _spark_contexts_started() > before:
+        pytest.fail(
+            f"{item.nodeid} started Spark without the spark marker; add "
+            "`pytestmark = pytest.mark.spark` to the module (or @pytest.mark.spark to the test)"
         )
 
 
