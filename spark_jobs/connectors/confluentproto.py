@@ -106,7 +106,8 @@ def record_schema(descriptor: Descriptor) -> dict[str, Any]:
     """The Avro record schema of the records of messages of ``descriptor`` (see the module
     docstring); pure. ``PipelineDefinitionError`` for a message that holds itself (a
     record cannot)."""
-    return _record(descriptor, set(), ())
+    schema: dict[str, Any] = _record(descriptor, set(), ())
+    return schema
 
 
 def _record(descriptor: Descriptor, named: set[str], path: tuple[str, ...]) -> Any:
@@ -564,7 +565,7 @@ class RegistryProtoWriter:
         message = self._type.cls()
         try:
             fill_message(message, record)
-            data = message.SerializeToString()
+            data: bytes = message.SerializeToString()
         except (ValueError, TypeError, EncodeError) as e:
             raise ValueError(
                 f"a record cannot be written as the Protobuf message "
