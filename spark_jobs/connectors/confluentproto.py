@@ -43,7 +43,7 @@ from google.protobuf.message_factory import GetMessageClass
 
 from spillway.channels.errors import PipelineDefinitionError
 from spillway.spark_jobs.connectors.batchavro import AvroRun
-from spillway.spark_jobs.connectors.batchregistry import flat_reader
+from spillway.spark_jobs.connectors.batchregistry import flat_reader, read_one_by_one
 from spillway.spark_jobs.connectors.confluentavro import split_header
 from spillway.spark_jobs.connectors.registry import (
     RegistryClient,
@@ -506,17 +506,7 @@ class RegistryProtoBatches:
         """``values`` as one batch, in their order, bad values left out with the reason
         (which names the schema id where there is one); ``RegistryUnavailableError`` if
         the registry cannot be asked about a new id."""
-        rows: list[dict[str, Any]] = []
-        kept: list[int] = []
-        bad: list[tuple[int, str]] = []
-        for i, value in enumerate(values):
-            try:
-                rows.append(self._records.read(value))
-            except LineError as e:
-                bad.append((i, str(e)))
-                continue
-            kept.append(i)
-        return AvroRun(pa.RecordBatch.from_pylist(rows, schema=self.arrow), kept, bad)
+        return read_one_by_one(self._records.read, values, self.arrow)
 
 
 class RegistryProtoWriter:
