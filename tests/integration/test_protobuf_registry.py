@@ -24,16 +24,17 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 
 from spillway.channels.config import KafkaSettings
 from spillway.channels.kafka.admin import Admin, TopicSpec
-from spillway.spark_jobs.spark.driver import run_on_spark
-from spillway.spark_jobs.spark.jobconfig import JobConfig
-from tests.integration.deadletters import read_dlq
+from tests.integration.test_jsonschema_registry import (
+    PER_VERSION,
+    UNKNOWN_ID,
+    assert_unknown_id_dead_lettered,
+    run_orders_job,
+)
 from tests.integration.test_schema_registry import PARTITIONS, read_output
 from tests.protomessages import Order, OrderV1, Taxed
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.registry]
 
-PER_VERSION = 1_000
-UNKNOWN_ID = 987_654
 CONFLUENT = {"use.deprecated.format": False}
 
 
@@ -46,7 +47,6 @@ def test_a_bounded_job_reads_and_writes_protobuf_values_exactly(
     kafka_bootstrap: str,
     schema_registry_url: str,
     unique: str,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     topic_in, out, out2 = f"{unique}-in", f"{unique}-out", f"{unique}-out2"
     Admin(KafkaSettings(kafka_bootstrap)).ensure_topics(
@@ -71,17 +71,8 @@ def test_a_bounded_job_reads_and_writes_protobuf_values_exactly(
     versions = registry.get_versions(f"{topic_in}-value")
     assert len(versions) == 2  # the registry took both versions of the file
 
-    monkeypatch.setenv("SPILLWAY_TEST_IN", topic_in)
-    monkeypatch.setenv("SPILLWAY_TEST_OUT", out)
-    monkeypatch.setenv("SPILLWAY_TEST_OUT2", out2)
-    monkeypatch.setenv("SPILLWAY_TEST_REGISTRY", schema_registry_url)
-    results = run_on_spark(
-        JobConfig(
-            "tests.integration.registryjobs:registry_proto_orders", unique, kafka_bootstrap,
-            master="local[6,3]", dead_letter=True, checkpoint_interval_s=0.1,
-        )
-    )  # fmt: skip
-    assert {r.status for r in results} == {"finished"}
+    topics = (topic_in, out, out2)
+    run_orders_job("registry_proto_orders", unique, kafka_bootstrap, schema_registry_url, topics)
     for topic in (out, out2):
         got = read_output(kafka_bootstrap, topic, schema_registry_url, taxed_deserializer)
         assert sorted(got, key=lambda t: t.id) == expected, topic  # each exactly once
@@ -90,11 +81,4 @@ def test_a_bounded_job_reads_and_writes_protobuf_values_exactly(
         assert (
             registered.schema_str == base64.b64encode(Taxed.DESCRIPTOR.file.serialized_pb).decode()
         )
-
-    dead = read_dlq(kafka_bootstrap, unique)
-    assert sorted(d["operator"] for d in dead) == ["orders", "orders_b"]  # once by each read
-    for d in dead:
-        assert (d["stage"], d["topic"]) == ("source", topic_in)
-        # Partition 0 held the even ids of both versions before it: PER_VERSION values.
-        assert d["origin"] == f"{topic_in}[0]@{PER_VERSION}"
-        assert d["error"].startswith(f"schema id {UNKNOWN_ID} is not in the schema registry (")
+    assert_unknown_id_dead_lettered(kafka_bootstrap, unique, topic_in)
