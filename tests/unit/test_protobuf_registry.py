@@ -12,9 +12,11 @@ records' schema of every field kind; the API's checks.
 from __future__ import annotations
 
 import base64
+import io
 import pickle
 from typing import Any, ClassVar
 
+import fastavro
 import pyarrow as pa
 import pytest
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
@@ -304,6 +306,12 @@ def test_every_field_kind_becomes_its_record_type_and_round_trips() -> None:
         "counts": {"k": 2**32 - 1},
         "small": 7,
     }
+    # The records travel the channels as Avro datums of the derived schema.
+    parsed = fastavro.parse_schema(record_schema(Rich.DESCRIPTOR))
+    datum = io.BytesIO()
+    fastavro.schemaless_writer(datum, parsed, record)
+    datum.seek(0)
+    assert fastavro.schemaless_reader(datum, parsed, None) == record
     value = ProtobufSerializer(Rich, MOCK, NO_DEPRECATED)(message, CTX)
     rich_id = int.from_bytes(value[1:5], "big")
     decoder = RegistryProtoRecords(Rich, REGISTRY, FakeRegistry)
