@@ -23,18 +23,19 @@ BatchEmit = Literal["final", "updates", "rows"]
 BATCH_EMITS: tuple[BatchEmit, ...] = get_args(BatchEmit)
 
 # How read_kafka reads a value: JSON, one Avro datum, the Confluent wire format (Avro), or
-# JSON behind the wire format's header (JSON Schema, with a registry).
-ValueFormat = Literal["json", "avro", "avro-confluent", "json-schema"]
+# JSON or a Protobuf message behind the wire format's header (JSON Schema or Protobuf, with
+# a registry).
+ValueFormat = Literal["json", "avro", "avro-confluent", "json-schema", "protobuf"]
 VALUE_FORMATS: tuple[ValueFormat, ...] = get_args(ValueFormat)
 
-# How write_kafka writes a value: JSON, or Avro or JSON Schema in the Confluent wire format
-# (with a registry).
-SinkValueFormat = Literal["json", "avro", "json-schema"]
+# How write_kafka writes a value: JSON, or Avro, JSON Schema or Protobuf in the Confluent
+# wire format (with a registry).
+SinkValueFormat = Literal["json", "avro", "json-schema", "protobuf"]
 SINK_VALUE_FORMATS: tuple[SinkValueFormat, ...] = get_args(SinkValueFormat)
 
 # The value formats a schema registry frames (the Confluent wire format's body): Avro
-# datums, or JSON text validated by a JSON Schema.
-RegistryFormat = Literal["avro", "json-schema"]
+# datums, JSON text validated by a JSON Schema, or Protobuf messages.
+RegistryFormat = Literal["avro", "json-schema", "protobuf"]
 REGISTRY_FORMATS: tuple[RegistryFormat, ...] = get_args(RegistryFormat)
 
 # How write_kafka names the registry subject of its values, as Confluent's strategies do:

@@ -49,6 +49,12 @@ from spillway.spark_jobs.connectors.batchregistry import channel_schema
 from spillway.spark_jobs.connectors.batchsources import BatchFileSource, BatchKafkaSource
 from spillway.spark_jobs.connectors.confluentavro import RegistryAvroRecords
 from spillway.spark_jobs.connectors.confluentjson import RegistryJsonRecords
+from spillway.spark_jobs.connectors.confluentproto import (
+    MessageType,
+    RegistryProtoRecords,
+    message_type_of,
+    record_schema,
+)
 from spillway.spark_jobs.connectors.registry import RegistryConfig, check_registry_format
 from spillway.spark_jobs.connectors.sources import FileSource, GeneratorSource, KafkaTopicSource
 from spillway.spark_jobs.modes import (
@@ -162,11 +168,12 @@ class Pipeline(Graph):
         framing: str | None = None,
         registry: RegistryConfig | None = None,
         registry_format: RegistryFormat = "avro",
+        message_type: MessageType | None = None,
     ) -> Stream:
         schema = avro_schema(spec, where=f"source {name!r}", name=name)
         args = (
             topic, parallelism, bounded, schema, timestamp, watermarks, framing, registry,
-            registry_format,
+            registry_format, message_type,
         )  # fmt: skip
         BatchKafkaSource(*args)  # checks the schema and the timestamp column now
         description = {"source": "kafka", "topic": topic, "bounded": bounded, "batch": True}
@@ -209,7 +216,7 @@ class Pipeline(Graph):
         name: str,
         topic: str,
         *,
-        schema: SchemaLike,
+        schema: SchemaLike = None,
         parallelism: int = 1,
         bounded: bool = False,
         timestamp: Callable[[Record], int] | None = None,
@@ -221,6 +228,7 @@ class Pipeline(Graph):
         value_format: ValueFormat = "json",
         kafka_timestamp_field: str | None = None,
         registry: RegistryConfig | None = None,
+        message_type: MessageType | None = None,
     ) -> Stream:
         """JSON (or Avro) records of an existing topic (read_committed); offsets in checkpoints.
 
@@ -278,6 +286,19 @@ class Pipeline(Graph):
         ``batches=True`` one Arrow batch per read); a value with an id the registry does
         not know or that its JSON schema refuses is a bad record with the id in its reason
         (:mod:`spillway.spark_jobs.connectors.confluentjson`).
+
+        ``value_format="protobuf", registry=RegistryConfig(url=...),
+        message_type=Click``: each value is a Protobuf message behind the wire format's
+        header and message indexes, parsed with the generated class ``Click`` (as
+        confluent-kafka's ``ProtobufDeserializer(Click)`` takes it) once its id's schema
+        is found to hold a message of ``Click``'s shape. ``schema`` is then left out: the
+        records' schema is the message's
+        (:func:`~spillway.spark_jobs.connectors.confluentproto.record_schema`: enums as
+        strings, repeated fields as arrays, nested messages as nullable records, absent
+        scalars as their proto3 defaults). With ``batches=True`` (a message of scalar and
+        enum fields) each read is one Arrow batch. A value whose id the registry does not
+        know, that holds another message, or whose bytes do not parse is a bad record with
+        the id in its reason (:mod:`spillway.spark_jobs.connectors.confluentproto`).
         """
         where = f"source {name!r}"
         value_format = choose(
@@ -286,10 +307,13 @@ class Pipeline(Graph):
         registry_format: RegistryFormat = "avro"
         if registry is not None:
             registry_format = check_registry_format(where, value_format, registry, "read")
-        elif value_format == "json-schema":
+        elif value_format in ("json-schema", "protobuf"):
             raise PipelineDefinitionError(
-                f'{where}: value_format="json-schema" needs registry=RegistryConfig(...)'
+                f'{where}: value_format="{value_format}" needs registry=RegistryConfig(...)'
             )
+        proto = _message_type(where, value_format, message_type, schema)
+        if proto is not None:
+            schema = record_schema(proto.DESCRIPTOR)
         framing = avro_framing(value_format, where, key_field is not None or tombstones)
         if kafka_timestamp_field is not None:
             _check_kafka_time_field(
@@ -305,7 +329,7 @@ class Pipeline(Graph):
             ts_col = _batch_event_time(name, timestamp, timestamp_column, watermarks, False)
             stream = self._batch_kafka(
                 name, topic, schema, parallelism, bounded, *ts_col, framing=framing,
-                registry=registry, registry_format=registry_format,
+                registry=registry, registry_format=registry_format, message_type=proto,
             )  # fmt: skip
             node = self._nodes[name]
             node.time = _record_time(name, None, timestamp_column, ts_col[1], node.schema or {})
@@ -313,8 +337,13 @@ class Pipeline(Graph):
         avro = avro_schema(schema, where=where, name=name)
         ts = _event_time_args(name, timestamp, timestamp_column, watermarks, avro, required=False)
         source = partial(KafkaTopicSource, topic, parallelism, bounded, avro, ts[0], ts[1])
-        values: AvroRecords | RegistryAvroRecords | RegistryJsonRecords | None = None
-        if registry is not None and registry_format == "json-schema":
+        values: (
+            AvroRecords | RegistryAvroRecords | RegistryJsonRecords | RegistryProtoRecords | None
+        )
+        values = None
+        if registry is not None and proto is not None:
+            values = RegistryProtoRecords(proto, registry)
+        elif registry is not None and registry_format == "json-schema":
             values = RegistryJsonRecords(avro, registry)
         elif registry is not None:
             values = RegistryAvroRecords(avro, registry)
@@ -350,6 +379,29 @@ class Pipeline(Graph):
         column = timestamp_column or kafka_timestamp_field
         node.time = _record_time(name, ts[0], column, ts[1], channel)
         return Stream(self, name)
+
+
+def _message_type(
+    where: str, value_format: ValueFormat, message_type: object, schema: SchemaLike
+) -> MessageType | None:
+    """``read_kafka``'s Protobuf message class (``None``: not Protobuf values); refuse a
+    ``message_type`` without ``value_format="protobuf"``, Protobuf without one or with a
+    ``schema`` too, and another format without a ``schema``."""
+    if value_format != "protobuf":
+        if message_type is not None:
+            raise PipelineDefinitionError(
+                f'{where}: message_type= is for value_format="protobuf", got '
+                f"value_format={value_format!r}"
+            )
+        if schema is None:
+            raise PipelineDefinitionError(f"{where}: read_kafka needs schema=")
+        return None
+    if schema is not None:
+        raise PipelineDefinitionError(
+            f'{where}: value_format="protobuf" takes its records\' schema from message_type=; '
+            "drop schema="
+        )
+    return message_type_of(message_type, where)
 
 
 def _check_kafka_time_field(

@@ -26,6 +26,12 @@ from spillway.spark_jobs.connectors.confluentjson import (
     json_schema_of,
     json_subject_name,
 )
+from spillway.spark_jobs.connectors.confluentproto import (
+    MessageType,
+    RegistryProtoWriter,
+    message_type_of,
+    proto_subject_name,
+)
 from spillway.spark_jobs.connectors.registry import RegistryConfig, check_registry_format
 from spillway.spark_jobs.connectors.sinks import ConsoleSink, JsonlFileSink, KafkaTopicSink
 from spillway.spark_jobs.connectors.tablesinks import columnar_sink
@@ -295,6 +301,7 @@ class Stream:
         subject: str | None = None,
         subject_strategy: SubjectStrategy = "topic",
         schema: Mapping[str, Any] | None = None,
+        message_type: MessageType | None = None,
     ) -> None:
         """JSON records to ``topic``, in the subtask's transactions (read them read_committed).
 
@@ -324,6 +331,15 @@ class Stream:
         ``title``) and checked with the registry as for Avro, before the job starts
         (:mod:`spillway.spark_jobs.connectors.confluentjson`). ``schema=`` with another
         value format is a ``PipelineDefinitionError``.
+
+        ``value_format="protobuf", registry=RegistryConfig(url=...), message_type=Click``:
+        each record is built into a ``Click`` message (the generated class; every field
+        of the input must be one of the message's, enums by their symbols' names) and
+        written behind the wire format's header and message indexes, as confluent-kafka's
+        ``ProtobufSerializer`` writes it; ``Click``'s file (without imports) is registered
+        (or found) in the subject, named as for Avro (the record name is the message's
+        full name) and checked with the registry as for Avro, before the job starts
+        (:mod:`spillway.spark_jobs.connectors.confluentproto`).
         """
         # Without a key function, alone in its subtask, a flat channel is read as Arrow
         # batches and written column by column (spillway.channels.wire.arrowjson).
@@ -341,7 +357,7 @@ class Stream:
         )
         records = self._schema()
         naming = _SubjectNaming(topic, subject, strategy)
-        encoder = _registry_writer(name, records, fmt, registry, naming, schema)
+        encoder = _registry_writer(name, records, fmt, registry, naming, schema, message_type)
         flat = arrow_schema(records) if records is not None else None
         description: dict[str, Any] = {"sink": "kafka"}
         if isinstance(key, str):
@@ -405,12 +421,19 @@ def _registry_writer(
     registry: RegistryConfig | None,
     naming: _SubjectNaming,
     json_schema: Mapping[str, Any] | None = None,
-) -> RegistryAvroWriter | RegistryJsonWriter | None:
+    message_type: MessageType | None = None,
+) -> RegistryAvroWriter | RegistryJsonWriter | RegistryProtoWriter | None:
     """The wire-format encoder of ``write_kafka``, its subject checked with the registry;
     ``None`` for JSON values. ``json_schema``: the JSON schema of JSON Schema values
-    (else derived from ``schema``, the input's)."""
+    (else derived from ``schema``, the input's); ``message_type``: the message class of
+    Protobuf values."""
     where = f"write_kafka {name!r}"
     naming.check(where)
+    if message_type is not None and value_format != "protobuf":
+        raise PipelineDefinitionError(
+            f'{where}: message_type= is for value_format="protobuf", got '
+            f"value_format={value_format!r}"
+        )
     if json_schema is not None and value_format != "json-schema":
         raise PipelineDefinitionError(
             f'{where}: schema= is the JSON schema of value_format="json-schema" values; '
@@ -419,15 +442,17 @@ def _registry_writer(
     if registry is None:
         if value_format != "json" or naming.given():
             raise PipelineDefinitionError(
-                f'{where}: value_format="avro" or "json-schema", subject= and '
+                f'{where}: value_format="avro", "json-schema" or "protobuf", subject= and '
                 "subject_strategy= need registry=RegistryConfig(...)"
             )
         return None
     fmt = check_registry_format(where, value_format, registry, "written")
+    if fmt == "protobuf":
+        return _proto_writer(where, schema, registry, naming, message_type_of(message_type, where))
     if fmt == "json-schema" and json_schema is not None:
         values = dict(json_schema)
         subject = naming.subject or json_subject_name(naming.topic, values, naming.strategy)
-        writer: RegistryAvroWriter | RegistryJsonWriter = RegistryJsonWriter(
+        writer: RegistryAvroWriter | RegistryJsonWriter | RegistryProtoWriter = RegistryJsonWriter(
             values, registry, subject
         )
     elif schema is None:
@@ -441,6 +466,33 @@ def _registry_writer(
         writer = RegistryJsonWriter(values, registry, subject)
     else:
         writer = RegistryAvroWriter(dict(schema), registry, naming.of(schema))
+    writer.check(where)
+    return writer
+
+
+def _proto_writer(
+    where: str,
+    schema: Schema | None,
+    registry: RegistryConfig,
+    naming: _SubjectNaming,
+    message_type: MessageType,
+) -> RegistryProtoWriter:
+    """``write_kafka``'s Protobuf encoder, its subject checked with the registry; refuse
+    an input (of ``schema``, when it is known) with a field the message lacks."""
+    descriptor = message_type.DESCRIPTOR
+    if schema is not None:
+        lacking = [
+            f["name"]
+            for f in schema.get("fields", [])
+            if f["name"] not in descriptor.fields_by_name
+        ]
+        if lacking:
+            raise PipelineDefinitionError(
+                f"{where}: the Protobuf message {descriptor.full_name} has no field "
+                f"{lacking} of the input; its fields are {list(descriptor.fields_by_name)}"
+            )
+    subject = naming.subject or proto_subject_name(naming.topic, descriptor, naming.strategy)
+    writer = RegistryProtoWriter(message_type, registry, subject)
     writer.check(where)
     return writer
 

@@ -339,6 +339,7 @@ FRAMING_OF: dict[ValueFormat, str | None] = {
     "avro": "none",
     "avro-confluent": "confluent",
     "json-schema": None,  # JSON text behind the header: spark_jobs.connectors.confluentjson
+    "protobuf": None,  # a message behind the header: spark_jobs.connectors.confluentproto
 }
 
 

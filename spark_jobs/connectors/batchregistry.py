@@ -233,16 +233,26 @@ class RegistryAvroBatches:
     def _one_by_one(self, group: Sequence[bytes | None]) -> AvroRun:
         """``group`` read record by record with fastavro (a writer's schema that is not
         flat)."""
-        records: list[dict[str, Any]] = []
-        kept: list[int] = []
-        bad: list[tuple[int, str]] = []
-        for i, value in enumerate(group):
-            try:
-                records.append(self._records.read(value))
-                kept.append(i)
-            except LineError as e:
-                bad.append((i, str(e)))
-        return AvroRun(pa.RecordBatch.from_pylist(records, schema=self.arrow), kept, bad)
+        return read_one_by_one(self._records.read, group, self.arrow)
+
+
+def read_one_by_one(
+    read: Callable[[bytes | None], dict[str, Any]],
+    values: Sequence[bytes | None],
+    arrow: pa.Schema,
+) -> AvroRun:
+    """``values`` read record by record by ``read`` into one batch of ``arrow``, in their
+    order; a value ``read`` refuses (``LineError``) left out with its reason."""
+    records: list[dict[str, Any]] = []
+    kept: list[int] = []
+    bad: list[tuple[int, str]] = []
+    for i, value in enumerate(values):
+        try:
+            records.append(read(value))
+            kept.append(i)
+        except LineError as e:
+            bad.append((i, str(e)))
+    return AvroRun(pa.RecordBatch.from_pylist(records, schema=arrow), kept, bad)
 
 
 class _Unresolvable(Exception):

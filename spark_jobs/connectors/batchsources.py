@@ -55,6 +55,7 @@ from spillway.spark_jobs.connectors.batchfiles import (
 from spillway.spark_jobs.connectors.batchjson import decode_kafka_json
 from spillway.spark_jobs.connectors.batchregistry import RegistryAvroBatches, channel_schema
 from spillway.spark_jobs.connectors.confluentjson import RegistryJsonBatches
+from spillway.spark_jobs.connectors.confluentproto import MessageType, RegistryProtoBatches
 from spillway.spark_jobs.connectors.registry import RegistryConfig
 from spillway.spark_jobs.connectors.sources import FileSource, KafkaTopicSource
 from spillway.spark_jobs.modes import BATCH_FILE_FORMATS, FileFormat, RegistryFormat
@@ -175,7 +176,9 @@ class BatchKafkaSource(KafkaTopicSource):
     """JSON (or Avro: ``framing``, :mod:`spillway.spark_jobs.connectors.batchavro`; or Avro
     by a schema registry: ``registry``, :mod:`spillway.spark_jobs.connectors.batchregistry`;
     or JSON Schema by one: ``registry_format="json-schema"``,
-    :mod:`spillway.spark_jobs.connectors.confluentjson`) values of an existing Kafka topic
+    :mod:`spillway.spark_jobs.connectors.confluentjson`; or Protobuf messages of
+    ``message_type`` by one: ``registry_format="protobuf"``,
+    :mod:`spillway.spark_jobs.connectors.confluentproto`) values of an existing Kafka topic
     as Arrow batches of the (flat) schema. With a registry the schema's defaults serve
     resolution only: the batches' schema has none."""
 
@@ -193,6 +196,7 @@ class BatchKafkaSource(KafkaTopicSource):
         framing: str | None = None,
         registry: RegistryConfig | None = None,
         registry_format: RegistryFormat = "avro",
+        message_type: MessageType | None = None,
     ):
         reader = dict(schema)
         if registry is not None:
@@ -208,8 +212,12 @@ class BatchKafkaSource(KafkaTopicSource):
         self._arrow = flat
         self._ts_column = timestamp
         self._batch_origins: Origins = Chained([])
-        self._columns: AvroDecoder | RegistryAvroBatches | RegistryJsonBatches | None = None
-        if registry is not None and registry_format == "json-schema":
+        self._columns: (
+            AvroDecoder | RegistryAvroBatches | RegistryJsonBatches | RegistryProtoBatches | None
+        ) = None
+        if registry is not None and message_type is not None:
+            self._columns = RegistryProtoBatches(message_type, registry)
+        elif registry is not None and registry_format == "json-schema":
             self._columns = RegistryJsonBatches(reader, registry)
         elif registry is not None:
             self._columns = RegistryAvroBatches(reader, registry)

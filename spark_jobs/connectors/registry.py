@@ -34,7 +34,7 @@ from spillway.spark_jobs.modes import REGISTRY_FORMATS, RegistryFormat, SinkValu
 SchemaId = NewType("SchemaId", int)
 """A schema's id in the registry: the 4 bytes after the magic byte of the wire format."""
 
-SchemaKind = Literal["AVRO", "JSON"]
+SchemaKind = Literal["AVRO", "JSON", "PROTOBUF"]
 """A schema's ``schemaType`` in the registry's API (absent means ``AVRO``)."""
 
 SETTINGS = (
@@ -104,8 +104,8 @@ def check_registry_format(
         if value_format == fmt:
             return fmt
     raise PipelineDefinitionError(
-        f'{where}: with a registry, value_format must be "avro" or "json-schema" (Protobuf '
-        f"values are not {verb} with a registry), got {value_format!r}"
+        f'{where}: with a registry, value_format must be "avro", "json-schema" or "protobuf" '
+        f"(the formats {verb} with one), got {value_format!r}"
     )
 
 
@@ -139,12 +139,20 @@ class RegistryClient:
         """The JSON Schema text of ``schema_id``; :class:`SchemaNotFound` as :meth:`schema`."""
         return self._of_kind(schema_id, "JSON")
 
+    def protobuf_schema(self, schema_id: SchemaId) -> str:
+        """The Protobuf schema of ``schema_id`` as a base64 ``FileDescriptorProto`` (the
+        registry's ``format=serialized``); :class:`SchemaNotFound` as :meth:`schema`."""
+        return self._of_kind(schema_id, "PROTOBUF")
+
     def _of_kind(self, schema_id: SchemaId, kind: SchemaKind) -> str:
         known = self._by_id.get(schema_id)
         if known is None:
-            answer = self._request("GET", f"/schemas/ids/{int(schema_id)}")
+            # A Protobuf schema is asked for as a serialized descriptor, not .proto text.
+            query = "?format=serialized" if kind == "PROTOBUF" else ""
+            answer = self._request("GET", f"/schemas/ids/{int(schema_id)}{query}")
             known = str(answer.get("schemaType", "AVRO")), str(answer["schema"])
-            self._by_id[schema_id] = known
+            if known[0] != "PROTOBUF" or kind == "PROTOBUF":  # else its text is .proto
+                self._by_id[schema_id] = known
         if known[0] != kind:
             raise SchemaNotFound(f"schema id {schema_id} is a {known[0]} schema, not {kind}")
         return known[1]

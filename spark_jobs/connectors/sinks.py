@@ -31,6 +31,7 @@ from spillway.recovery.job.plan import Context, Record
 from spillway.recovery.runtime.sinklimit import SinkRefusal
 from spillway.spark_jobs.connectors.confluentavro import RegistryAvroWriter
 from spillway.spark_jobs.connectors.confluentjson import RegistryJsonWriter
+from spillway.spark_jobs.connectors.confluentproto import RegistryProtoWriter
 
 _SUFFIX = ".inprogress"
 _to_json = jsontext.dumps  # compact, key-sorted UTF-8 JSON (see spillway.channels.wire.jsontext)
@@ -203,7 +204,7 @@ class KafkaTopicSink:
         topic: str,
         key: Callable[[Record], Any] | None = None,
         batches: bool = False,
-        encoder: RegistryAvroWriter | RegistryJsonWriter | None = None,
+        encoder: RegistryAvroWriter | RegistryJsonWriter | RegistryProtoWriter | None = None,
     ) -> None:
         self.topic = topic
         self.key = key

@@ -28,6 +28,7 @@ from spillway.recovery.job.plan import Context, Record, Rejected
 from spillway.spark_jobs.connectors.batchavro import AvroRecords
 from spillway.spark_jobs.connectors.confluentavro import RegistryAvroRecords
 from spillway.spark_jobs.connectors.confluentjson import RegistryJsonRecords
+from spillway.spark_jobs.connectors.confluentproto import RegistryProtoRecords
 from spillway.spark_jobs.modes import FileFormat
 from spillway.spark_jobs.records.lines import (
     LineError,
@@ -376,7 +377,9 @@ class KafkaTopicSource:
         watermarks: Watermarks | None = None,
         key_field: str | None = None,
         tombstones: bool = False,
-        avro: AvroRecords | RegistryAvroRecords | RegistryJsonRecords | None = None,
+        avro: (
+            AvroRecords | RegistryAvroRecords | RegistryJsonRecords | RegistryProtoRecords | None
+        ) = None,
         time_field: str | None = None,
     ) -> None:
         self.topic, self.p, self.bounded = topic, parallelism, bounded

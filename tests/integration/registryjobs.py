@@ -154,3 +154,36 @@ def registry_json_orders() -> Pipeline:
             registry=registry,
         )  # fmt: skip
     return p
+
+
+def taxed_proto(order: dict[str, Any]) -> dict[str, Any]:
+    """An order record of ``shop.Order`` (tests.protomessages) as a ``shop.Taxed`` record."""
+    return {**order, "gross": order["amount"] * 6 // 5}
+
+
+def registry_proto_orders() -> Pipeline:
+    """The bounded orders topic of Protobuf values (``shop.Order``, either version) read
+    twice, as records and as Arrow batches, each taxed and written as ``shop.Taxed``
+    Protobuf values (registered under ``<topic>-value``) to ``SPILLWAY_TEST_OUT`` and
+    ``SPILLWAY_TEST_OUT2``."""
+    from spillway.spark_jobs.connectors.confluentproto import record_schema
+    from tests.protomessages import Order, Taxed
+
+    registry = RegistryConfig(os.environ["SPILLWAY_TEST_REGISTRY"])
+    taxed_schema = record_schema(Taxed.DESCRIPTOR)
+    p = Pipeline("registry-proto-orders", chaining=True)
+    for name, batches, out in (("orders", False, "OUT"), ("orders_b", True, "OUT2")):
+        orders = p.read_kafka(
+            name, os.environ["SPILLWAY_TEST_IN"], parallelism=2, bounded=True,
+            batches=batches, value_format="protobuf", registry=registry, message_type=Order,
+        )  # fmt: skip
+        tax = (
+            orders.map_batches(f"{name}_tax", taxed_batch, schema=taxed_schema)
+            if batches
+            else orders.map(f"{name}_tax", taxed_proto, schema=taxed_schema)
+        )
+        tax.write_kafka(
+            f"{name}_sink", os.environ[f"SPILLWAY_TEST_{out}"], value_format="protobuf",
+            registry=registry, message_type=Taxed,
+        )  # fmt: skip
+    return p

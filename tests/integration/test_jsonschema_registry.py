@@ -56,7 +56,6 @@ def test_a_bounded_job_reads_and_writes_json_schema_values_exactly(
     kafka_bootstrap: str,
     schema_registry_url: str,
     unique: str,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     topic_in, out, out2 = f"{unique}-in", f"{unique}-out", f"{unique}-out2"
     Admin(KafkaSettings(kafka_bootstrap)).ensure_topics(
@@ -79,24 +78,39 @@ def test_a_bounded_job_reads_and_writes_json_schema_values_exactly(
     producer.produce(topic_in, unknown, partition=0)
     assert producer.flush(60) == 0
 
-    monkeypatch.setenv("SPILLWAY_TEST_IN", topic_in)
-    monkeypatch.setenv("SPILLWAY_TEST_OUT", out)
-    monkeypatch.setenv("SPILLWAY_TEST_OUT2", out2)
-    monkeypatch.setenv("SPILLWAY_TEST_REGISTRY", schema_registry_url)
-    results = run_on_spark(
-        JobConfig(
-            "tests.integration.registryjobs:registry_json_orders", unique, kafka_bootstrap,
-            master="local[6,3]", dead_letter=True, checkpoint_interval_s=0.1,
-        )
-    )  # fmt: skip
-    assert {r.status for r in results} == {"finished"}
+    topics = (topic_in, out, out2)
+    run_orders_job("registry_json_orders", unique, kafka_bootstrap, schema_registry_url, topics)
     for topic in (out, out2):
         got = read_output(kafka_bootstrap, topic, schema_registry_url, json_deserializer)
         assert sorted(got, key=lambda o: o["id"]) == expected, topic  # each exactly once
         registered = registry.get_latest_version(f"{topic}-value").schema
         assert registered.schema_type == "JSON"
         assert json.loads(registered.schema_str) == json_schema_of(TAXED_JSON)
+    assert_unknown_id_dead_lettered(kafka_bootstrap, unique, topic_in)
 
+
+def run_orders_job(
+    job: str, unique: str, kafka_bootstrap: str, registry_url: str, topics: tuple[str, ...]
+) -> None:
+    """Run the bounded job ``job`` of tests.integration.registryjobs on Spark, from
+    ``topics[0]`` to ``topics[1]`` and ``topics[2]``, dead letters on: every subtask
+    finishes."""
+    env = dict(zip(("IN", "OUT", "OUT2"), topics, strict=True)) | {"REGISTRY": registry_url}
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        for name, value in env.items():
+            monkeypatch.setenv(f"SPILLWAY_TEST_{name}", value)
+        results = run_on_spark(
+            JobConfig(
+                f"tests.integration.registryjobs:{job}", unique, kafka_bootstrap,
+                master="local[6,3]", dead_letter=True, checkpoint_interval_s=0.1,
+            )
+        )  # fmt: skip
+    assert {r.status for r in results} == {"finished"}
+
+
+def assert_unknown_id_dead_lettered(kafka_bootstrap: str, unique: str, topic_in: str) -> None:
+    """The value of :data:`UNKNOWN_ID` (after ``PER_VERSION`` values of partition 0) was
+    dead-lettered once by each read of the job, with its origin and the id."""
     dead = read_dlq(kafka_bootstrap, unique)
     assert sorted(d["operator"] for d in dead) == ["orders", "orders_b"]  # once by each read
     for d in dead:

@@ -39,9 +39,9 @@ def test_the_allowed_values_are_the_literal_types_values() -> None:
     assert CODECS == ("arrow", "avro")
     assert EMITS == ("final", "updates")
     assert BATCH_EMITS == ("final", "updates", "rows")
-    assert VALUE_FORMATS == ("json", "avro", "avro-confluent", "json-schema")
-    assert SINK_VALUE_FORMATS == ("json", "avro", "json-schema")
-    assert REGISTRY_FORMATS == ("avro", "json-schema")
+    assert VALUE_FORMATS == ("json", "avro", "avro-confluent", "json-schema", "protobuf")
+    assert SINK_VALUE_FORMATS == ("json", "avro", "json-schema", "protobuf")
+    assert REGISTRY_FORMATS == ("avro", "json-schema", "protobuf")
     assert FILE_FORMATS == ("jsonl", "csv", "parquet")
 
 
@@ -108,10 +108,10 @@ def test_reader_modes_are_frozen() -> None:
 
 def test_read_kafka_refuses_an_unknown_value_format() -> None:
     with pytest.raises(PipelineDefinitionError) as info:
-        Pipeline("m").read_kafka("src", "t", schema=SCHEMA, value_format="protobuf")  # type: ignore[arg-type]
+        Pipeline("m").read_kafka("src", "t", schema=SCHEMA, value_format="thrift")  # type: ignore[arg-type]
     assert str(info.value) == (
         "source 'src': value_format must be one of 'json', 'avro', 'avro-confluent', "
-        "'json-schema', got 'protobuf'"
+        "'json-schema', 'protobuf', got 'thrift'"
     )
 
 
@@ -137,13 +137,13 @@ def test_write_kafka_refuses_an_unknown_value_format() -> None:
     with pytest.raises(PipelineDefinitionError) as info:
         src.write_kafka("out", "o", value_format="avro-confluent")  # type: ignore[arg-type]
     assert str(info.value) == (
-        "write_kafka 'out': value_format must be one of 'json', 'avro', 'json-schema', got "
-        "'avro-confluent'"
+        "write_kafka 'out': value_format must be one of 'json', 'avro', 'json-schema', "
+        "'protobuf', got 'avro-confluent'"
     )
     with pytest.raises(PipelineDefinitionError) as info:
         src.write_kafka("out", "o", value_format="avro")
     assert str(info.value) == (
-        """write_kafka 'out': value_format="avro" or "json-schema", subject= and """
+        """write_kafka 'out': value_format="avro", "json-schema" or "protobuf", subject= and """
         "subject_strategy= need registry=RegistryConfig(...)"
     )
     with pytest.raises(PipelineDefinitionError) as info:

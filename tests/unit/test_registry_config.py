@@ -81,8 +81,8 @@ def test_the_api_refuses_what_the_registry_path_does_not_do_yet() -> None:
     s = p.read_kafka("c", "t", schema=ORDER, value_format="avro", registry=registry)
     with pytest.raises(PipelineDefinitionError, match='value_format must be "avro"'):
         s.write_kafka("d", "out", value_format="json", registry=registry)
-    with pytest.raises(PipelineDefinitionError, match="'avro', 'json-schema', got 'proto"):
-        s.write_kafka("d", "out", value_format="protobuf", registry=registry)  # type: ignore[arg-type]
+    with pytest.raises(PipelineDefinitionError, match="'json-schema', 'protobuf', got 'thrift"):
+        s.write_kafka("d", "out", value_format="thrift", registry=registry)  # type: ignore[arg-type]
     with pytest.raises(PipelineDefinitionError, match="need registry=RegistryConfig"):
         s.write_kafka("e", "out", value_format="avro")
     with pytest.raises(PipelineDefinitionError, match="need registry=RegistryConfig"):
