@@ -11,6 +11,7 @@ from spillway.channels.ids import JobId, OperatorName
 from spillway.offsets.checkpoint import Checkpoint
 from spillway.offsets.store import CheckpointStore
 from spillway.spark_jobs.api.pipeline import Pipeline
+from tests.integration.gates import held_generate
 from tests.integration.keygroupjobs import COUNT, EVENT, add, make_event, reference
 
 
@@ -20,16 +21,18 @@ def tag(r: dict[str, Any]) -> dict[str, Any]:
 
 
 def rebalanced_tag() -> Pipeline:
-    """generate (p=2, paced) -[round-robin, 32 slots]-> tag (map, p=2) -[keyed, 8
-    groups]-> count (p=2) -> out (p=1)."""
+    """generate (p=2; held at the test's gates, or paced when the test sets a rate)
+    -[round-robin, 32 slots]-> tag (map, p=2) -[keyed, 8 groups]-> count (p=2) -> out
+    (p=1)."""
     p = Pipeline("slots")
-    events = p.generate(
+    events = held_generate(
+        p,
         "events",
         make=make_event,
         schema=EVENT,
         count=int(os.environ["SPILLWAY_TEST_RECORDS"]),
         parallelism=2,
-        rate=float(os.environ["SPILLWAY_TEST_RATE"]),
+        rate=float(os.environ.get("SPILLWAY_TEST_RATE", "0")) or None,
     )
     tagged = events.rebalance().map("tag", tag, schema=EVENT, parallelism=2)
     tagged.key_by(lambda r: r["key"], max_parallelism=8).aggregate(

@@ -179,6 +179,21 @@ class Topics:
         assert self.producer.flush(30) == 0
 
 
+POLL_S = 0.2  # how often the test looks at the output and the event log
+# The subtasks LOOKUP_CRASH kills, each attempt that must start: the first, and the retry.
+CRASHED_RETRIES = {(op, i, a) for op, i in (("lookup", 0), ("lookup", 1), ("table", 0))
+                   for a in (0, 1)}  # fmt: skip
+
+
+def lookup_starts(bootstrap: str, job: str) -> set[tuple[str, int, int]]:
+    """(operator, index, attempt) of every subtask start of the job."""
+    return {
+        (e["operator"], e["index"], e["attempt"])
+        for e in read_events(KafkaSettings(bootstrap), JobId(job))
+        if e.get("event") == "started"
+    }
+
+
 def published(out: Path) -> list[dict[str, Any]]:
     return rows(out, "lookup_out")
 
@@ -213,15 +228,27 @@ def test_lookup_join_follows_its_table_topic_across_kills(
                 assert time.monotonic() < deadline, (phase, todo, log.read_text()[-2000:])
                 first = data.probes + 1
                 data.probe(todo)
-                time.sleep(3)
-                seen = {r["seq"]: r for r in published(out) if r["seq"] < 0}
                 sent = [(k, -(first + i)) for i, k in enumerate(todo)]
-                todo = [k for k, s in sent if s not in seen or seen[s]["v"] != data.values.get(k)]
+                # Until every probe came out (not a fixed wait): then re-probe the keys
+                # whose probe still showed an older table value.
+                seen = {r["seq"]: r for r in published(out) if r["seq"] < 0}
+                while any(s not in seen for _, s in sent):
+                    assert driver.poll() is None, log.read_text()[-3000:]
+                    assert time.monotonic() < deadline, (phase, todo, log.read_text()[-2000:])
+                    time.sleep(POLL_S)
+                    seen = {r["seq"]: r for r in published(out) if r["seq"] < 0}
+                todo = [k for k, s in sent if seen[s]["v"] != data.values.get(k)]
             data.send_events()
             while len([r for r in published(out) if r["seq"] >= 0]) < len(data.want):
                 assert driver.poll() is None, log.read_text()[-3000:]
                 assert time.monotonic() < deadline, (phase, log.read_text()[-2000:])
-                time.sleep(1)
+                time.sleep(POLL_S)
+        # The job no longer runs for a fixed time: stop it once every planned kill
+        # happened and its subtask's second attempt started (asserted below).
+        while not lookup_starts(kafka_bootstrap, unique) >= CRASHED_RETRIES:
+            assert driver.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, log.read_text()[-2000:]
+            time.sleep(POLL_S)
         driver.send_signal(signal.SIGTERM)
         assert driver.wait(120) == 0, log.read_text()[-3000:]
     finally:
@@ -239,10 +266,4 @@ def test_lookup_join_follows_its_table_topic_across_kills(
         span = events[(phase - 1) * PER_PHASE : phase * PER_PHASE]
         assert {r["key"] for r in span if r["v"] is None} == {MISSING, *deleted}, phase
     # Each crash point was reached and its subtask's second attempt ran.
-    started = {
-        (e["operator"], e["index"], e["attempt"])
-        for e in read_events(KafkaSettings(kafka_bootstrap), JobId(unique))
-        if e.get("event") == "started"
-    }
-    crashed = {("lookup", 0), ("lookup", 1), ("table", 0)}
-    assert {(op, i, a) for op, i in crashed for a in (0, 1)} <= started
+    assert lookup_starts(kafka_bootstrap, unique) >= CRASHED_RETRIES

@@ -118,7 +118,11 @@ def test_an_operator_rescaled_live_two_wider_one_with_a_kill(
     out = tmp_path / "out"
     monkeypatch.setenv("SPILLWAY_TEST_OUT", str(out))
     monkeypatch.setenv("SPILLWAY_TEST_RECORDS", str(RECORDS))
-    monkeypatch.setenv("SPILLWAY_TEST_RATE", str(RECORDS / 2 / 60))  # about 60 s of input
+    # The source holds at a quarter of its input until op's first checkpoints, then at a
+    # half and at three quarters; each gate opens just before a rescale is requested, so
+    # a burst of input is in flight through every handover, and the last gate only once
+    # the second rescale was answered, so the job is still running when it comes.
+    gates = Gates(tmp_path / "gates", monkeypatch, [RECORDS // 4, RECORDS // 2, RECORDS * 3 // 4])
     monkeypatch.setenv("SPILLWAY_CRASH_AT", f"{op}:{killed}:restore:0")
     settings = KafkaSettings(kafka_bootstrap)
     job = JobId(unique)
@@ -132,6 +136,7 @@ def test_an_operator_rescaled_live_two_wider_one_with_a_kill(
                 f"{op}'s first checkpoints",
                 lambda: None not in checkpoint_ids(settings, job, op, 2),
             )
+            gates.open(0)
             answers.append(recovery_main([*cli, "--parallelism", str(wider)]))
             floor = int(rescaled(settings, job)[0]["rescale"]["operators"][op]["floor"])
             wait_until(
@@ -140,9 +145,12 @@ def test_an_operator_rescaled_live_two_wider_one_with_a_kill(
                     c is not None and c > floor for c in checkpoint_ids(settings, job, op, wider)
                 ),
             )
+            gates.open(1)
             answers.append(recovery_main([*cli, "--parallelism", "1"]))
         except BaseException as e:  # reported by the test's thread, below
             errors.append(e)
+        finally:
+            gates.open_all()  # the job runs to its end either way
 
     def on_running(runs: OperatorRuns) -> None:
         threading.Thread(target=operate, args=(runs,), daemon=True).start()

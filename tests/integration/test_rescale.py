@@ -8,6 +8,7 @@ sum of sequence numbers, and a key whose records reached two subtasks gives two 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -26,11 +27,13 @@ from spillway.recovery.observe.events import last_submission, read_events
 from spillway.recovery.runtime.options import SubtaskResult
 from spillway.spark_jobs.spark.driver import run_on_spark
 from spillway.spark_jobs.spark.jobconfig import JobConfig
+from tests.integration.gates import Gates, started
 from tests.integration.keygroupjobs import (
     count_checkpoints,
     read_output,
     reference,
     run_stopped,
+    wait_until,
 )
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.soak]
@@ -76,7 +79,12 @@ def test_a_keyed_count_rescaled_two_four_one_from_savepoints_with_kills(
     out = tmp_path / "out"
     monkeypatch.setenv("SPILLWAY_TEST_OUT", str(out))
     monkeypatch.setenv("SPILLWAY_TEST_RECORDS", str(RECORDS))
-    monkeypatch.setenv("SPILLWAY_TEST_RATE", str(RECORDS / 2 / 45))  # about 45 s of input
+    # The source holds at a third of its input in run 1 and at two thirds in run 2, so each
+    # is stopped mid-stream however fast the machine; in run 3 it holds at five sixths
+    # until count[0] was killed and restarted, so the kill lands while input is left.
+    gates = Gates(
+        tmp_path / "gates", monkeypatch, [RECORDS // 3, RECORDS * 2 // 3, RECORDS * 5 // 6]
+    )
     settings = KafkaSettings(kafka_bootstrap)
     job = JobId(unique)
 
@@ -104,6 +112,7 @@ def test_a_keyed_count_rescaled_two_four_one_from_savepoints_with_kills(
         ckpts = count_checkpoints(s, job, 4)
         return restarted and all(c is not None and c.checkpoint_id > floor2[0] for c in ckpts)
 
+    gates.open(0)
     second, sub2 = run(kafka_bootstrap, unique, 4, all_four_checkpointed)
     assert {r.status for r in second} == {"stopped"}
     rescale2 = sub2["rescale"]
@@ -137,6 +146,15 @@ def test_a_keyed_count_rescaled_two_four_one_from_savepoints_with_kills(
 
     # Run 3: p = 1 to the end; count[0] dies once after its own first checkpoint.
     monkeypatch.setenv("SPILLWAY_CRASH_AT", "count:0:after-produce:0:2")
+    gates.open(1)
+
+    def open_once_restarted() -> None:
+        try:
+            wait_until("count[0] restarted", lambda: started(settings, job, ["count[0]"], 1))
+        finally:
+            gates.open_all()  # run 3 goes to its end either way; the asserts below judge it
+
+    threading.Thread(target=open_once_restarted, daemon=True).start()
     third, sub3 = run(kafka_bootstrap, unique, 1, None)
     assert {r.status for r in third} == {"finished"}
     assert sub3["rescale"]["number"] == 2
@@ -197,15 +215,22 @@ def test_from_a_global_savepoint_with_another_parallelism(
     out = tmp_path / "out"
     monkeypatch.setenv("SPILLWAY_TEST_OUT", str(out))
     monkeypatch.setenv("SPILLWAY_TEST_RECORDS", str(RECORDS))
-    monkeypatch.setenv("SPILLWAY_TEST_RATE", str(RECORDS / 2 / 30))  # about 30 s of input
+    # The source holds at a quarter of its input until the first savepoint N, then at a
+    # half until the run is stopped: the first run read input after N (which the rewind
+    # discards) and stopped mid-stream however fast the machine.
+    gates = Gates(tmp_path / "gates", monkeypatch, [RECORDS // 4, RECORDS // 2])
     settings = KafkaSettings(kafka_bootstrap)
     job = JobId(unique)
     mode = {"checkpoint_mode": "unaligned", "global_interval_s": 1.0}
 
     def two_savepoints(s: KafkaSettings) -> bool:
-        return len(read_completed(s, job)) >= 2
+        done = len(read_completed(s, job))
+        if done >= 1:
+            gates.open(0)
+        return done >= 2
 
     first, _ = run(kafka_bootstrap, unique, 2, two_savepoints, **mode)
+    gates.open_all()
     assert {r.status for r in first} == {"stopped"}
     n = int(read_completed(settings, job)[0]["id"])
 

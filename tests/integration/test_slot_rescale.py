@@ -19,6 +19,7 @@ from spillway.channels.kafka.admin import Admin
 from spillway.channels.naming import channel_topic
 from spillway.recovery.observe.events import last_submission, read_events
 from spillway.spark_jobs.spark.jobconfig import JobConfig
+from tests.integration.gates import Gates
 from tests.integration.keygroupjobs import read_output, run_stopped
 from tests.integration.slotjobs import checkpoint_ids, tagged_reference
 
@@ -37,7 +38,10 @@ def test_a_round_robin_fed_map_restarted_from_savepoints_at_three_then_one(
     out = tmp_path / "out"
     monkeypatch.setenv("SPILLWAY_TEST_OUT", str(out))
     monkeypatch.setenv("SPILLWAY_TEST_RECORDS", str(RECORDS))
-    monkeypatch.setenv("SPILLWAY_TEST_RATE", str(RECORDS / 2 / 40))  # about 40 s of input
+    # The source holds at a third of its input in the first run and at two thirds in the
+    # second, so each is stopped mid-stream however fast the machine; each gate opens
+    # between runs, so every run reads new input.
+    gates = Gates(tmp_path / "gates", monkeypatch, [RECORDS // 3, RECORDS * 2 // 3])
     monkeypatch.setenv("SPILLWAY_CRASH_AT", "tag:2:restore:0")
     job = JobId(unique)
 
@@ -57,7 +61,9 @@ def test_a_round_robin_fed_map_restarted_from_savepoints_at_three_then_one(
         )
 
     first = run_stopped(config(2), checkpointed(2))
+    gates.open(0)
     second = run_stopped(config(3), checkpointed(3))
+    gates.open(1)
     third = run_stopped(config(1), None)
     assert {r.status for r in first} == {r.status for r in second} == {"stopped"}
     assert {r.status for r in third} == {"finished"}
