@@ -119,11 +119,18 @@ def run_with_env(command: Sequence[str], cwd: Path, env: Mapping[str, str]) -> i
 def executed_lines(data_dir: Path) -> dict[Path, set[int]]:
     """The lines run, per real file path, over all the data files in ``data_dir``."""
     import coverage  # the bench's dependency only; imported here so --help works without it
+    import coverage.exceptions
 
     lines: dict[Path, set[int]] = {}
     for f in sorted(data_dir.glob("cov.*")):
         part = coverage.CoverageData(basename=str(f))
-        part.read()
+        try:
+            part.read()
+        except coverage.exceptions.DataError as e:
+            # A process SIGKILLed while it saved (the tests kill subtasks at any point)
+            # leaves a partial file: its lines are lost, as a killed process's are.
+            print(f"skipped, not readable: {f.name}: {e}", file=sys.stderr)
+            continue
         for path in part.measured_files():
             lines.setdefault(Path(path), set()).update(part.lines(path) or ())
     return lines

@@ -87,6 +87,7 @@ def test_statements_are_counted_per_tier_and_together_across_processes(
     write_data(data / "test", "p1", {a: [1, 2, 3]})
     write_data(data / "test", "p2", {a: [1]})  # a second process of the same tier
     write_data(data / "soak", "p3", {a: [1, 4]})
+    (data / "soak" / "cov.p4").write_bytes(b"SQLite format 3\x00 cut short")  # killed saving
     modules = {m.path: m for m in suitecover.measure(root, ["test", "soak"])}
     assert modules["spillway/channels/a.py"] == suitecover.ModuleCoverage(
         "spillway/channels/a.py", 4, {"test": 3, "soak": 2, "all": 4}
