@@ -136,23 +136,34 @@ def executed_lines(data_dir: Path) -> dict[Path, set[int]]:
     return lines
 
 
+def statements(path: Path) -> tuple[set[int], Callable[[set[int]], set[int]]]:
+    """The statements of the Python file at ``path`` (coverage.py's default exclusions
+    applied) and the function mapping executed lines to their statements' first lines.
+
+    coverage.py's parser, not a ``Coverage`` object: constructing one in a process that
+    coverage.py measures (the unit tests under ``make coverage``) loses that process's data.
+    """
+    from coverage.config import DEFAULT_EXCLUDE
+    from coverage.misc import join_regex
+    from coverage.parser import PythonParser
+
+    parser = PythonParser(filename=str(path), exclude=join_regex(DEFAULT_EXCLUDE))
+    parser.parse_source()
+    return set(parser.statements), parser.translate_lines
+
+
 def measure(root: Path, tiers: Sequence[str]) -> list[ModuleCoverage]:
     """Per product module of ``root``, the statements each tier ran and all tiers together,
     from the data under ``root/.coverage-data``. A module no process imported counts with 0.
     """
-    import coverage
-
     executed = {t: executed_lines(root / ".coverage-data" / t) for t in tiers}
-    config = root / ".coverage-data" / "analysis.toml"
-    config.write_text(config_text(root))
-    analyser = coverage.Coverage(data_file=None, config_file=str(config))
     modules = []
     for name, real in product_files(root).items():
-        statements = set(analyser.analysis2(str(real))[1])
-        ran = {t: statements & executed[t].get(real, set()) for t in tiers}
-        covered = {t: len(lines) for t, lines in ran.items()}
+        lines, first_lines = statements(real)
+        ran = {t: lines & first_lines(executed[t].get(real, set())) for t in tiers}
+        covered = {t: len(ls) for t, ls in ran.items()}
         covered[ALL] = len(set().union(*ran.values()))
-        modules.append(ModuleCoverage(name, len(statements), covered))
+        modules.append(ModuleCoverage(name, len(lines), covered))
     return modules
 
 

@@ -6,6 +6,9 @@ no make, no broker."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -117,3 +120,30 @@ def test_a_result_is_written_and_a_fall_against_an_earlier_one_is_named(
     assert suitecover.fallen(suitecover.load(before), after) == [
         ("spillway/channels/a.py", 100.0, 25.0)
     ]
+
+
+def test_measuring_inside_a_measured_process_keeps_that_process_s_data(tmp_path: Path) -> None:
+    # Under `make coverage` these unit tests run in a measured pytest process; a Coverage
+    # object made there once cost that process (every unit test's lines) its data file.
+    root = checkout(tmp_path)
+    write_data(root / ".coverage-data" / "test", "p1", {(root / "channels" / "a.py"): [1]})
+    own = tmp_path / "own"
+    own.mkdir()
+    config = own / "coverage.toml"
+    config.write_text(suitecover.config_text(root))
+    b = root / "channels" / "b.py"
+    script = (
+        "import runpy; from pathlib import Path; from bench import suitecover; "
+        f"suitecover.measure(Path({str(root)!r}), ['test']); runpy.run_path({str(b)!r})"
+    )
+    env = dict(
+        os.environ,
+        COVERAGE_PROCESS_START=str(config),
+        COVERAGE_FILE=str(own / "cov"),
+        PYTHONPATH=str(Path(suitecover.__file__).parent.parent),
+    )
+    subprocess.run([sys.executable, "-c", script], env=env, cwd=own, check=True)
+    [data_file] = own.glob("cov.*")
+    data = coverage.CoverageData(basename=str(data_file))
+    data.read()
+    assert data.lines(str((root / "channels" / "b.py").resolve())) == [1, 2]
