@@ -26,16 +26,18 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from spillway.channels.config import KafkaSettings
 from spillway.channels.kafka.admin import Admin, TopicSpec
 from spillway.spark_jobs.connectors.confluentjson import json_schema_of
-from spillway.spark_jobs.spark.driver import run_on_spark
-from spillway.spark_jobs.spark.jobconfig import JobConfig
-from tests.integration.deadletters import read_dlq
+from tests.integration.registrycheck import (
+    PARTITIONS,
+    PER_VERSION,
+    UNKNOWN_ID,
+    assert_unknown_id_dead_lettered,
+    read_output,
+    run_orders_job,
+)
 from tests.integration.registryjobs import TAXED_JSON, taxed_json
-from tests.integration.test_schema_registry import PARTITIONS, read_output
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.registry]
 
-PER_VERSION = 1_000
-UNKNOWN_ID = 987_654
 V1 = {
     "$schema": "http://json-schema.org/draft-07/schema#",
     "title": "Order",
@@ -87,34 +89,3 @@ def test_a_bounded_job_reads_and_writes_json_schema_values_exactly(
         assert registered.schema_type == "JSON"
         assert json.loads(registered.schema_str) == json_schema_of(TAXED_JSON)
     assert_unknown_id_dead_lettered(kafka_bootstrap, unique, topic_in)
-
-
-def run_orders_job(
-    job: str, unique: str, kafka_bootstrap: str, registry_url: str, topics: tuple[str, ...]
-) -> None:
-    """Run the bounded job ``job`` of tests.integration.registryjobs on Spark, from
-    ``topics[0]`` to ``topics[1]`` and ``topics[2]``, dead letters on: every subtask
-    finishes."""
-    env = dict(zip(("IN", "OUT", "OUT2"), topics, strict=True)) | {"REGISTRY": registry_url}
-    with pytest.MonkeyPatch.context() as monkeypatch:
-        for name, value in env.items():
-            monkeypatch.setenv(f"SPILLWAY_TEST_{name}", value)
-        results = run_on_spark(
-            JobConfig(
-                f"tests.integration.registryjobs:{job}", unique, kafka_bootstrap,
-                master="local[6,3]", dead_letter=True, checkpoint_interval_s=0.1,
-            )
-        )  # fmt: skip
-    assert {r.status for r in results} == {"finished"}
-
-
-def assert_unknown_id_dead_lettered(kafka_bootstrap: str, unique: str, topic_in: str) -> None:
-    """The value of :data:`UNKNOWN_ID` (after ``PER_VERSION`` values of partition 0) was
-    dead-lettered once by each read of the job, with its origin and the id."""
-    dead = read_dlq(kafka_bootstrap, unique)
-    assert sorted(d["operator"] for d in dead) == ["orders", "orders_b"]  # once by each read
-    for d in dead:
-        assert (d["stage"], d["topic"]) == ("source", topic_in)
-        # Partition 0 held the even ids of both versions before it: PER_VERSION values.
-        assert d["origin"] == f"{topic_in}[0]@{PER_VERSION}"
-        assert d["error"].startswith(f"schema id {UNKNOWN_ID} is not in the schema registry (")

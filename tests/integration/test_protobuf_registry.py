@@ -27,13 +27,14 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 
 from spillway.channels.config import KafkaSettings
 from spillway.channels.kafka.admin import Admin, TopicSpec
-from tests.integration.test_jsonschema_registry import (
+from tests.integration.registrycheck import (
+    PARTITIONS,
     PER_VERSION,
     UNKNOWN_ID,
     assert_unknown_id_dead_lettered,
+    read_output,
     run_orders_job,
 )
-from tests.integration.test_schema_registry import PARTITIONS, read_output
 from tests.protomessages import Order, OrderV1, Taxed
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.registry]

@@ -34,10 +34,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer
-from confluent_kafka import TopicPartition as CkTopicPartition
+from confluent_kafka import Producer
 from confluent_kafka.schema_registry import SchemaRegistryClient
-from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
+from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from spillway.channels.config import KafkaSettings
@@ -49,14 +48,13 @@ from spillway.spark_jobs.connectors.registry import RegistryConfig
 from spillway.spark_jobs.spark.driver import run_on_spark
 from spillway.spark_jobs.spark.jobconfig import JobConfig
 from tests.integration.deadletters import read_dlq
+from tests.integration.registrycheck import PARTITIONS, UNKNOWN_ID, read_output
 from tests.integration.registryjobs import ORDER_V1, ORDER_V2, TAXED, taxed
 from tests.integration.support import starts
 
 pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.registry]
 
 PER_VERSION = 3_000
-PARTITIONS = 2
-UNKNOWN_ID = 987_654
 
 
 def wait_for(what: str, check: Callable[[], bool], timeout_s: float = 180.0) -> None:
@@ -65,40 +63,6 @@ def wait_for(what: str, check: Callable[[], bool], timeout_s: float = 180.0) -> 
     while not check():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.2)
-
-
-def read_output(
-    bootstrap: str,
-    topic: str,
-    url: str,
-    deserializer: Callable[[SchemaRegistryClient], Any] = AvroDeserializer,
-) -> list[dict[str, Any]]:
-    """Every committed output value, decoded by confluent-kafka's AvroDeserializer (or
-    the deserializer ``deserializer`` makes with a registry client)."""
-    decode = deserializer(SchemaRegistryClient({"url": url}))
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"{topic}-check",
-            "isolation.level": "read_committed",
-            "enable.auto.commit": False,
-        }
-    )
-    tps = [CkTopicPartition(topic, p, 0) for p in range(PARTITIONS)]
-    consumer.assign(tps)
-    ends = {p: consumer.get_watermark_offsets(CkTopicPartition(topic, p))[1] for p in range(2)}
-    out: list[dict[str, Any]] = []
-    deadline = time.monotonic() + 60
-    while any(
-        (consumer.position([CkTopicPartition(topic, p)])[0].offset or 0) < end
-        for p, end in ends.items()
-        if end
-    ):
-        assert time.monotonic() < deadline, "output not read to its end"
-        ctx = SerializationContext(topic, MessageField.VALUE)
-        out.extend(decode(m.value(), ctx) for m in consumer.consume(1000, 0.2) if not m.error())
-    consumer.close()
-    return out
 
 
 def test_a_job_reads_two_schema_versions_by_id_exactly_once_across_a_kill(
