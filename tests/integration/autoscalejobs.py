@@ -23,8 +23,11 @@ from tests.integration.keygroupjobs import COUNT, EVENT, add, make_event
 
 COST_S = 0.002  # per record in count: at most ~500 records per busy second per subtask
 LOW, HIGH = 220.0, 660.0  # records per second: 3x
-# (first index after the step, rate): 25 s low, 60 s high, 50 s low
-STEPS = ((5_500, LOW), (5_500 + 39_600, HIGH), (5_500 + 39_600 + 11_000, LOW))
+# (first index after the step, rate): 15 s low, 40 s high, 35 s low. The high step holds
+# the scale-up (about 4 s into it) and its cooldown; the last low step holds the scale-down
+# (cooldown, then down-after and a window: about 15 s into it) and the backlog's return
+# under the lag target after it (about 8 s), with some 10 s to spare.
+STEPS = ((3_300, LOW), (3_300 + 26_400, HIGH), (3_300 + 26_400 + 7_700, LOW))
 RECORDS = STEPS[-1][0]
 
 
