@@ -58,6 +58,7 @@ from spillway.spark_jobs.spark.observe import observed
 from spillway.spark_jobs.spark.opjobs import OperatorJobs, operator_groups
 from spillway.spark_jobs.spark.opruns import OperatorRuns
 from spillway.spark_jobs.spark.runlog import jvm_options, jvm_stderr, subtask_logging
+from spillway.spark_jobs.spark.sharedctx import release, session_for
 from spillway.spark_jobs.spark.shipcode import ModuleCode, deployed, install
 from spillway.spark_jobs.spark.submit import check_evolution, prepare_topics, record_submission
 from spillway.spark_jobs.spark.summary import RunSummary
@@ -124,6 +125,7 @@ def run_on_spark(
     n = len(subtasks)
 
     spark = _spark_session(config)
+    ended_normally = False
     try:
         sc = spark.sparkContext
         _check_slots(config, plan.bounded, n, sc.defaultParallelism)
@@ -186,8 +188,11 @@ def run_on_spark(
             watcher.stop()
             if coordinator is not None:
                 coordinator.stop()
+        ended_normally = True
     finally:
-        spark.stop()
+        # Stopped, unless a shared_spark() scope keeps it for the next run (never after
+        # a run that raised: its cancelled jobs may still be ending).
+        release(spark, ended_normally)
     results = [SubtaskResult(**r) for r in rows]
     failed = [r for r in results if r.status == "failed" and r.error]
     if failed:  # the last task to end failed, before the watch saw its event
@@ -245,38 +250,68 @@ def _prepare_run(
     return plan, rescale, run_id
 
 
-def _spark_session(config: JobConfig) -> Any:
-    """The Spark session of this job (driver on loopback unless SPARK_LOCAL_IP says not)."""
+def _spark_conf(config: JobConfig) -> dict[str, str]:
+    """The static Spark configuration this job wants (what a context is created with, and
+    what :func:`spillway.spark_jobs.spark.sharedctx.reusable` compares)."""
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    conf = {
+        "spark.app.name": f"spillway-{config.job_id}",
+        "spark.speculation": "false",
+        "spark.task.maxFailures": str(config.task_attempts),
+        # Loopback unless the deployment says otherwise (containers set SPARK_LOCAL_IP
+        # to their own host name so executors elsewhere can reach the driver).
+        "spark.driver.host": os.environ["SPARK_LOCAL_IP"],
+        "spark.driver.bindAddress": os.environ["SPARK_LOCAL_IP"],
+        "spark.ui.enabled": "false",
+        "spark.python.worker.reuse": "false",
+        # Forks workers with Spillway's modules already imported (a restart's imports).
+        "spark.python.daemon.module": "spillway.spark_jobs.spark.daemon",
+        "spark.executorEnv.PYTHONPATH": os.pathsep.join(_python_path()),
+    }
+    if config.master:
+        conf["spark.master"] = config.master
+    if config.cores_max is not None:  # --slots on a cluster (spillway.spark_jobs.spark.taskslots)
+        conf["spark.cores.max"] = str(config.cores_max)
+    java = jvm_options(config.master)
+    if java is not None:  # Spark's log4j output into the run's log file
+        conf["spark.driver.extraJavaOptions"] = java
+    if config.progress:  # Spark's own stage bar would overwrite our progress line
+        conf["spark.ui.showConsoleProgress"] = "false"
+    return conf
+
+
+def _python_path() -> list[str]:
+    """``sys.path`` for the executors, less the running context's SparkFiles directory.
+
+    pyspark puts that directory on the driver's ``sys.path`` when a context starts; it
+    belongs to that context, not to the job, and left in it would make every later run's
+    configuration differ from the one the context was created with, so a kept context
+    (:mod:`spillway.spark_jobs.spark.sharedctx`) would never be reused. Without a running
+    context (``spillway run``: one per process) this is ``sys.path`` as it was.
+    """
+    own = None
+    pyspark = sys.modules.get("pyspark")
+    if pyspark is not None and pyspark.SparkContext._active_spark_context is not None:
+        own = pyspark.SparkFiles.getRootDirectory()
+    return [p for p in sys.path if p and p != own]
+
+
+def _spark_session(config: JobConfig) -> Any:
+    """The Spark session of this job (driver on loopback unless SPARK_LOCAL_IP says not):
+    a new one, or inside :func:`spillway.spark_jobs.spark.sharedctx.shared_spark` the kept
+    one if its configuration is the same."""
+    return session_for(
+        lambda: _spark_conf(config), lambda conf: _new_spark_session(config, conf)
+    )
+
+
+def _new_spark_session(config: JobConfig, wanted: Mapping[str, str]) -> Any:
     from pyspark import SparkConf, SparkContext
     from pyspark.java_gateway import launch_gateway
     from pyspark.sql import SparkSession
 
-    conf = SparkConf().setAppName(f"spillway-{config.job_id}").setAll(
-        [
-            ("spark.speculation", "false"),
-            ("spark.task.maxFailures", str(config.task_attempts)),
-            # Loopback unless the deployment says otherwise (containers set SPARK_LOCAL_IP
-            # to their own host name so executors elsewhere can reach the driver).
-            ("spark.driver.host", os.environ["SPARK_LOCAL_IP"]),
-            ("spark.driver.bindAddress", os.environ["SPARK_LOCAL_IP"]),
-            ("spark.ui.enabled", "false"),
-            ("spark.python.worker.reuse", "false"),
-            # Forks workers with Spillway's modules already imported (a restart's imports).
-            ("spark.python.daemon.module", "spillway.spark_jobs.spark.daemon"),
-            ("spark.executorEnv.PYTHONPATH", os.pathsep.join(p for p in sys.path if p)),
-        ]
-    )
-    if config.master:
-        conf = conf.setMaster(config.master)
-    if config.cores_max is not None:  # --slots on a cluster (spillway.spark_jobs.spark.taskslots)
-        conf = conf.set("spark.cores.max", str(config.cores_max))
-    java = jvm_options(config.master)
-    if java is not None:  # Spark's log4j output into the run's log file
-        conf = conf.set("spark.driver.extraJavaOptions", java)
-    if config.progress:  # Spark's own stage bar would overwrite our progress line
-        conf = conf.set("spark.ui.showConsoleProgress", "false")
+    conf = SparkConf().setAll(list(wanted.items()))
     stderr = jvm_stderr(config.master)
     if stderr is not None and SparkContext._active_spark_context is None and (
         SparkContext._gateway is None

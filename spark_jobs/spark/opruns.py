@@ -136,6 +136,11 @@ class OperatorRuns:
         with self._cond:
             job = self._book.get(op)
             group, generation, indices = self._book.group(op), job.generation, job.subtasks
+        # A context kept across runs (spillway.spark_jobs.spark.sharedctx) still lists an
+        # earlier run's jobs under the same group name (same job, operator, generation):
+        # only a job that was not there before is this launch's.
+        tracker = self._sc.statusTracker()
+        earlier = set(tracker.getJobIdsForGroup(group))
         thread = InheritableThread(
             target=self._body, args=(op, group, generation, indices), name=f"job-{group}"
         )
@@ -144,8 +149,7 @@ class OperatorRuns:
         # One job after another, in the plan's order: Spark's FIFO scheduler gives free
         # slots to the tasks of the earliest job first, so with fewer slots than subtasks
         # (a bounded job) upstream operators run first, as in the single job before.
-        tracker = self._sc.statusTracker()
-        while thread.is_alive() and not tracker.getJobIdsForGroup(group):
+        while thread.is_alive() and set(tracker.getJobIdsForGroup(group)) <= earlier:
             time.sleep(0.01)
 
     def _body(self, op: OperatorName, group: str, generation: int, indices: Sequence[int]) -> None:

@@ -25,6 +25,11 @@ from tests.integration.support import leftovers, live_processes, read_output
 
 pytestmark = pytest.mark.soak
 
+# Each run its own Spark context (tests/integration/conftest.py): a context kept for the
+# next test would keep executors and its Python daemon alive, which the leftover-process
+# checks here must not see, and hold_executors() builds a context of its own.
+SHARE_SPARK = False
+
 log = logging.getLogger(__name__)
 
 REF = "spillway.examples.clicks:pipeline"

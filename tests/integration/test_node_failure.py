@@ -43,6 +43,11 @@ from tests.integration.support import leftovers, live_processes, read_output
 
 pytestmark = pytest.mark.soak
 
+# Each run its own Spark context (tests/integration/conftest.py): these tests kill Spark
+# processes and then check, through /proc, that nothing of the run is left behind; a
+# context (and its Python daemon) kept for the next run would be.
+SHARE_SPARK = False
+
 log = logging.getLogger(__name__)
 
 REF = "spillway.examples.clicks:pipeline"

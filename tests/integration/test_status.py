@@ -29,6 +29,11 @@ from spillway.recovery.observe.events import last_submission, read_events
 
 pytestmark = [pytest.mark.broker, pytest.mark.extended]
 
+# Each run its own Spark context (tests/integration/conftest.py): a test here starts and
+# stops a context of its own before a run, to stand for a JVM started before a variable
+# was set; a kept context would be the one it got instead.
+SHARE_SPARK = False
+
 ENV_REF = "tests.integration.pipelines:env_configured"
 CONF_REF = "tests.integration.pipelines:configured"
 WIDTH = 3  # parallelism of env_configured's sink, from $STATUS_TEST_WIDTH (2 would be ambiguous)
