@@ -17,7 +17,7 @@ import spillway
 from spillway import Agg, Count, Hopping, Pipeline, Session, Tumbling, count, mean
 from spillway.channels.errors import PipelineDefinitionError
 from spillway.spark_jobs.api.streams import KeyedStream, Stream
-from tests.unit.test_batchagg import Ctx
+from tests.unit.aggfakes import Ctx
 
 EVENT = {
     "type": "record",

@@ -14,7 +14,7 @@ from spillway.channels.wire.arrowjson import json_values
 from spillway.channels.wire.batchread import ArrowRows
 from spillway.recovery.runtime.batchpath import reads_batches
 from spillway.spark_jobs.connectors.sinks import KafkaTopicSink
-from tests.unit.test_sinks_sources import ctx
+from tests.unit.connectorfakes import FakeProducer, ctx
 
 STRINGS = ['a"b', "x\\y", "plé\u2028", "t\tab\x01\x1f\x7f", "", "new\nline\r\b\f", None, "ω/"]
 FLOATS = [0.1, 1.0, 1e15, 123456789012345.0, 1e-7, -0.0, float("nan"), float("inf"), None]
@@ -99,14 +99,6 @@ def test_other_types_are_left_to_the_records(column: pa.Array) -> None:
 def test_repeated_field_names_are_left_to_the_records() -> None:
     batch = pa.RecordBatch.from_arrays([pa.array([1]), pa.array([2])], names=["a", "a"])
     assert json_values(batch) is None
-
-
-class FakeProducer:
-    def __init__(self) -> None:
-        self.sent: list[tuple[str, bytes | None, bytes]] = []
-
-    def produce_many(self, topic: str, messages: Any) -> None:
-        self.sent += [(topic, k, v) for k, v in messages]
 
 
 def test_kafka_sink_writes_arrow_rows_as_their_records_would_be() -> None:

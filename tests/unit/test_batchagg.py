@@ -5,7 +5,6 @@ incl. a restore of its state through the changelog. No broker: the changelog is 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
 from typing import Any, cast
 
 import pyarrow as pa
@@ -13,10 +12,10 @@ import pyarrow.compute as pc
 import pytest
 
 from spillway.channels.errors import ConfigError, PipelineDefinitionError, RecordError
-from spillway.channels.ids import JobId, Offset, OperatorName, SubtaskId, TopicPartition
-from spillway.recovery.restore.state import ChangelogState
+from spillway.channels.ids import JobId, Offset, OperatorName, SubtaskId
 from spillway.spark_jobs.operators.batchagg import Agg, BatchAggregate, BatchAggregateLogic
 from spillway.spark_jobs.operators.operators import KeyedAggregateLogic
+from tests.unit.aggfakes import Ctx, Log
 
 SCHEMA = pa.schema([("k", pa.string()), ("x", pa.int32()), ("f", pa.float64())])
 AGGS = {
@@ -32,15 +31,6 @@ DERIVE = {"per_row": lambda t: pc.divide(pc.cast(t["sx"], pa.float64()), t["n"])
 
 
 SUBTASK = SubtaskId(JobId("j"), OperatorName("agg"), 0)
-
-
-@dataclass
-class Ctx:
-    subtask: SubtaskId = field(
-        default_factory=lambda: SubtaskId(JobId("j"), OperatorName("agg"), 0)
-    )
-    state: ChangelogState = field(default_factory=lambda: ChangelogState(TopicPartition("c", 0)))
-    watermark: int | None = None
 
 
 # -- the record path, written plainly: the reference ----------------------------------
@@ -167,7 +157,7 @@ def test_rows_are_the_record_paths_updates_row_for_row_and_survive_a_restore() -
         (out,) = logic.process_batch(b)
         assert out.to_pylist() == [drop(r) for r in recs]
     # A new subtask whose state is restored through the changelog goes on exactly.
-    log = _Log()
+    log = Log()
     ctx.state.flush_to(cast(Any, log))
     restored = Ctx()
     assert restored.state.restore(cast(Any, log), Offset(len(log.log))) == len(log.log)
@@ -181,53 +171,12 @@ def test_rows_are_the_record_paths_updates_row_for_row_and_survive_a_restore() -
         BatchAggregate("agg", "k", AGGS, SCHEMA, emit="rows")
 
 
-class _Log:
-    """A changelog partition as a list: the producer side and the consumer side."""
-
-    def __init__(self) -> None:
-        self.log: list[tuple[bytes, bytes | None]] = []
-        self.next = 0
-
-    def produce(self, topic: str, partition: int, key: bytes, value: bytes | None) -> None:
-        self.log.append((key, value))
-
-    def watermarks(self, tp: TopicPartition) -> tuple[int, int]:
-        return 0, len(self.log)
-
-    def assign(self, starts: dict[TopicPartition, int]) -> None:
-        self.next = int(next(iter(starts.values())))
-
-    def consume(self, n: int, timeout: float) -> list[Any]:
-        out = [_Msg(i, *self.log[i]) for i in range(self.next, min(self.next + n, len(self.log)))]
-        self.next += len(out)
-        return out
-
-    def position(self, tp: TopicPartition) -> int:
-        return self.next
-
-
-@dataclass
-class _Msg:
-    off: int
-    k: bytes
-    v: bytes | None
-
-    def offset(self) -> int:
-        return self.off
-
-    def key(self) -> bytes:
-        return self.k
-
-    def value(self) -> bytes | None:
-        return self.v
-
-
 @pytest.mark.parametrize("emit", ["final", "updates"])
 def test_state_restored_from_the_changelog_continues_exactly(emit: str) -> None:
     records = _records(3, 6000)
     per_batch, expect_final = _record_path(records, emit, 600)
     batches = _batches(records, 600)
-    log = _Log()
+    log = Log()
     first = Ctx()
     logic = BatchAggregateLogic(_agg(emit))
     logic.open(cast(Any, first))

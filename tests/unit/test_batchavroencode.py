@@ -31,8 +31,7 @@ from spillway.spark_jobs.connectors.confluentavro import (
 )
 from spillway.spark_jobs.connectors.registry import RegistryConfig, SchemaId, SchemaKind
 from spillway.spark_jobs.connectors.sinks import KafkaTopicSink
-from tests.unit.test_arrowjson import FakeProducer
-from tests.unit.test_sinks_sources import ctx
+from tests.unit.connectorfakes import FakeProducer, ctx
 
 SCHEMA = {
     "type": "record",

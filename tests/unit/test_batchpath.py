@@ -295,7 +295,7 @@ def test_batch_file_source_reads_what_the_record_source_reads_from_any_position(
 
     from spillway.spark_jobs.connectors.batchsources import BatchFileSource
     from spillway.spark_jobs.connectors.sources import FileSource
-    from tests.unit.test_sinks_sources import ctx
+    from tests.unit.connectorfakes import ctx
 
     schema = {"type": "record", "name": "R", "fields": SCHEMA["fields"][:2]}
     for f in range(3):
@@ -358,7 +358,7 @@ def test_a_parquet_sink_writes_arrow_rows_as_they_arrived(tmp_path: Path) -> Non
     from spillway.recovery.runtime.batchpath import reads_batches
     from spillway.spark_jobs.connectors.parquetsink import ParquetFileSink
     from spillway.spark_jobs.connectors.sinks import JsonlFileSink
-    from tests.unit.test_sinks_sources import ctx
+    from tests.unit.connectorfakes import ctx
 
     arrow = pa.schema([pa.field(f.name, f.type) for f in ARROW])  # as a user's schema
     sink = ParquetFileSink(str(tmp_path), "out", arrow, SCHEMA, partition_by="key")
@@ -389,7 +389,7 @@ def test_batch_file_source_watermarks_equal_the_record_sources(tmp_path: Path, f
     from spillway.spark_jobs.connectors.batchsources import BatchFileSource
     from spillway.spark_jobs.connectors.sources import FileSource
     from spillway.spark_jobs.records.watermarks import Watermarks
-    from tests.unit.test_sinks_sources import ctx
+    from tests.unit.connectorfakes import ctx
 
     schema = {
         "type": "record",

@@ -10,7 +10,7 @@ from spillway.channels.ids import JobId, SubtaskId
 from spillway.recovery.job.plan import JobPlan
 from spillway.spark_jobs.api.pipeline import Pipeline
 from spillway.spark_jobs.operators.operators import ChainedLogic, MapLogic, TumblingWindowLogic
-from tests.unit.test_pipeline_definition import CHANGELOG_CFG, CHANNEL_CFG, EVENT, counting, source
+from tests.unit.pipelinefakes import CHANGELOG_CFG, CHANNEL_CFG, EVENT, counting, source
 
 
 def clicks_like(chaining: bool) -> JobPlan:

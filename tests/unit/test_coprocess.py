@@ -17,10 +17,9 @@ from spillway.recovery.runtime.requests import Step
 from spillway.spark_jobs.api.coprocess import CoProcessLogic
 from spillway.spark_jobs.api.pipeline import Pipeline, connect
 from spillway.spark_jobs.operators.process import ProcessContext
-from tests.unit.test_multi_input import EVENT, OTHER, gen
-from tests.unit.test_process import restored
-from tests.unit.test_processor import ScriptedReader, processor
-from tests.unit.test_windows import Ctx
+from tests.unit.multiinputfakes import EVENT, OTHER, gen
+from tests.unit.operatorfakes import Ctx, restored
+from tests.unit.processorfakes import ScriptedReader, processor
 
 
 def test_connect_builds_a_keyed_two_input_operator() -> None:

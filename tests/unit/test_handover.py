@@ -12,7 +12,7 @@ import pytest
 from spillway.recovery.restore.handover import Unmarked, describe_unmarked, live_handover, unmarked
 from spillway.recovery.restore.rescale import OperatorHandover, Rescale, handover_checkpoint
 from tests.unit.checkpointfakes import checkpoint
-from tests.unit.test_rescale_plan import plan, restorer_of, sub
+from tests.unit.rescalefakes import plan, restorer_of, sub
 
 OLD, NEW = plan(count=2), plan(count=3)
 # count[0] stopped for the rescale (marked); count[1] ended after checkpoint 9 without its

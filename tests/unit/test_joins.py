@@ -15,9 +15,8 @@ from spillway.channels.errors import PipelineDefinitionError
 from spillway.spark_jobs.api.pipeline import Pipeline, connect
 from spillway.spark_jobs.operators.joinbook import LEFT, RIGHT, AsOfBook, IntervalBook, TimedRows
 from spillway.spark_jobs.operators.joins import AsOfJoinLogic, IntervalJoinLogic, LookupJoinLogic
-from tests.unit.test_multi_input import EVENT, OTHER, gen
-from tests.unit.test_process import restored
-from tests.unit.test_windows import Ctx
+from tests.unit.multiinputfakes import EVENT, OTHER, gen
+from tests.unit.operatorfakes import Ctx, restored
 
 Rec = dict[str, Any]
 SIDES = {"a": (LEFT, lambda r: r["k"], lambda r: r["ts"]),

@@ -41,8 +41,7 @@ from spillway.spark_jobs.connectors.registry import (
 )
 from spillway.spark_jobs.connectors.sinks import KafkaTopicSink
 from spillway.spark_jobs.records.lines import LineError
-from tests.unit.test_arrowjson import FakeProducer
-from tests.unit.test_sinks_sources import ctx
+from tests.unit.connectorfakes import FakeProducer, ctx
 
 READER = {
     "type": "record",

@@ -16,7 +16,7 @@ from spillway.spark_jobs.records.lines import (
     parse_csv_header,
     parse_jsonl,
 )
-from tests.unit.test_sinks_sources import ctx
+from tests.unit.connectorfakes import ctx
 
 SCHEMA = {
     "type": "record",

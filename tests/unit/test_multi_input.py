@@ -15,6 +15,7 @@ from spillway.channels.reader import ChannelReader, InputChannel
 from spillway.channels.wire.envelope import Kind
 from spillway.spark_jobs.api.pipeline import Pipeline, union
 from tests.unit.channelfakes import SCHEMA, Msg, ScriptedConsumer
+from tests.unit.multiinputfakes import EVENT, OTHER, gen
 
 LIVE, IDLE, ENDED = (False, False), (False, True), (True, False)
 
@@ -99,15 +100,6 @@ def test_the_reader_combines_watermarks_per_named_input() -> None:
 
 
 # -- union and connect in the plan --------------------------------------------------------
-
-EVENT = {"type": "record", "name": "E", "fields": [{"name": "k", "type": "string"}]}
-OTHER = {"type": "record", "name": "O", "fields": [{"name": "n", "type": "long"}]}
-
-
-def gen(p: Pipeline, name: str, schema: dict[str, Any], parallelism: int = 1) -> Any:
-    return p.generate(
-        name, make=lambda i: {"k": str(i)}, schema=schema, count=3, parallelism=parallelism
-    )
 
 
 def test_union_of_two_schemas_is_a_planning_error_naming_both() -> None:

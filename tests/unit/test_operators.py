@@ -8,7 +8,7 @@ from typing import Any, cast
 import pytest
 
 from spillway.channels.errors import RecordError, SpillwayError
-from spillway.channels.ids import JobId, Offset, OperatorName, SubtaskId, TopicPartition
+from spillway.channels.ids import Offset, SubtaskId, TopicPartition
 from spillway.recovery.restore.state import ChangelogState
 from spillway.spark_jobs.operators.operators import (
     FilterLogic,
@@ -17,8 +17,7 @@ from spillway.spark_jobs.operators.operators import (
     MapLogic,
     TumblingWindowLogic,
 )
-
-SUBTASK = SubtaskId(JobId("j"), OperatorName("op"), 0)
+from tests.unit.operatorfakes import SUBTASK
 
 
 @dataclass

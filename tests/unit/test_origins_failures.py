@@ -40,7 +40,7 @@ from spillway.spark_jobs.connectors.sources import FileSource
 from spillway.spark_jobs.connectors.usertopics import check_user_topics
 from spillway.spark_jobs.records.lines import LineError, field_types, parse_json_value
 from spillway.spark_jobs.spark.failfast import deterministic_failure
-from tests.unit.test_sinks_sources import ctx
+from tests.unit.connectorfakes import ctx
 
 SUBTASK = SubtaskId(JobId("j"), OperatorName("parse"), 1)
 READING = {

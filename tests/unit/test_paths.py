@@ -37,7 +37,7 @@ from spillway.spark_jobs.connectors.sinks import KafkaTopicSink
 from spillway.spark_jobs.operators.batchagg import BatchAggregateLogic
 from spillway.spark_jobs.operators.batchops import MapBatchesLogic
 from spillway.spark_jobs.operators.operators import MapLogic
-from tests.unit.test_processor import ScriptedReader
+from tests.unit.processorfakes import ScriptedReader
 
 SUB = SubtaskId(JobId("j"), OperatorName("op"), 0)
 TP = TopicPartition("spillway.j.ch.a.op", 2)

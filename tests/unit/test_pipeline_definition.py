@@ -19,41 +19,18 @@ from spillway.channels.routing.partitioners import Broadcast, Forward, KeyHash, 
 from spillway.offsets.store import CHECKPOINT_TOPIC_CONFIG
 from spillway.recovery.job.loader import load_plan
 from spillway.recovery.job.plan import JobPlan
-from spillway.spark_jobs.api.pipeline import KeyedStream, Pipeline, Stream
+from spillway.spark_jobs.api.pipeline import Pipeline
 from spillway.spark_jobs.api.windowspec import Tumbling
 from spillway.spark_jobs.spark.jobconfig import JobConfig
-
-EVENT = {
-    "type": "record",
-    "name": "Event",
-    "fields": [{"name": "key", "type": "string"}, {"name": "n", "type": "long"}],
-}
-COUNT = {
-    "type": "record",
-    "name": "Count",
-    "fields": [{"name": "key", "type": "string"}, {"name": "count", "type": "long"}],
-}
-CHANGELOG_CFG = {"cleanup.policy": "compact"}
-CHANNEL_CFG = {"retention.ms": "604800000"}
-
-
-def make_event(i: int) -> dict[str, Any]:
-    return {"key": f"k{i % 3}", "n": i}
-
-
-def source(p: Pipeline, name: str = "src", parallelism: int = 2) -> Stream:
-    return p.generate(name, make=make_event, schema=EVENT, count=10, parallelism=parallelism)
-
-
-def counting(keyed: KeyedStream, name: str = "count", **kw: Any) -> Stream:
-    return keyed.aggregate(
-        name,
-        init=lambda: 0,
-        add=lambda n, _r: n + 1,
-        result=lambda k, n: {"key": k, "count": n},
-        schema=COUNT,
-        **kw,
-    )
+from tests.unit.pipelinefakes import (
+    CHANGELOG_CFG,
+    CHANNEL_CFG,
+    COUNT,
+    EVENT,
+    counting,
+    make_event,
+    source,
+)
 
 
 def linear(parallelism: int = 2, schema: dict[str, Any] = EVENT, count_p: int = 3) -> Pipeline:

@@ -22,7 +22,7 @@ from spillway.recovery.runtime.options import RunOptions, SubtaskResult
 from spillway.recovery.runtime.pollfold import PollFold, Spans
 from spillway.recovery.runtime.processor import Continuation, Processor
 from spillway.spark_jobs.operators.batchops import process_batch
-from tests.unit.test_processor import FakeTriggers, ScriptedReader
+from tests.unit.processorfakes import FakeTriggers, ScriptedReader
 
 SUB = SubtaskId(JobId("j"), OperatorName("agg"), 0)
 TP = TopicPartition("spillway.j.ch.a.agg", 3)

@@ -8,13 +8,11 @@ from typing import Any
 import pytest
 
 from spillway.channels.errors import PipelineDefinitionError
-from spillway.channels.ids import TopicPartition
-from spillway.recovery.restore.state import ChangelogState
 from spillway.spark_jobs.api.pipeline import Pipeline
 from spillway.spark_jobs.operators.operators import ChainedLogic, MapLogic
 from spillway.spark_jobs.operators.process import ProcessContext, ProcessLogic
 from tests.integration import keyedops
-from tests.unit.test_windows import Ctx
+from tests.unit.operatorfakes import Ctx, restored
 
 
 class Clock:
@@ -55,13 +53,6 @@ def make(clock: Clock | None = None, **kw: Any) -> ProcessLogic:
     return ProcessLogic(
         lambda r: r["key"], per_second, close_second, lambda r: r["t"], clock=clock or Clock(), **kw
     )
-
-
-def restored(ctx: Ctx, wm: int | None) -> Ctx:
-    state = ChangelogState(TopicPartition("t", 0))
-    for k, v in ctx.state.items():
-        state.put(k, v)
-    return Ctx(state=state, watermark=wm)
 
 
 def test_event_time_timers_fire_once_in_order_with_the_keys_state() -> None:

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from spillway.channels.ids import JobId, Offset, OperatorName, SubtaskId, TopicPartition
+from spillway.channels.ids import Offset
 from spillway.channels.reader import Delivery
 from spillway.channels.wire.envelope import Kind
 from spillway.recovery.restore.progress import Replay
@@ -20,95 +20,18 @@ from spillway.recovery.runtime.faults import Faults
 from spillway.recovery.runtime.options import RunOptions, SubtaskResult
 from spillway.recovery.runtime.processor import Continuation, Processor
 from spillway.recovery.runtime.requests import InsideMessage, Partial, Step
-
-SUB = SubtaskId(JobId("j"), OperatorName("double"), 0)
-TP = TopicPartition("spillway.j.ch.a.double", 0)
-
-
-@dataclass
-class ScriptedReader:
-    polls: list[list[Delivery]]
-    pos: int = 0
-    asked: list[tuple[int, float, bool]] = field(default_factory=list)
-
-    def poll(self, n: int, wait_s: float, *, stop_after_barrier: bool = False) -> list[Delivery]:
-        self.asked.append((n, wait_s, stop_after_barrier))
-        out = self.polls.pop(0) if self.polls else []
-        if out:
-            self.pos = out[-1].offset + 1
-        return out
-
-    def positions(self) -> dict[TopicPartition, Offset]:
-        return {TP: Offset(self.pos)}
-
-    def watermark(self) -> int | None:
-        return None
-
-    def idle(self) -> bool:
-        return False
-
-    def finished(self) -> bool:
-        return not self.polls
-
-
-@dataclass
-class Doubling:
-    def process(self, records: Sequence[Any]) -> list[Any]:
-        return [r * 2 for r in records]
-
-    def set_aside(self) -> list[Any]:
-        return []
-
-
-@dataclass
-class FakeWriter:
-    written: list[Any] = field(default_factory=list)
-
-    def write_many(self, records: list[Any]) -> None:
-        self.written.extend(records)
-
-
-@dataclass
-class FakeTriggers:
-    n: int = -1
-
-    def trigger(self) -> int:
-        return self.n
-
-    def seen_at(self, n: int) -> float | None:
-        return None
+from tests.unit.processorfakes import (
+    SUB,
+    TP,
+    Doubling,
+    FakeTriggers,
+    ScriptedReader,
+    processor,
+)
 
 
 def data(offset: int, records: list[int]) -> Delivery:
     return Delivery(TP, offset, 0, Kind.DATA, records)
-
-
-def processor(
-    reader: ScriptedReader,
-    logic: Any = None,
-    cadence: Cadence | None = None,
-    continuation: Continuation | None = None,
-) -> tuple[Processor, list[str], FakeWriter]:
-    caught: list[str] = []
-    result = SubtaskResult(str(SUB), 1, "running")
-    writer = FakeWriter()
-    p = Processor(
-        SUB,
-        SUB.operator,
-        RunOptions(trigger_chunk=2),
-        (None, logic if logic is not None else cast(Any, Doubling()), None),
-        None,
-        SetAsides(SUB, None),
-        CrashPoints(Faults(SUB, 1, "")),
-        result,
-        cast(Any, None),  # no read marks in this test (tick is not called)
-        lambda: caught.append("caught up"),
-        cast(Any, reader),
-        [cast(Any, writer)],
-        cadence if cadence is not None else UnalignedCadence(FakeTriggers(), 2),
-        continuation if continuation is not None else Continuation(),
-    )
-    return p, caught, writer
 
 
 def steps(

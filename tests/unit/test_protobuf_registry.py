@@ -50,8 +50,7 @@ from spillway.spark_jobs.connectors.registry import (
 from spillway.spark_jobs.connectors.sinks import KafkaTopicSink
 from spillway.spark_jobs.records.lines import LineError
 from tests.protomessages import ORDERS_V2, RICH_FILE, Order, OrderV1, Rich, Taxed, message_class
-from tests.unit.test_arrowjson import FakeProducer
-from tests.unit.test_sinks_sources import ctx
+from tests.unit.connectorfakes import FakeProducer, ctx
 
 REGISTRY = RegistryConfig("http://127.0.0.1:1")
 CTX = SerializationContext("orders", MessageField.VALUE)

@@ -4,33 +4,13 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from spillway.channels.ids import Offset, TopicPartition
+from spillway.channels.ids import Offset
 from spillway.channels.reader import ChannelReader, InputChannel, ReaderModes, ReaderState
 from spillway.channels.wire.envelope import Kind
 from tests.unit.channelfakes import SCHEMA, TP, Msg
+from tests.unit.readerfakes import ScriptedConsumer, data
 
 ALIGNED = ReaderModes(checkpoints="aligned")
-
-
-class ScriptedConsumer:
-    """Replays a partition's messages from the assigned offset."""
-
-    def __init__(self, log: list[Msg]) -> None:
-        self.log = log
-        self.next = 0
-
-    def assign(self, starts: dict[TopicPartition, Offset]) -> None:
-        self.next = int(starts[TP])
-
-    def consume(self, n: int, timeout: float) -> list[Msg]:
-        out = [m for m in self.log if m.off >= self.next][:n]
-        if out:
-            self.next = out[-1].off + 1
-        return out
-
-
-def data(off: int, w: int, v: int) -> Msg:
-    return Msg(off, w, Kind.DATA, v)
 
 
 def barrier(off: int, w: int, n: int) -> Msg:

@@ -6,19 +6,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from dataclasses import dataclass, field
-from typing import Any, cast
 
 import pytest
 
-from spillway.channels.config import KafkaSettings
 from spillway.channels.errors import ConfigError, RescaleError, TopologyMismatchError
 from spillway.channels.ids import (
     CheckpointId,
-    JobId,
     Offset,
-    OperatorName,
-    SubtaskId,
     TopicPartition,
 )
 from spillway.channels.routing.keygroups import key_group_range
@@ -37,37 +31,16 @@ from spillway.recovery.restore.rescale import (
     previous_parallelism,
     with_parallelism,
 )
-from spillway.recovery.restore.restorer import Restorer
 from spillway.spark_jobs.api.pipeline import Pipeline
 from spillway.spark_jobs.cli import _rewind_to, parse_parallelism
 from spillway.spark_jobs.spark.liverescale import check_live
 from spillway.spark_jobs.spark.taskslots import Offer
 from tests.unit.checkpointfakes import changed, checkpoint
+from tests.unit.rescalefakes import EVENT, M, plan, restorer_of, sub
 
-M = 8
-EVENT = {
-    "type": "record",
-    "name": "E",
-    "fields": [{"name": "key", "type": "string"}, {"name": "n", "type": "long"}],
-}
 CH = "spillway.j.ch.src.count"
 LOG = "spillway.j.changelog.count"
 MAPPED = "spillway.j.ch.count.tag"
-
-
-def plan(count: int = 2, tag: int = 2) -> JobPlan:
-    """src(2) -[keyed, 8 groups]-> count(count, stateful) -[rebalance]-> tag(tag) -> out."""
-    pipe = Pipeline("rescale")
-    src = pipe.generate("src", make=lambda i: {"key": f"k{i}", "n": i}, schema=EVENT, count=9,
-                        parallelism=2)  # fmt: skip
-    counted = src.key_by(lambda r: r["key"], max_parallelism=M).aggregate(
-        "count", init=lambda: 0, add=lambda n, _r: n + 1,
-        result=lambda k, n: {"key": k, "n": n}, schema=EVENT, parallelism=count,
-    )  # fmt: skip
-    counted.rebalance().map("tag", lambda r: r, schema=EVENT, parallelism=tag).write_jsonl(
-        "out", "/x", parallelism=1
-    )
-    return pipe.plan("j")
 
 
 def without_slots(jp: JobPlan) -> JobPlan:
@@ -78,10 +51,6 @@ def without_slots(jp: JobPlan) -> JobPlan:
         for o in jp.operators
     )
     return dataclasses.replace(jp, operators=ops)
-
-
-def sub(op: str, i: int) -> SubtaskId:
-    return SubtaskId(JobId("j"), OperatorName(op), i)
 
 
 def ckpt(jp: JobPlan, op: str, i: int, cid: int, **kw: object) -> Checkpoint:
@@ -240,32 +209,6 @@ def test_cli_parallelism_and_savepoint_options() -> None:
         _rewind_to(ns("7", 3))
     with pytest.raises(ConfigError, match="or 'latest'"):
         _rewind_to(ns("newest"))
-
-
-@dataclass
-class IndexedStore:
-    """A checkpoint store fake: retained checkpoints per subtask index, oldest first."""
-
-    kept: dict[int, list[Checkpoint]]
-    settled: list[int] = field(default_factory=list)  # partitions waited on, in order
-
-    def settle(self, index: int) -> None:
-        self.settled.append(index)
-
-    def history(self, index: int, n: int) -> list[Checkpoint]:
-        return self.kept.get(index, [])[-n:]
-
-    def get(self, index: int, n: int) -> Checkpoint | None:
-        return next((c for c in self.kept.get(index, []) if c.checkpoint_id == n), None)
-
-    def tail(self, tp: TopicPartition, n: int) -> list[Any]:
-        return []  # no read mark
-
-
-def restorer_of(s: SubtaskId, kept: dict[int, list[Checkpoint]]) -> Restorer:
-    progress = TopicPartition("spillway.j.progress", s.index)
-    store = cast(Any, IndexedStore(kept))
-    return Restorer(s, store, KafkaSettings("127.0.0.1:1"), progress, True)
 
 
 def test_the_restorer_uses_the_handover_until_the_subtask_checkpointed_itself() -> None:

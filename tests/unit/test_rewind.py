@@ -25,8 +25,9 @@ from spillway.recovery.job.plan import JobPlan
 from spillway.recovery.runtime.runner import GlobalCadence
 from spillway.spark_jobs.api.pipeline import Pipeline
 from spillway.spark_jobs.connectors.sinks import JsonlFileSink
+from tests.unit.channelfakes import SCHEMA, TP, Msg
 from tests.unit.checkpointfakes import changed, checkpoint
-from tests.unit.test_reader_alignment import SCHEMA, TP, Msg, ScriptedConsumer, data
+from tests.unit.readerfakes import ScriptedConsumer, data
 
 EVENT = {
     "type": "record",

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,19 +13,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from spillway.channels.errors import ConfigError
-from spillway.channels.ids import JobId, OperatorName, SubtaskId
 from spillway.spark_jobs.connectors.sinks import JsonlFileSink
 from spillway.spark_jobs.connectors.sources import FileSource, GeneratorSource
-
-
-@dataclass
-class FakeContext:
-    subtask: SubtaskId
-    state: Any = None
-
-
-def ctx(index: int = 0, operator: str = "out") -> FakeContext:
-    return FakeContext(SubtaskId(JobId("j"), OperatorName(operator), index))
+from tests.unit.connectorfakes import ctx
 
 
 def files(directory: Path) -> list[str]:

@@ -20,9 +20,9 @@ from spillway.spark_jobs.operators.joins import LookupJoinLogic
 from spillway.spark_jobs.records.lines import LineError, field_types
 from spillway.spark_jobs.records.tombstones import DELETED, KeyedDecoder, keyed_schema
 from spillway.spark_jobs.records.watermarks import Watermarks
-from tests.unit.test_batchagg import _Log
-from tests.unit.test_watermarks import _Broker, _ctx0, _kafka_source, _Msg
-from tests.unit.test_windows import Ctx
+from tests.unit.aggfakes import Log
+from tests.unit.kafkasourcefakes import Broker, SourceMsg, ctx0, kafka_source
+from tests.unit.operatorfakes import Ctx
 
 ROW = {
     "type": "record",
@@ -112,7 +112,7 @@ def test_the_lookup_join_deletes_the_row_and_a_restore_does_not_bring_it_back() 
     logic, ctx = make(), Ctx()
     logic.open(ctx)
     logic.process_input("table", [row("a", 1), row("b", 2), row("c", 3)])
-    log = _Log()
+    log = Log()
     ctx.state.flush_to(cast(Any, log))  # a checkpoint holding all three rows
     logic.process_input("table", [gone("a"), row("b", 4), gone("b"), gone("x")])
     assert logic.process_input("events", [{"id": k, "n": 1} for k in "abc"]) == [
@@ -146,7 +146,7 @@ def test_a_tombstones_source_carries_the_marker_to_other_operators() -> None:
         assert [f["name"] for f in schema["fields"]] == ["id", "v", "note", DELETED]
 
 
-class _Keyed(_Msg):
+class _Keyed(SourceMsg):
     """A message with a key; ``value`` ``None``: a tombstone."""
 
     def __init__(self, off: int, key: bytes, value: dict[str, Any] | None, ts: int) -> None:
@@ -162,7 +162,7 @@ class _Keyed(_Msg):
 
 def test_the_kafka_source_reads_rows_and_tombstones(monkeypatch: pytest.MonkeyPatch) -> None:
     batch = [_Keyed(0, b"a", {"v": 5}, 10), _Keyed(1, b"a", None, 80)]
-    table = _kafka_source(
+    table = kafka_source(
         monkeypatch,
         schema=ROW,
         timestamp=lambda r: r["v"] * 10,  # would fail on a deletion: its Kafka time counts
@@ -170,8 +170,8 @@ def test_the_kafka_source_reads_rows_and_tombstones(monkeypatch: pytest.MonkeyPa
         key_field="id",
         tombstones=True,
     )
-    table.open(_ctx0(), {})
-    _Broker.batches = [batch]
+    table.open(ctx0(), {})
+    Broker.batches = [batch]
     assert table.read(10) == [
         {"v": 5, "id": "a", DELETED: False},
         {"id": "a", "v": None, "note": None, DELETED: True},
@@ -179,9 +179,9 @@ def test_the_kafka_source_reads_rows_and_tombstones(monkeypatch: pytest.MonkeyPa
     assert table.rejected() == []
     # the row's time is 50 (its v), the deletion's 80 (Kafka's): the largest is noted
     assert table.position()["watermarks"]["event_time"] == {"0": 80}
-    plain = _kafka_source(monkeypatch, schema=ROW, key_field="id")
-    plain.open(_ctx0(), {})
-    _Broker.batches = [batch]
+    plain = kafka_source(monkeypatch, schema=ROW, key_field="id")
+    plain.open(ctx0(), {})
+    Broker.batches = [batch]
     assert plain.read(10) == [{"v": 5, "id": "a"}]
     (bad,) = plain.rejected()
     assert (bad.origin, bad.error) == (TopicOffset("in", 0, 1), "no value (null)")

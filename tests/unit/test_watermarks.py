@@ -7,7 +7,7 @@ import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 
@@ -16,6 +16,7 @@ from spillway.channels.ids import JobId, OperatorName, SubtaskId
 from spillway.recovery.job.origins import FileLine
 from spillway.spark_jobs.connectors.sources import FileSource, GeneratorSource
 from spillway.spark_jobs.records.watermarks import Watermarks, WatermarkTracker, event_time
+from tests.unit.kafkasourcefakes import SRC0, Broker, SourceMsg, ctx0, kafka_source
 
 # -- the strategy ------------------------------------------------------------------------
 
@@ -186,9 +187,6 @@ def test_event_time_must_be_integer_milliseconds() -> None:
         event_time(lambda r: r["ts"], {})
 
 
-SRC0 = SubtaskId(JobId("j"), OperatorName("src"), 0)
-
-
 @dataclass
 class _Ctx:
     subtask: SubtaskId = SRC0
@@ -260,71 +258,14 @@ def test_file_source_watermark_and_a_bad_timestamp_is_a_bad_line(tmp_path: Path)
 # -- KafkaTopicSource, with the broker replaced by a script ------------------------------
 
 
-class _Msg:
-    def __init__(self, p: int, off: int, value: dict[str, Any], ts: int | None) -> None:
-        self.p, self.off, self.v, self.ts = p, off, value, ts
-
-    def partition(self) -> int:
-        return self.p
-
-    def offset(self) -> int:
-        return self.off
-
-    def value(self) -> bytes:
-        return json.dumps(self.v).encode()
-
-    def timestamp(self) -> tuple[int, int]:
-        # (TIMESTAMP_CREATE_TIME, ms), or (TIMESTAMP_NOT_AVAILABLE, -1)
-        return (1, self.ts) if self.ts is not None else (0, -1)
-
-
-class _Broker:
-    """Stands in for Admin and AssignedConsumer: a topic of 3 partitions, scripted reads."""
-
-    batches: ClassVar[list[list[_Msg]]] = []
-
-    def __init__(self, *_a: Any) -> None:
-        pass
-
-    def partition_counts(self) -> dict[str, int]:
-        return {"in": 3}
-
-    def watermarks(self, tp: Any) -> tuple[int, int]:
-        return 0, 100
-
-    def assign(self, starts: Any) -> None:
-        pass
-
-    def consume(self, n: int, timeout: float) -> list[_Msg]:
-        return _Broker.batches.pop(0) if _Broker.batches else []
-
-
-def _kafka_source(monkeypatch: pytest.MonkeyPatch, **kw: Any) -> Any:
-    import spillway.spark_jobs.connectors.sources as sources
-
-    monkeypatch.setattr(sources, "Admin", _Broker)
-    monkeypatch.setattr(sources, "AssignedConsumer", _Broker)
-    src = sources.KafkaTopicSource("in", 1, False, **kw)
-    return src
-
-
-def _ctx0() -> Any:
-    @dataclass
-    class C:
-        subtask: SubtaskId = SRC0
-        kafka: Any = None
-
-    return C()
-
-
 def test_kafka_source_takes_the_record_timestamp_by_default(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    src = _kafka_source(monkeypatch, watermarks=Watermarks.bounded(10))
-    src.open(_ctx0(), {})
-    _Broker.batches = [
-        [_Msg(0, 0, {"n": 1}, 500), _Msg(1, 0, {"n": 2}, 300)],
-        [_Msg(2, 0, {"n": 3}, 900), _Msg(0, 1, {"n": 4}, 450)],
+    src = kafka_source(monkeypatch, watermarks=Watermarks.bounded(10))
+    src.open(ctx0(), {})
+    Broker.batches = [
+        [SourceMsg(0, 0, {"n": 1}, 500), SourceMsg(1, 0, {"n": 2}, 300)],
+        [SourceMsg(2, 0, {"n": 3}, 900), SourceMsg(0, 1, {"n": 4}, 450)],
     ]
     assert src.read(10) == [{"n": 1}, {"n": 2}]
     assert src.watermark() is None  # partition 2 has not delivered yet
@@ -332,8 +273,8 @@ def test_kafka_source_takes_the_record_timestamp_by_default(
     assert src.watermark() == 290  # min(500, 300, 900) - 10
     position = json.loads(json.dumps(src.position()))
     assert position["watermarks"] == {"watermark": 290, "event_time": {"0": 500, "2": 900}}
-    again = _kafka_source(monkeypatch, watermarks=Watermarks.bounded(10))
-    again.open(_ctx0(), position)
+    again = kafka_source(monkeypatch, watermarks=Watermarks.bounded(10))
+    again.open(ctx0(), position)
     assert again.watermark() == 290
     assert not again.idle()
 
@@ -341,9 +282,9 @@ def test_kafka_source_takes_the_record_timestamp_by_default(
 def test_kafka_source_puts_the_kafka_timestamp_into_its_time_field(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    src = _kafka_source(monkeypatch, watermarks=Watermarks.bounded(0), time_field="kts")
-    src.open(_ctx0(), {})
-    _Broker.batches = [[_Msg(0, 0, {"n": 1}, 500), _Msg(1, 0, {"n": 2}, None)]]
+    src = kafka_source(monkeypatch, watermarks=Watermarks.bounded(0), time_field="kts")
+    src.open(ctx0(), {})
+    Broker.batches = [[SourceMsg(0, 0, {"n": 1}, 500), SourceMsg(1, 0, {"n": 2}, None)]]
     assert src.read(10) == [{"n": 1, "kts": 500}]  # no Kafka time: a bad input, rejected
     [bad] = src.rejected()
     assert str(bad.origin) == "in[1]@0"
@@ -353,14 +294,14 @@ def test_kafka_source_puts_the_kafka_timestamp_into_its_time_field(
 def test_kafka_source_with_a_timestamp_function_and_missing_timestamps(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    src = _kafka_source(monkeypatch, timestamp=lambda r: r["t"], watermarks=Watermarks.bounded(0))
-    src.open(_ctx0(), {})
-    _Broker.batches = [[_Msg(p, 0, {"t": 70 + p}, None) for p in range(3)]]
+    src = kafka_source(monkeypatch, timestamp=lambda r: r["t"], watermarks=Watermarks.bounded(0))
+    src.open(ctx0(), {})
+    Broker.batches = [[SourceMsg(p, 0, {"t": 70 + p}, None) for p in range(3)]]
     src.read(10)
     assert src.watermark() == 70  # the record's time, not Kafka's (there is none)
-    plain = _kafka_source(monkeypatch, watermarks=Watermarks.bounded(0))
-    plain.open(_ctx0(), {})
-    _Broker.batches = [[_Msg(1, 5, {"t": 1}, None)]]
+    plain = kafka_source(monkeypatch, watermarks=Watermarks.bounded(0))
+    plain.open(ctx0(), {})
+    Broker.batches = [[SourceMsg(1, 5, {"t": 1}, None)]]
     assert plain.read(10) == []  # a message without event time is a bad input, with its origin
     [bad] = plain.rejected()
     assert str(bad.origin) == "in[1]@5"
@@ -372,10 +313,10 @@ def test_kafka_source_without_partitions_is_idle_and_without_event_time_never(
 ) -> None:
     import spillway.spark_jobs.connectors.sources as sources
 
-    monkeypatch.setattr(sources, "Admin", _Broker)
-    monkeypatch.setattr(sources, "AssignedConsumer", _Broker)
+    monkeypatch.setattr(sources, "Admin", Broker)
+    monkeypatch.setattr(sources, "AssignedConsumer", Broker)
     sixth = sources.KafkaTopicSource("in", 6, False, watermarks=Watermarks.bounded(0))
-    ctx = _ctx0()
+    ctx = ctx0()
     ctx.subtask = SubtaskId(JobId("j"), OperatorName("src"), 5)  # topic "in" has 3 partitions
     sixth.open(ctx, {})
     assert sixth.idle()

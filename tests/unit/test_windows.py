@@ -4,7 +4,6 @@ the timer index; restore of windows from their keyed state. No broker."""
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
 from typing import Any, cast
 
 import pytest
@@ -21,7 +20,7 @@ from spillway.spark_jobs.operators.windows import (
     FixedWindowLogic,
     SessionWindowLogic,
 )
-from tests.unit.test_operators import SUBTASK
+from tests.unit.operatorfakes import Ctx
 
 Event = tuple[str, Any]
 REC = {
@@ -29,13 +28,6 @@ REC = {
     "name": "R",
     "fields": [{"name": "k", "type": "long"}],
 }  # ("r", record) or ("w", watermark)
-
-
-@dataclass
-class Ctx:
-    subtask: Any = SUBTASK
-    state: ChangelogState = field(default_factory=lambda: ChangelogState(TopicPartition("t", 0)))
-    watermark: int | None = None
 
 
 def add(acc: list[int], r: dict[str, Any]) -> list[int]:
