@@ -12,6 +12,9 @@ from spillway.recovery.restore.state import ChangelogState
 
 @dataclass
 class Ctx:
+    """The columnar aggregation's context: subtask ``agg[0]``, its changelog state, its
+    watermark."""
+
     subtask: SubtaskId = field(
         default_factory=lambda: SubtaskId(JobId("j"), OperatorName("agg"), 0)
     )
@@ -46,6 +49,8 @@ class Log:
 
 @dataclass
 class LogMsg:
+    """A message read from :class:`Log`: its offset, key and value."""
+
     off: int
     k: bytes
     v: bytes | None

@@ -12,15 +12,20 @@ from spillway.channels.ids import JobId, OperatorName, SubtaskId
 
 @dataclass
 class FakeContext:
+    """A connector's subtask context: the subtask and, for a stateful one, its state."""
+
     subtask: SubtaskId
     state: Any = None
 
 
 def ctx(index: int = 0, operator: str = "out") -> FakeContext:
+    """The context of subtask ``operator[index]`` of job ``j``, without state."""
     return FakeContext(SubtaskId(JobId("j"), OperatorName(operator), index))
 
 
 class FakeProducer:
+    """A Kafka producer that records every ``(topic, key, value)`` it was given, in order."""
+
     def __init__(self) -> None:
         self.sent: list[tuple[str, bytes | None, bytes]] = []
 

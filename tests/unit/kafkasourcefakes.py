@@ -15,6 +15,8 @@ SRC0 = SubtaskId(JobId("j"), OperatorName("src"), 0)
 
 
 class SourceMsg:
+    """A Kafka message of a JSON value at ``p``/``off``, with a CreateTime ``ts`` or none."""
+
     def __init__(self, p: int, off: int, value: dict[str, Any], ts: int | None) -> None:
         self.p, self.off, self.v, self.ts = p, off, value, ts
 
@@ -54,6 +56,8 @@ class Broker:
 
 
 def kafka_source(monkeypatch: pytest.MonkeyPatch, **kw: Any) -> Any:
+    """A :class:`KafkaTopicSource` of topic ``in`` reading :class:`Broker`'s scripted
+    batches instead of a broker."""
     import spillway.spark_jobs.connectors.sources as sources
 
     monkeypatch.setattr(sources, "Admin", Broker)
@@ -63,6 +67,8 @@ def kafka_source(monkeypatch: pytest.MonkeyPatch, **kw: Any) -> Any:
 
 
 def ctx0() -> Any:
+    """The context of source subtask :data:`SRC0`, without Kafka settings."""
+
     @dataclass
     class C:
         subtask: SubtaskId = SRC0

@@ -12,6 +12,7 @@ OTHER = {"type": "record", "name": "O", "fields": [{"name": "n", "type": "long"}
 
 
 def gen(p: Pipeline, name: str, schema: dict[str, Any], parallelism: int = 1) -> Any:
+    """A generator of 3 records ``{"k": str(i)}`` named ``name`` in ``p``."""
     return p.generate(
         name, make=lambda i: {"k": str(i)}, schema=schema, count=3, parallelism=parallelism
     )

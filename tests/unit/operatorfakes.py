@@ -15,12 +15,16 @@ SUBTASK = SubtaskId(JobId("j"), OperatorName("op"), 0)
 
 @dataclass
 class Ctx:
+    """An operator's context: :data:`SUBTASK`, its changelog state, its watermark."""
+
     subtask: Any = SUBTASK
     state: ChangelogState = field(default_factory=lambda: ChangelogState(TopicPartition("t", 0)))
     watermark: int | None = None
 
 
 def restored(ctx: Ctx, wm: int | None) -> Ctx:
+    """A new context holding ``ctx``'s state, as a restore from its changelog gives it,
+    with watermark ``wm``."""
     state = ChangelogState(TopicPartition("t", 0))
     for k, v in ctx.state.items():
         state.put(k, v)

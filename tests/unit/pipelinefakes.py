@@ -22,14 +22,17 @@ CHANNEL_CFG = {"retention.ms": "604800000"}
 
 
 def make_event(i: int) -> dict[str, Any]:
+    """Event ``i``: key ``k<i mod 3>``, ``n`` = i."""
     return {"key": f"k{i % 3}", "n": i}
 
 
 def source(p: Pipeline, name: str = "src", parallelism: int = 2) -> Stream:
+    """A generator of 10 :func:`make_event` records named ``name`` in ``p``."""
     return p.generate(name, make=make_event, schema=EVENT, count=10, parallelism=parallelism)
 
 
 def counting(keyed: KeyedStream, name: str = "count", **kw: Any) -> Stream:
+    """A keyed count of ``keyed`` (``{"key", "count"}`` per key) named ``name``."""
     return keyed.aggregate(
         name,
         init=lambda: 0,

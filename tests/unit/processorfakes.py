@@ -23,6 +23,9 @@ TP = TopicPartition("spillway.j.ch.a.double", 0)
 
 @dataclass
 class ScriptedReader:
+    """A channel reader that returns ``polls`` one poll at a time and records what it was
+    asked; it is finished once they are used up."""
+
     polls: list[list[Delivery]]
     pos: int = 0
     asked: list[tuple[int, float, bool]] = field(default_factory=list)
@@ -49,6 +52,8 @@ class ScriptedReader:
 
 @dataclass
 class Doubling:
+    """Operator logic that doubles each record and sets nothing aside."""
+
     def process(self, records: Sequence[Any]) -> list[Any]:
         return [r * 2 for r in records]
 
@@ -58,6 +63,8 @@ class Doubling:
 
 @dataclass
 class FakeWriter:
+    """A channel writer that keeps what it was given."""
+
     written: list[Any] = field(default_factory=list)
 
     def write_many(self, records: list[Any]) -> None:
@@ -66,6 +73,8 @@ class FakeWriter:
 
 @dataclass
 class FakeTriggers:
+    """Checkpoint triggers that always report trigger ``n`` (-1: none yet), never seen."""
+
     n: int = -1
 
     def trigger(self) -> int:
@@ -81,6 +90,9 @@ def processor(
     cadence: Cadence | None = None,
     continuation: Continuation | None = None,
 ) -> tuple[Processor, list[str], FakeWriter]:
+    """A :class:`Processor` of subtask :data:`SUB` over ``reader`` (default logic
+    :class:`Doubling`, unaligned cadence), the list its caught-up callback appends to, and
+    its one :class:`FakeWriter`."""
     caught: list[str] = []
     result = SubtaskResult(str(SUB), 1, "running")
     writer = FakeWriter()

@@ -26,4 +26,5 @@ class ScriptedConsumer:
 
 
 def data(off: int, w: int, v: int) -> Msg:
+    """A data message at offset ``off`` from writer ``w`` with value ``v``."""
     return Msg(off, w, Kind.DATA, v)

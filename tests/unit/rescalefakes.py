@@ -37,6 +37,7 @@ def plan(count: int = 2, tag: int = 2) -> JobPlan:
 
 
 def sub(op: str, i: int) -> SubtaskId:
+    """Subtask ``op[i]`` of job ``j``."""
     return SubtaskId(JobId("j"), OperatorName(op), i)
 
 
@@ -61,6 +62,8 @@ class IndexedStore:
 
 
 def restorer_of(s: SubtaskId, kept: dict[int, list[Checkpoint]]) -> Restorer:
+    """A :class:`Restorer` of subtask ``s`` over the retained checkpoints ``kept`` (per
+    subtask index, oldest first), with no broker behind it."""
     progress = TopicPartition("spillway.j.progress", s.index)
     store = cast(Any, IndexedStore(kept))
     return Restorer(s, store, KafkaSettings("127.0.0.1:1"), progress, True)
