@@ -26,6 +26,7 @@ from spillway.recovery.runtime.options import RunOptions, SubtaskResult
 from spillway.recovery.runtime.processor import Continuation, Processor
 from spillway.recovery.runtime.requests import AtBarrier, InsideMessage, Step
 from spillway.recovery.runtime.taskloop import Outcome, TaskLoop
+from tests.unit.processorfakes import FakeTriggers
 
 SUB = SubtaskId(JobId("j"), OperatorName("double"), 0)
 TP = TopicPartition("spillway.j.ch.a.double", 0)
@@ -150,17 +151,6 @@ class Progress:
 
 
 @dataclass
-class Triggers:
-    n: int = -1
-
-    def trigger(self) -> int:
-        return self.n
-
-    def seen_at(self, n: int) -> float | None:
-        return None
-
-
-@dataclass
 class Producer:
     calls: list[str]
     txn_bytes: int = 0
@@ -206,7 +196,7 @@ class Task:
 
 
 def task(
-    mode: str, polls: list[list[Delivery]], triggers: Triggers, align_at: int | None = None
+    mode: str, polls: list[list[Delivery]], triggers: FakeTriggers, align_at: int | None = None
 ) -> Task:
     """One subtask's parts, each built with everything it works with."""
     calls: list[str] = []
@@ -271,7 +261,7 @@ def data(offset: int, records: list[int]) -> Delivery:
 
 
 def test_a_trigger_inside_a_message_is_taken_by_the_loop_between_its_chunks() -> None:
-    t = task("unaligned", [[data(0, [1, 2, 3, 4, 5])]], Triggers(n=1))
+    t = task("unaligned", [[data(0, [1, 2, 3, 4, 5])]], FakeTriggers(n=1))
     assert t.loop.run() is Outcome.FINISHED
     # The step stopped after the first chunk; the loop took checkpoint 1 there and stepped
     # on at once with the rest of the message; then the final checkpoint.
@@ -297,7 +287,7 @@ def test_a_trigger_inside_a_message_is_taken_by_the_loop_between_its_chunks() ->
 
 
 def test_an_aligned_barrier_is_taken_by_the_loop_and_released_after_its_commit() -> None:
-    t = task("aligned", [[data(0, [1])], [data(1, [2])]], Triggers(), align_at=4)
+    t = task("aligned", [[data(0, [1])], [data(1, [2])]], FakeTriggers(), align_at=4)
     assert t.loop.run() is Outcome.FINISHED
     assert t.calls == [
         "write [2]",
@@ -314,7 +304,7 @@ def test_an_aligned_barrier_is_taken_by_the_loop_and_released_after_its_commit()
 
 
 def test_a_step_reports_its_request_and_takes_nothing_itself() -> None:
-    t = task("unaligned", [[data(0, [1, 2, 3])], [data(1, [4])]], Triggers(n=2))
+    t = task("unaligned", [[data(0, [1, 2, 3])], [data(1, [4])]], FakeTriggers(n=2))
     assert t.processor.step() == Step(False, InsideMessage(2, (TP, 0, 2)))
     assert t.committed == []  # the processor holds no checkpointer: only the loop commits
     t.checkpointer.take(request=InsideMessage(2, (TP, 0, 2)))
@@ -325,7 +315,7 @@ def test_a_step_reports_its_request_and_takes_nothing_itself() -> None:
 
 
 def test_the_trigger_of_a_source_in_the_aligned_mode_comes_through_the_loop() -> None:
-    t = task("aligned", [], Triggers(n=3))
+    t = task("aligned", [], FakeTriggers(n=3))
     cadence = t.checkpointer.cadence
     assert cadence.on_loop(reads_channels=True) is None  # readers act on barriers
     assert cadence.on_loop(reads_channels=False) == 3
