@@ -737,15 +737,13 @@ class KeyedStream(Stream):
         (spillway.spark_jobs.operators.process). ``ctx.timestamp`` is each record's event
         time: ``event_time(record)`` if given, else the time its source declared when the
         records still carry it (:mod:`spillway.spark_jobs.api.recordtime`), else None."""
-        if event_time is None:
-            try:
-                event_time = recordtime.time_at(
-                    name, self.upstreams, self._p._nodes, self._p._inputs_of
-                )
-            except PipelineDefinitionError:  # no time to read: ctx.timestamp is None
-                event_time = None
+        time_fn: Callable[[Record], int | None] | None = event_time
+        if time_fn is None:  # the time the records carry, if any (else ctx.timestamp is None)
+            time_fn = recordtime.time_or_none(
+                name, self.upstreams, self._p._nodes, self._p._inputs_of
+            )
         spec = keyedops.process(
-            name, self.key_fn, fn, on_timer=on_timer, event_time=event_time, ttl_ms=ttl_ms,
+            name, self.key_fn, fn, on_timer=on_timer, event_time=time_fn, ttl_ms=ttl_ms,
             schema=schema,
         )  # fmt: skip
         return self._keyed(name, spec, parallelism)

@@ -32,6 +32,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from spillway.channels.wire.stamps import stamped
 from spillway.recovery.job.plan import Context, Record, SetAside
 from spillway.spark_jobs.operators.operators import _copy
 from spillway.spark_jobs.operators.timers import TimerIndex
@@ -219,7 +220,7 @@ class ProcessLogic:
         key_fn: Callable[[Record], Any],
         fn: Callable[[Record, ProcessContext], Iterable[Record] | None],
         on_timer: Callable[[int, ProcessContext], Iterable[Record] | None] | None = None,
-        time_fn: Callable[[Record], int] | None = None,
+        time_fn: Callable[[Record], int | None] | None = None,
         ttl_ms: Mapping[str, int] | None = None,
         clock: Callable[[], int] = wall_ms,
     ) -> None:
@@ -230,6 +231,9 @@ class ProcessLogic:
         self.processing = TimerIndex()  # (ts, ("u", key)) user timer | (ts, ("x", sk)) TTL
         self._ctx: Context | None = None
         self._wm: int | None = None
+        # Its outputs carry event time (spillway.spark_jobs.operators.stamping, which sets
+        # this): an event-time timer's outputs then carry the timer's time.
+        self.carry_time = False
 
     def open(self, ctx: Context) -> None:
         """Take the restored state and watermark; rebuild both timer indexes from it."""
@@ -280,7 +284,7 @@ class ProcessLogic:
         records: Sequence[Record],
         key_fn: Callable[[Record], Any],
         fn: Callable[[Record, ProcessContext], Iterable[Record] | None],
-        time_fn: Callable[[Record], int] | None,
+        time_fn: Callable[[Record], int | None] | None,
     ) -> list[Record]:
         w = _Writes(self._state(), self.ttl, self.clock())
         out: list[Record] = []
@@ -299,7 +303,9 @@ class ProcessLogic:
         if self.on_timer_fn is not None:
             kind = "event" if domain == EVENT else "processing"
             got = self.on_timer_fn(ts, ProcessContext(w, key, ts, self._wm, kind))
-            if got is not None:
+            if got is not None and self.carry_time and domain == EVENT:
+                out.extend(stamped(o, ts) for o in got)
+            elif got is not None:
                 out.extend(got)
         self._apply(w)
         return out

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+import spillway
 from spillway import Pipeline, RecordError, Session, Tumbling, Watermarks, connect
 from spillway.channels.errors import PipelineDefinitionError
 from spillway.channels.routing.keygroups import key_group, key_group_range
@@ -569,9 +570,9 @@ def test_unsupported_and_unknown_names_say_so() -> None:
     with pytest.raises(ValueError, match="cannot go back"):
         t.advance_processing_time(-1)
     endless = Pipeline("endless")
-    endless.generate(
-        "gen", make=lambda i: ev("k", i, i), schema=EVENT, count=None
-    ).key_by(lambda r: r["key"]).aggregate(
+    endless.generate("gen", make=lambda i: ev("k", i, i), schema=EVENT, count=None).key_by(
+        lambda r: r["key"]
+    ).aggregate(
         "sum",
         init=lambda: 0,
         add=lambda n, r: n + r["v"],
@@ -590,3 +591,59 @@ def test_the_user_page_example_runs() -> None:
     page = (Path(__file__).parents[2] / "docs" / "testing.md").read_text()
     code = page.split("```python\n", 1)[1].split("```", 1)[0]
     exec(compile(code, "docs/testing.md", "exec"), {"__name__": "docs_testing"})
+
+
+NARROW = {
+    "type": "record",
+    "name": "Narrow",
+    "fields": [{"name": "key", "type": "string"}, {"name": "v", "type": "long"}],
+}
+SUMS = {
+    "type": "record",
+    "name": "Sums",
+    "fields": [
+        {"name": "key", "type": "string"},
+        {"name": "start", "type": "long"},
+        {"name": "end", "type": "long"},
+        {"name": "total", "type": "long"},
+        {"name": "n", "type": "long"},
+    ],
+}
+
+
+@pytest.mark.parametrize("kafka_time", [False, True], ids=["timestamp_column", "kafka_time"])
+def test_the_sources_time_travels_past_a_map_that_drops_it_to_the_window(
+    kafka_time: bool,
+) -> None:
+    # The map keeps neither "ts" nor anything a time could be read from; the window has
+    # no event_time=: it uses the time each record carries from the source.
+    p = Pipeline("carried")
+    if kafka_time:  # the Kafka record timestamp, which no field holds
+        src = p.read_kafka("events", "t", schema=EVENT, watermarks=Watermarks.bounded(100))
+    else:
+        src = p.read_kafka("events", "t", schema=EVENT, timestamp_column="ts",
+                           watermarks=Watermarks.bounded(100))  # fmt: skip
+    narrow = src.map("narrow", lambda r: {"key": r["key"], "v": r["v"] * 10}, schema=NARROW)
+    narrow.key_by("key").window("win", Tumbling(1000)).agg(
+        total=spillway.sum("v"), n=spillway.count(), parallelism=2
+    ).write_jsonl("out", "/x")
+    sent = [ev("a", 100, 1), ev("b", 950, 2), ev("a", 999, 3), ev("a", 1000, 4),
+            ev("b", 2500, 5), ev("a", 1100, 6), ev("b", 3000, 7)]  # fmt: skip
+    t = TestDriver(p)
+    times = [r["ts"] for r in sent] if kafka_time else None
+    t.send("events", sent[:5], timestamps=times[:5] if times else None)
+    # Watermark 2500 - 100 fires [0, 1000) and [1000, 2000), by hand:
+    assert sorted(t.take("out"), key=lambda r: (r["start"], r["key"])) == [
+        {"key": "a", "start": 0, "end": 1000, "total": 40, "n": 2},  # 100, 999
+        {"key": "b", "start": 0, "end": 1000, "total": 20, "n": 1},  # 950
+        {"key": "a", "start": 1000, "end": 2000, "total": 40, "n": 1},  # 1000
+    ]
+    t.send("events", sent[5:], timestamps=times[5:] if times else None)
+    t.end()
+    assert sorted(t.take("out"), key=lambda r: (r["start"], r["key"])) == [
+        {"key": "b", "start": 2000, "end": 3000, "total": 50, "n": 1},
+        {"key": "b", "start": 3000, "end": 4000, "total": 70, "n": 1},
+    ]
+    # 1100 came after [1000, 2000) fired: late by its carried time (the record has no field
+    # with it any more).
+    assert [(d.stage, d.record) for d in t.dead_letters()] == [("late", {"key": "a", "v": 60})]
