@@ -16,13 +16,15 @@ that time (:func:`time_at`), found at definition in one of three ways:
   differently (a union), every operator between the source and the window stamps its
   outputs (:mod:`spillway.spark_jobs.operators.stamping`): the source each record with its
   declared time; ``map``, ``flat_map``, ``filter``, process functions, co-process
-  functions and running aggregates (``emit="updates"``) each output with the time of the
-  input it came from; an event-time timer's outputs with the timer's time; and the
+  functions, lookup joins and running aggregates (``emit="updates"``) each output with
+  the time of the input it came from; an event-time timer's outputs with the timer's
+  time; an interval join's pair with the larger of its records' times (Flink's rule), an
+  as-of join's result with its left record's; and the
   channels on the way carry the times beside the records
   (:mod:`spillway.channels.wire.stamps`). The window reads the carried time
   (:class:`~spillway.spark_jobs.operators.stamping.CarriedTime`).
 * **Read from the fields, through operators that cannot stamp.** Columnar (batch)
-  operators, joins, count windows, custom-fold windows and aggregates that emit at the
+  operators, count windows, custom-fold windows and aggregates that emit at the
   end do not carry a time per record (rows do not map 1:1 to inputs, or have no time of
   their own). Behind one of them the window reads the fields as declared if the records
   still have them: ``timestamp_column=`` through any operator whose output keeps that
@@ -52,7 +54,10 @@ from spillway.spark_jobs.operators.stamping import CarriedTime
 
 _PASS_THROUGH = frozenset({"filter", "filter_batches"})
 # Record-at-a-time operators: each output carries the time of the input it came from.
-_EACH = frozenset({"map", "flat_map", "filter", "process", "co_process"})
+_EACH = frozenset(
+    {"map", "flat_map", "filter", "process", "co_process", "interval_join", "asof_join",
+     "lookup_join"}
+)  # fmt: skip
 _INTEGER = ("int", "long")
 
 
@@ -221,8 +226,9 @@ def _declared(
     if reader is None:
         raise PipelineDefinitionError(
             f"operator {window!r}: source {first.source!r} takes event time from the Kafka "
-            "record timestamp, which an operator on the way (a columnar operator or a join) "
-            f"cannot carry; give {first.source!r} kafka_timestamp_field= (the Kafka time "
+            "record timestamp, which an operator on the way cannot carry (a columnar "
+            "operator, a count or custom-fold window, an aggregate that emits at the end); "
+            f"give {first.source!r} kafka_timestamp_field= (the Kafka time "
             "into a field) or timestamp_column= (or timestamp=), or pass event_time= to the "
             "window"
         )

@@ -14,12 +14,17 @@ outputs' record timestamps:
   the timer's time; outputs of processing-time timers and of the end of input carry no
   time (Flink erases those too);
 * an event-time window's results carry ``end - 1``, their window's last instant
-  (:class:`ReaderStamping` with the window's result-time reader).
+  (:class:`ReaderStamping` with the window's result-time reader);
+* an interval join's pair carries the larger of its two records' times (Flink's rule), an
+  as-of join's result its left record's time (never behind its right partner's), both as
+  the join reads them (``left_time``/``right_time``); a lookup join's result carries its
+  stream record's time.
 
 A window reading the carried time fails on a record without one, naming itself and the
 record (:class:`CarriedTime`; dead-lettered at stage ``process`` with ``--dead-letter``).
-Columnar (batch) operators and joins do not stamp: a window behind them reads time from
-fields, as declared at definition.
+Columnar (batch) operators, count windows, custom-fold windows and aggregates that emit
+at the end do not stamp: a window behind them reads time from fields, as declared at
+definition.
 """
 
 from __future__ import annotations
@@ -194,6 +199,9 @@ def stamping_logic(inner: Any, reader: Callable[[Record], int] | None) -> Logic:
     output with its input's time."""
     if reader is not None:
         return ReaderStamping(inner, reader)
+    if hasattr(inner, "carry_time") and hasattr(inner, "book"):  # a join stamps its pairs
+        inner.carry_time = True
+        return inner  # type: ignore[no-any-return]
     if hasattr(inner, "process_input"):
         return MultiInputStamping(inner)
     return EachStamping(inner)

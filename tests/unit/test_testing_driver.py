@@ -647,3 +647,30 @@ def test_the_sources_time_travels_past_a_map_that_drops_it_to_the_window(
     # 1100 came after [1000, 2000) fired: late by its carried time (the record has no field
     # with it any more).
     assert [(d.stage, d.record) for d in t.dead_letters()] == [("late", {"key": "a", "v": 60})]
+
+
+JOINED = {
+    "type": "record",
+    "name": "Joined",
+    "fields": [{"name": "key", "type": "string"}, {"name": "l", "type": "long"}],
+}
+
+
+def test_an_interval_joins_pair_carries_the_larger_of_its_records_times_to_a_window() -> None:
+    # The pair keeps neither time; the window behind it has no event_time=.
+    p = Pipeline("joined")
+    left, right = events(p, "left", bound=1000), events(p, "right", bound=1000)
+    pairs = connect(left, right).key_by(lambda r: r["key"], lambda r: r["key"]).interval_join(
+        "ij", lower=0, upper=100, left_time=lambda r: r["ts"], right_time=lambda r: r["ts"],
+        result=lambda a, b: {"key": a["key"], "l": a["v"]}, schema=JOINED,
+    )  # fmt: skip
+    pairs.key_by("key").window("win", Tumbling(100)).agg(n=spillway.count()).write_jsonl(
+        "out", "/x"
+    )
+    t = TestDriver(p)
+    t.send("left", [ev("a", 50, 1), ev("a", 120, 2)])
+    t.send("right", [ev("a", 60, 0), ev("a", 150, 0), ev("a", 210, 0)])
+    t.end()
+    # Pairs (l, r): (50, 60) at 60, (50, 150) at 150, (120, 150) at 150, (120, 210) at 210.
+    got = [(r["start"], r["n"]) for r in t.output("out")]
+    assert sorted(got) == [(0, 1), (100, 2), (200, 1)]
