@@ -674,3 +674,21 @@ def test_an_interval_joins_pair_carries_the_larger_of_its_records_times_to_a_win
     # Pairs (l, r): (50, 60) at 60, (50, 150) at 150, (120, 150) at 150, (120, 210) at 210.
     got = [(r["start"], r["n"]) for r in t.output("out")]
     assert sorted(got) == [(0, 1), (100, 2), (200, 1)]
+
+
+def test_an_as_of_joins_result_carries_its_left_records_time_to_a_window() -> None:
+    p = Pipeline("asof")
+    left, right = events(p, "left", bound=1000), events(p, "right", bound=1000)
+    joined = connect(left, right).key_by(lambda r: r["key"], lambda r: r["key"]).asof_join(
+        "aj", left_time=lambda r: r["ts"], right_time=lambda r: r["ts"],
+        result=lambda a, b: {"key": a["key"], "l": a["v"]}, schema=JOINED,
+    )  # fmt: skip
+    joined.key_by("key").window("win", Tumbling(100)).agg(n=spillway.count()).write_jsonl(
+        "out", "/x"
+    )
+    t = TestDriver(p)
+    t.send("right", [ev("a", 60, 0)])
+    t.send("left", [ev("a", 150, 1), ev("a", 170, 2), ev("a", 230, 3)])
+    t.end()
+    # Each left record with right 60: at 150, 170 and 230, whatever its partner's time.
+    assert sorted((r["start"], r["n"]) for r in t.output("out")) == [(100, 2), (200, 1)]
