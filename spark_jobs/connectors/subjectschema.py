@@ -75,7 +75,8 @@ class SubjectSchema:
         if not ok:
             raise PipelineDefinitionError(
                 f"{where}: the schema registry's compatibility rule for subject "
-                f"{self.subject!r} refuses {what}" + (f": {'; '.join(reasons)}" if reasons else "")
+                f"{self.subject!r} refuses {what}"
+                + (f": {'; '.join(reasons)}" if reasons else "")
             )
 
     def header(self) -> bytes:

@@ -301,7 +301,9 @@ def _spark_session(config: JobConfig) -> Any:
     """The Spark session of this job (driver on loopback unless SPARK_LOCAL_IP says not):
     a new one, or inside :func:`spillway.spark_jobs.spark.sharedctx.shared_spark` the kept
     one if its configuration is the same."""
-    return session_for(lambda: _spark_conf(config), lambda conf: _new_spark_session(config, conf))
+    return session_for(
+        lambda: _spark_conf(config), lambda conf: _new_spark_session(config, conf)
+    )
 
 
 def _new_spark_session(config: JobConfig, wanted: Mapping[str, str]) -> Any:
@@ -311,10 +313,8 @@ def _new_spark_session(config: JobConfig, wanted: Mapping[str, str]) -> Any:
 
     conf = SparkConf().setAll(list(wanted.items()))
     stderr = jvm_stderr(config.master)
-    if (
-        stderr is not None
-        and SparkContext._active_spark_context is None
-        and (SparkContext._gateway is None)
+    if stderr is not None and SparkContext._active_spark_context is None and (
+        SparkContext._gateway is None
     ):
         # pyspark's documented hook for capturing the gateway JVM's output.
         with open(stderr, "ab") as log_file:
