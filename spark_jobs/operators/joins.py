@@ -147,7 +147,7 @@ class IntervalJoinLogic(_TwoInputs):
         self.result = result
         # Its outputs carry event time (set by spillway.spark_jobs.operators.stamping):
         # a pair's is the larger of its two records' times, as Flink's interval join's.
-        self.carry_time = False
+        self.stamp_pairs = False
 
     def process_input(self, input: str, records: Sequence[Record]) -> list[Record]:
         """Join each record with the buffered ones of the other side, then buffer it."""
@@ -159,7 +159,7 @@ class IntervalJoinLogic(_TwoInputs):
         for key, ts, r in keyed:
             for t, _n, p in book.partners(side, key, ts):
                 pair = result(r, p) if side == LEFT else result(p, r)
-                out.append(stamped(pair, max(ts, t)) if self.carry_time else pair)
+                out.append(stamped(pair, max(ts, t)) if self.stamp_pairs else pair)
         state = self._state()
         for key, ts, r in keyed:
             e = book.add(side, key, ts, r, self._wm)
@@ -199,7 +199,7 @@ class AsOfJoinLogic(_TwoInputs):
         self.how, self.result = how, result
         # Its outputs carry event time (set by spillway.spark_jobs.operators.stamping): the
         # left record's, never behind its right partner's (at or before it).
-        self.carry_time = False
+        self.stamp_pairs = False
 
     def process_input(self, input: str, records: Sequence[Record]) -> list[Record]:
         """Hold left records, keep right ones; nothing is emitted before the watermark."""
@@ -215,7 +215,7 @@ class AsOfJoinLogic(_TwoInputs):
             for _key, left, right in due
             if right is not None or self.how == "left"
         ]
-        if self.carry_time:
+        if self.stamp_pairs:
             kept = [left[0] for _key, left, right in due if right is not None or self.how == "left"]
             out = [stamped(o, t) for o, t in zip(out, kept, strict=True)]
         self._drop(gone)

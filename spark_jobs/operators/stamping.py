@@ -199,8 +199,8 @@ def stamping_logic(inner: Any, reader: Callable[[Record], int] | None) -> Logic:
     output with its input's time."""
     if reader is not None:
         return ReaderStamping(inner, reader)
-    if hasattr(inner, "carry_time") and hasattr(inner, "book"):  # a join stamps its pairs
-        inner.carry_time = True
+    if hasattr(inner, "stamp_pairs"):  # a join: it stamps its results, from both records
+        inner.stamp_pairs = True
         return inner  # type: ignore[no-any-return]
     if hasattr(inner, "process_input"):
         return MultiInputStamping(inner)
