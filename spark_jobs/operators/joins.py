@@ -22,7 +22,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any
 
 from spillway.channels.errors import PipelineDefinitionError
-from spillway.channels.wire.stamps import stamped
+from spillway.channels.wire.stamps import stamped, time_of
 from spillway.recovery.job.plan import Context, Record, SetAside
 from spillway.spark_jobs.operators.joinbook import (
     LEFT,
@@ -246,6 +246,9 @@ class LookupJoinLogic(_TwoInputs):
     ) -> None:
         super().__init__(name, sides)
         self.how, self.result = how, result
+        # Its outputs carry event time (set by spillway.spark_jobs.operators.stamping):
+        # a result its stream record's.
+        self.stamp_pairs = False
 
     def process_input(self, input: str, records: Sequence[Record]) -> list[Record]:
         """Table records update the table; stream records are joined with it."""
@@ -262,10 +265,12 @@ class LookupJoinLogic(_TwoInputs):
                     state.put(("j", key, TABLE), {k: v for k, v in r.items() if k != DELETED})
             return []
         out: list[Record] = []
+        stamp = self.stamp_pairs
         for key, r in zip(keys, records, strict=True):
             row = state.get(("j", key, TABLE))
             if row is not None or self.how == "left":
-                out.append(self.result(r, row))
+                res = self.result(r, row)
+                out.append(stamped(res, time_of(r)) if stamp else res)
         return out
 
     def on_watermark(self, watermark: int) -> list[Record]:

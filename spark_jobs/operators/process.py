@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from spillway.channels.wire.stamps import stamped
+from spillway.channels.wire.stamps import stamped, time_of
 from spillway.recovery.job.plan import Context, Record, SetAside
 from spillway.spark_jobs.operators.operators import _copy
 from spillway.spark_jobs.operators.timers import TimerIndex
@@ -232,7 +232,9 @@ class ProcessLogic:
         self._ctx: Context | None = None
         self._wm: int | None = None
         # Its outputs carry event time (spillway.spark_jobs.operators.stamping, which sets
-        # this): an event-time timer's outputs then carry the timer's time.
+        # this): a record's outputs its carried time, an event-time timer's outputs the
+        # timer's. Stamped here, within the one call that writes state (_apply), so a
+        # failed call still leaves state as it was.
         self.carry_time = False
 
     def open(self, ctx: Context) -> None:
@@ -288,10 +290,14 @@ class ProcessLogic:
     ) -> list[Record]:
         w = _Writes(self._state(), self.ttl, self.clock())
         out: list[Record] = []
+        carry = self.carry_time
         for r in records:
             ts = time_fn(r) if time_fn is not None else None
             got = fn(r, ProcessContext(w, key_fn(r), ts, self._wm, None))
-            if got is not None:
+            if got is not None and carry:
+                t = time_of(r)
+                out.extend(stamped(o, t) for o in got)
+            elif got is not None:
                 out.extend(got)
         self._apply(w)
         return out

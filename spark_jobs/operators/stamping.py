@@ -8,11 +8,14 @@ outputs' record timestamps:
 * a source stamps each record with its event time as declared (:class:`StampingSource`:
   ``timestamp=``, ``timestamp_column=``; the Kafka record timestamp is stamped by the
   Kafka source itself, which has it);
-* a record-at-a-time operator (map, flat_map, filter, keyed running aggregates, process
-  functions, the operators of a chain) gives each output the time of the input it came
-  from (:class:`EachStamping`); a process function's event-time timer gives its outputs
-  the timer's time; outputs of processing-time timers and of the end of input carry no
-  time (Flink erases those too);
+* a record-at-a-time operator gives each output the time of the input it came from:
+  ``map``, ``flat_map`` and ``filter`` (stateless) one record per call
+  (:class:`EachStamping`); keyed running aggregates, process and co-process functions and
+  lookup joins stamp inside their own call, because they write keyed state and a call
+  that fails must leave it as it was (a failed message's good records are run again, one
+  by one, when bad ones are dead-lettered: ``recovery/runtime/failures.py``). A process
+  function's event-time timer gives its outputs the timer's time; outputs of
+  processing-time timers and of the end of input carry no time (Flink erases those too);
 * an event-time window's results carry ``end - 1``, their window's last instant
   (:class:`ReaderStamping` with the window's result-time reader);
 * an interval join's pair carries the larger of its two records' times (Flink's rule), an
@@ -36,6 +39,7 @@ from spillway.channels.errors import RecordError
 from spillway.channels.wire.stamps import stamped, time_of
 from spillway.recovery.job.origins import Origins
 from spillway.recovery.job.plan import Context, Logic, Record, Rejected, SetAside, Source
+from spillway.spark_jobs.operators.operators import Stateless
 from spillway.spark_jobs.records.watermarks import event_time
 
 
@@ -81,14 +85,18 @@ class _Delegating:
 
 
 class EachStamping(_Delegating):
-    """A record-at-a-time ``inner`` whose every output carries the time of the input it
-    came from: ``inner`` runs on one input at a time (its state writes per call, which
-    record-at-a-time operators allow)."""
+    """A stateless ``inner`` (``map``, ``flat_map``, ``filter``) whose every output carries
+    the time of the input it came from: ``inner`` runs on one input at a time.
+
+    Only for a :class:`~spillway.spark_jobs.operators.operators.Stateless` operator
+    (:class:`TypeError` otherwise): one call per record would split a stateful operator's
+    one state write per call into several, and a message that fails half-way would leave
+    the first records' writes behind."""
 
     def __init__(self, inner: Any) -> None:
+        if not isinstance(inner, Stateless):
+            raise TypeError(f"{type(inner).__name__} keeps state: it must stamp in its own call")
         super().__init__(inner)
-        if hasattr(inner, "carry_time"):  # a process function: its event timers stamp
-            inner.carry_time = True
 
     def process(self, records: Sequence[Record]) -> list[Record]:
         """``inner.process`` on each record, its outputs stamped with its time."""
@@ -105,20 +113,12 @@ class EachStamping(_Delegating):
         return out
 
     def on_watermark(self, watermark: int) -> list[Record]:
-        """``inner``'s, as it stamped them (event-time timers: the timer's time)."""
+        """``inner``'s (a stateless operator holds nothing back for a watermark)."""
         return list(self.inner.on_watermark(watermark))
 
     def on_end(self) -> list[Record]:
-        """``inner``'s, as it stamped them."""
+        """``inner``'s (nothing pending at the end)."""
         return list(self.inner.on_end())
-
-
-class MultiInputStamping(EachStamping):
-    """:class:`EachStamping` of a multi-input ``inner`` (a co-process function)."""
-
-    def process_input(self, input: str, records: Sequence[Record]) -> list[Record]:
-        """``inner.process_input`` on each record, as :meth:`EachStamping.process`."""
-        return self._each(lambda one: self.inner.process_input(input, one), records)
 
 
 class ReaderStamping(_Delegating):
@@ -199,11 +199,12 @@ def stamping_logic(inner: Any, reader: Callable[[Record], int] | None) -> Logic:
     output with its input's time."""
     if reader is not None:
         return ReaderStamping(inner, reader)
-    if hasattr(inner, "stamp_pairs"):  # a join: it stamps its results, from both records
+    if hasattr(inner, "stamp_pairs"):  # a join: it stamps its results itself
         inner.stamp_pairs = True
         return inner  # type: ignore[no-any-return]
-    if hasattr(inner, "process_input"):
-        return MultiInputStamping(inner)
+    if hasattr(inner, "carry_time"):  # stateful: it stamps within the call that writes state
+        inner.carry_time = True
+        return inner  # type: ignore[no-any-return]
     return EachStamping(inner)
 
 

@@ -8,7 +8,10 @@ from typing import Any, cast
 import pytest
 
 from spillway.channels.errors import RecordError
+from spillway.channels.ids import JobId, OperatorName, SubtaskId
 from spillway.channels.wire.stamps import stamped, time_of
+from spillway.recovery.job.origins import Same, TopicOffset
+from spillway.recovery.runtime.failures import run_diverting
 from spillway.spark_jobs.api.recordtime import FieldTime
 from spillway.spark_jobs.operators.operators import (
     FilterLogic,
@@ -22,6 +25,7 @@ from spillway.spark_jobs.operators.stamping import (
     EachStamping,
     ReaderStamping,
     StampingSource,
+    stamping_logic,
 )
 from tests.unit.aggfakes import Ctx
 
@@ -41,18 +45,50 @@ def test_record_at_a_time_operators_give_each_output_its_inputs_time() -> None:
         stamping.open(Ctx())
         got = stamping.process(ins)
         assert [(r["v"], time_of(r)) for r in got] == want
-    running = EachStamping(
-        KeyedAggregateLogic(
-            lambda r: r["k"],
-            lambda: 0,
-            lambda n, r: n + r["v"],
-            lambda k, n: {"k": k, "v": n},
-            "updates",
-        )
-    )
+    running = stamping_logic(_running_sum(), None)  # stamps within its own call
     running.open(Ctx())
     assert [(r["v"], time_of(r)) for r in running.process(ins[:3])] == [
         (0, 100), (1, 101), (3, 102)]  # fmt: skip
+
+
+def _running_sum() -> KeyedAggregateLogic:
+    def add(n: int, r: dict[str, Any]) -> int:
+        if r["v"] < 0:
+            raise ValueError("a negative amount")
+        return n + int(r["v"])
+
+    return KeyedAggregateLogic(
+        lambda r: r["k"], lambda: 0, add, lambda k, n: {"k": k, "v": n}, "updates"
+    )
+
+
+class _DeadLetters:
+    def __init__(self) -> None:
+        self.sent: list[dict[str, Any]] = []
+
+    def send(self, **letter: Any) -> None:
+        self.sent.append(letter)
+
+
+def test_a_stateful_operator_stamping_keeps_a_failed_call_from_writing_state() -> None:
+    # A message whose third record fails: the call fails whole, so with dead letters the
+    # good records are run again one by one. Each must be folded in once, not twice.
+    ins = [stamped({"k": "a", "v": v}, 100 + i) for i, v in enumerate([1, 2, -1, 4])]
+    running = stamping_logic(_running_sum(), None)
+    ctx = Ctx()
+    running.open(ctx)
+    dead = _DeadLetters()
+    subtask = SubtaskId(JobId("j"), OperatorName("agg"), 0)
+    origins = Same(TopicOffset("t", 0, 7))
+    out = run_diverting(running.process, ins, origins, subtask, "agg", cast(Any, dead))
+    assert [(r["v"], time_of(r)) for r in out] == [(1, 100), (3, 101), (7, 103)]
+    assert ctx.state.get("a") == 7
+    assert [d["record"]["v"] for d in dead.sent] == [-1]
+
+
+def test_one_call_per_record_is_refused_for_an_operator_with_state() -> None:
+    with pytest.raises(TypeError, match="KeyedAggregateLogic keeps state"):
+        EachStamping(_running_sum())
 
 
 def test_a_process_function_stamps_records_with_their_input_and_event_timers_with_their_time() -> (
@@ -66,7 +102,9 @@ def test_a_process_function_stamps_records_with_their_input_and_event_timers_wit
     def on_timer(ts: int, ctx: ProcessContext) -> list[dict[str, Any]]:
         return [{"at": -ts}]
 
-    logic = EachStamping(ProcessLogic(lambda r: r["k"], fn, on_timer, time_of, clock=lambda: 0))
+    logic = stamping_logic(
+        ProcessLogic(lambda r: r["k"], fn, on_timer, time_of, clock=lambda: 0), None
+    )
     logic.open(Ctx())
     got = logic.process([stamped({"k": "a"}, 10), stamped({"k": "b"}, 30)])
     assert [(r["at"], time_of(r)) for r in got] == [(10, 10), (30, 30)]
