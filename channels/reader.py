@@ -13,6 +13,7 @@ recorded in the skip state, so a restore from that position does not repeat them
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +38,7 @@ from spillway.channels.wire.envelope import (
 )
 from spillway.channels.wire.schemaid import schema_id_of
 from spillway.channels.wire.spanning import Assembler, read_mark
+from spillway.channels.wire.stamps import read_times, untimed, with_times
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,9 @@ class InputChannel:
     # The schemas the channel had in the job's earlier runs: records still in it may have
     # been written with one (resolved to ``schema``, spillway.channels.wire.resolve).
     earlier_schemas: tuple[dict[str, Any], ...] = ()
+    # Its records carry their event times (spillway.channels.wire.stamps): read as Timed
+    # records, those of a message written without times taking its Kafka timestamp.
+    carries_time: bool = False
 
     @property
     def tp(self) -> TopicPartition:
@@ -95,6 +100,8 @@ class ChannelReader:
         self._inputs = {i.tp: i for i in inputs}
         decoders = BatchDecoders if modes.form == "batches" else Decoders
         self._codecs = {i.tp: decoders(i.schema, i.earlier_schemas) for i in inputs}
+        # Columnar readers (batches) take no times: the plan carries none into them.
+        self._timed = {i.tp for i in inputs if i.carries_time and modes.form != "batches"}
         self._positions: dict[TopicPartition, Offset] = {}
         self._pending: list[Any] = []  # consumed, not yet returned (after a barrier)
         self._parts = Assembler(resends=modes.resends)  # records that span messages
@@ -154,6 +161,8 @@ class ChannelReader:
                     continue
             try:
                 d = self._decode(tp, off, m.key(), m.value(), m.headers())
+                if d is not None and d.records and tp in self._timed:
+                    d = _timed(d, m.headers(), m.timestamp()[1])
             except RecordError as e:
                 if not self._tolerate_bad or not _is_data(m.headers()):
                     # Control records (end-of-stream, watermarks) cannot be skipped: a
@@ -357,6 +366,14 @@ class ChannelReader:
     def close(self) -> None:
         """Close the consumer."""
         self._consumer.close()
+
+
+def _timed(d: Delivery, raw_headers: Any, kafka_ms: int) -> Delivery:
+    """``d`` with its records carrying the times its message carries, or its Kafka
+    timestamp for each where it carries none (spillway.channels.wire.stamps)."""
+    times = read_times(raw_headers)
+    records = untimed(d.records, kafka_ms) if times is None else with_times(d.records, times)
+    return dataclasses.replace(d, records=records)
 
 
 def _writer_or_unknown(key: bytes | None) -> int:

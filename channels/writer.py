@@ -34,6 +34,7 @@ from spillway.channels.wire.envelope import (
 )
 from spillway.channels.wire.schemaid import schema_header
 from spillway.channels.wire.spanning import check_record_size, part_headers, split
+from spillway.channels.wire.stamps import times_header
 
 # Records an Arrow writer of many partitions holds across partitions before splitting
 # them (channels/routing/spread.py), in batches' in-memory bytes: several messages' worth, so
@@ -49,6 +50,9 @@ class OutputChannel:
     schema: dict[str, Any]
     partitioner: Partitioner
     downstream_parallelism: int
+    # Each data message carries its records' event times (spillway.channels.wire.stamps):
+    # set where the plan says a window downstream reads the carried time.
+    carries_time: bool = False
 
 
 class ChannelWriter:
@@ -89,10 +93,15 @@ class ChannelWriter:
         # (spillway.channels.routing.partitioners).
         part = channel.partitioner
         self._sticky = part if isinstance(part, Sticky) else None
-        # Arrow over several partitions: convert each call's records once, split later.
+        # Per partition, the records of its open batch, in order, for their times (only
+        # where the channel carries times: None otherwise, and nothing is kept).
+        self._timed: dict[int, list[Any]] | None = {} if channel.carries_time else None
+        # Arrow over several partitions: convert each call's records once, split later
+        # (not with times: the records are kept per partition, where their times are).
         self._spread = (
             Spread(SPREAD_BATCHES * settings.max_batch_bytes, settings.linger_s)
             if self._codec.version != VERSION
+            and self._timed is None
             and channel.downstream_parallelism > 1
             and self._sticky is None
             else None
@@ -137,7 +146,7 @@ class ChannelWriter:
         if self._sticky is not None:
             batch = records if isinstance(records, list) else list(records)
             if batch:
-                self._write_sticky(self._sticky, lambda slot: self._blocks(slot, batch))
+                self._write_sticky(self._sticky, lambda slot: self._blocks(slot, batch), batch)
             return
         if self._spread is not None:
             records = records if isinstance(records, list) else list(records)
@@ -159,14 +168,23 @@ class ChannelWriter:
                         groups[p] = [r]
                     else:
                         group.append(r)
-        encoded = [(p, self._blocks(p, group)) for p, group in groups.items()]
+        encoded = [(p, self._blocks(p, group), group) for p, group in groups.items()]
         now = self._clock()
-        for p, blocks in encoded:
+        for p, blocks, group in encoded:
+            done = 0
             for block, n in blocks:
-                full = self._batcher.add_block(p, block, n, now)
-                if full is not None:
-                    self._send(p, full)
-                self._counts[p] += n
+                self._add(p, block, n, now, group[done : done + n])
+                done += n
+
+    def _add(self, p: int, block: bytes, n: int, now: float, records: Sequence[Any]) -> None:
+        """Add a block of ``n`` records (``records``, for their times) to ``p``'s batch,
+        sending the batch it filled first."""
+        full = self._batcher.add_block(p, block, n, now)
+        if full is not None:
+            self._send(p, full)
+        if self._timed is not None:
+            self._timed.setdefault(p, []).extend(records)
+        self._counts[p] += n
 
     def _spread_many(self, records: list[Any]) -> bool:
         """Convert and hold ``records`` for :attr:`_spread`; False (nothing done) when a
@@ -236,6 +254,11 @@ class ChannelWriter:
         """
         if self._spread is not None:
             self._split()  # records held across partitions go first: order per partition
+        if self._timed is not None:
+            # Rows of a columnar batch carry no time (the plan carries none through
+            # columnar operators): written as records, each without a time.
+            self.write_many(batch.to_pylist())
+            return
         parts = None
         fit = conform(batch, self._codec.schema) if isinstance(self._codec, ArrowCodec) else None
         if fit is not None and self._sticky is not None:
@@ -269,7 +292,10 @@ class ChannelWriter:
         )
 
     def _write_sticky(
-        self, sticky: Sticky, encode: Callable[[int], list[tuple[bytes, int]]]
+        self,
+        sticky: Sticky,
+        encode: Callable[[int], list[tuple[bytes, int]]],
+        records: Sequence[Any] = (),
     ) -> None:
         """Add the blocks ``encode(slot)`` makes to the current slot's batch; when one would
         overfill it, send that batch (as full as it gets) and go on in the next slot. Only
@@ -277,16 +303,16 @@ class ChannelWriter:
         slot = sticky.current
         blocks = encode(slot)  # every record encoded first: all-or-nothing
         now = self._clock()
+        done = 0
         for block, n in blocks:
             if not self._batcher.room(slot, len(block)):
                 full = self._batcher.take(slot)
                 if full is not None:
                     self._send(slot, full)
                 slot = sticky.advance()
-            full = self._batcher.add_block(slot, block, n, now)
-            if full is not None:  # not after room(): kept for the batcher's contract
-                self._send(slot, full)
-            self._counts[slot] += n
+            # (_add sends a batch it filled: not after room(), kept for the batcher's contract)
+            self._add(slot, block, n, now, records[done : done + n])
+            done += n
 
     def _sent(self, partition: int) -> None:
         """A batch of ``partition`` went out by linger or flush: a sticky writer moves on."""
@@ -354,10 +380,16 @@ class ChannelWriter:
             self._producer.produce(self.channel.topic, p, self._key, value, hdrs)
 
     def _send(self, partition: int, batch: bytes) -> None:
+        # The batch is the partition's whole open batch: its records' times go with it.
+        hdrs = self._data_headers
+        extra = []
+        if self._timed is not None:
+            extra = [times_header(self._timed.pop(partition, ()))]
+            hdrs = [*hdrs, *extra]
         if len(batch) > self._batcher.max_bytes:  # one record (see _check_spanning)
-            self._send_parts(partition, batch)
+            self._send_parts(partition, batch, extra)
             return
-        self._producer.produce(self.channel.topic, partition, self._key, batch, self._data_headers)
+        self._producer.produce(self.channel.topic, partition, self._key, batch, hdrs)
 
     def _check_spanning(self, partition: int, block_size: int) -> None:
         """A record whose block alone exceeds a message goes out as parts of one partition
@@ -373,7 +405,7 @@ class ChannelWriter:
             f"{self.channel.topic}[{partition}] (writer {self.writer_index})",
         )
 
-    def _send_parts(self, partition: int, value: bytes) -> None:
+    def _send_parts(self, partition: int, value: bytes, extra: list[tuple[str, bytes]]) -> None:
         # All parts in this one call: no checkpoint (transaction commit) can fall between
         # them, and no other message of this writer either, so they are consecutive among
         # this writer's messages of the partition.
@@ -384,7 +416,7 @@ class ChannelWriter:
                 partition,
                 self._key,
                 chunk,
-                [*part_headers(mark), self._schema_header],
+                [*part_headers(mark), self._schema_header, *extra],
             )
 
 

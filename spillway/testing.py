@@ -56,6 +56,7 @@ from spillway.channels.inputmarks import WriterMark, combine, input_mark
 from spillway.channels.routing.keygroups import Ownership
 from spillway.channels.routing.partitioners import Partitioner, Sticky
 from spillway.channels.wire.envelope import BlockCodec, writer_codec
+from spillway.channels.wire.stamps import read_times, stamped, times_header, with_times
 from spillway.recovery.job.inputs import Call, input_call
 from spillway.recovery.job.origins import UNKNOWN, Origins, Same, TopicOffset
 from spillway.recovery.job.plan import (
@@ -171,6 +172,7 @@ class _Output:
         self.partitions = plan.partitions_of(edge)
         self.route: Partitioner = plan.partitioner_of(edge, writer)
         self.codec: BlockCodec = writer_codec(edge.schema, codec.codec)
+        self.carries_time = edge.carries_time
         self.writer = writer
         self.driver = driver
         down = plan.operator(edge.downstream)
@@ -197,6 +199,9 @@ class _Output:
             p: self.codec.decode_batch(self.codec.frame([self.codec.encode_block(g)]))
             for p, g in groups.items()
         }
+        if self.carries_time:  # the records' times, through the channel's carrier
+            for p, g in groups.items():
+                decoded[p] = with_times(decoded[p], read_times([times_header(g)]) or [])
         for p in sorted(decoded):
             self._send(p, "data", decoded[p])
         if isinstance(self.route, Sticky) and groups:
@@ -416,6 +421,8 @@ class _SourceTask(_Task):
         )
         self.floor: int | None = None  # a watermark set by hand (advance_event_time)
         self.sent = 0
+        # Its records carry their event time (as the plan's stamping source does).
+        self.stamps = any(e.carries_time for e in driver.plan.outputs_of(op.name))
 
     def feed(self, records: Sequence[Record], timestamps: Sequence[int] | None) -> None:
         """Records as this subtask's source read them, then its watermark and idleness."""
@@ -436,7 +443,7 @@ class _SourceTask(_Task):
                 continue
             if self.tracker is not None and t is not None:
                 self.tracker.observe(0, t, now / 1000)
-            good.append(r)
+            good.append(r if t is None or not self.stamps else stamped(r, t))
             origins.append(origin)
         self._read(good, _Each(origins))
         self.pulse()
@@ -780,6 +787,7 @@ def _event_time_of(
 ) -> tuple[Callable[[Record], int] | None, Watermarks | None, bool]:
     """(timestamp function, watermark strategy, uses the record's own timestamp) of a
     declared source; strategy None: no event time."""
+    source = getattr(source, "inner", source)  # a source that stamps: the declared one's
     if isinstance(source, GeneratorSource):
         fn = source.event_time
         return fn, source.watermarks if fn is not None else None, False
@@ -807,6 +815,7 @@ def _check_supported(plan: JobPlan) -> None:
 
 def _set_clock(logic: Any, now: Callable[[], int]) -> None:
     """Operators that read processing time (process functions) read the driver's clock."""
-    for m in getattr(logic, "members", [logic]):
+    for member in getattr(logic, "members", [logic]):
+        m = getattr(member, "inner", member)  # an operator that stamps: its logic's clock
         if hasattr(m, "clock"):
             m.clock = now

@@ -14,6 +14,13 @@ A Kafka message in a channel is one of:
   which part and the format version (1 or 2) of the whole value the parts make.
 * **control**: end-of-stream, watermark, idle or checkpoint barrier, with an 8-byte value.
 
+A data message or part may carry one more header, ``spw.t``: its records' event times,
+8 bytes each (:mod:`spillway.channels.wire.stamps`), written only on channels whose plan
+carries time to a window downstream. It needs no version of its own: it adds nothing to
+the value, a reader that does not carry time ignores it, and a reader that does reads a
+message without it (an older writer's) with the message's Kafka timestamp as each
+record's time.
+
 Headers: ``spw.v`` (format version: ``b"1"``, ``b"2"`` for Arrow data, ``b"3"`` for a
 part) and ``spw.k`` (kind: ``d``, ``e``, ``w``, ``i``, ``b``); a part has three more
 (spillway.channels.wire.spanning). A data message and a part also carry ``spw.s``, the id of the

@@ -190,6 +190,11 @@ class EdgePlan:
     # readers resolve them to ``schema`` (spillway.channels.wire.resolve). Not part of the
     # description.
     earlier_schemas: tuple[dict[str, Any], ...] = ()
+    # Its messages carry their records' event times (spillway.channels.wire.stamps): a
+    # window downstream reads the time its records carry. Not part of the description
+    # either: readers read messages with and without times alike, so a restart that
+    # changes it needs no migration.
+    carries_time: bool = False
 
     @property
     def input_name(self) -> str:

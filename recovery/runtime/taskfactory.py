@@ -90,6 +90,7 @@ def input_channels(plan: JobPlan, op: OperatorPlan, owned: Ownership) -> list[In
             plan.operator(e.upstream).parallelism,
             e.input_name,
             e.earlier_schemas,
+            e.carries_time,
         )
         for e in plan.inputs_of(op.name)
         for part in owned.of_topic(plan.topic_of(e))
@@ -210,7 +211,10 @@ def _open_writers(spec: TaskSpec, restored: Restored, out: OutputCollector) -> l
         topic = plan.topic_of(e)
         route = plan.partitioner_of(e, subtask.index)  # by slot: a batch at a time
         w = ChannelWriter(
-            out, OutputChannel(topic, e.schema, route, p), subtask.index, spec.options.channel
+            out,
+            OutputChannel(topic, e.schema, route, p, e.carries_time),
+            subtask.index,
+            spec.options.channel,
         )
         counts, marks = restored.output(topic)
         # A topic grown by a rescale (spillway.recovery.restore.rescale): its new partitions

@@ -31,6 +31,7 @@ from spillway.recovery.job.plan import EdgePlan, JobPlan, NodeKind, OperatorPlan
 from spillway.spark_jobs.api import keyedops
 from spillway.spark_jobs.api.recordtime import RecordTime
 from spillway.spark_jobs.operators.operators import make_chain
+from spillway.spark_jobs.operators.stamping import stamping_logic, stamping_source
 
 Schema = dict[str, Any]  # an Avro record schema, as operators keep it
 # An edge's routing as declared: one of the channel routings, or "auto" (forward where
@@ -54,6 +55,9 @@ class Node:
     event_time: bool = False  # a source whose records have event time (and watermarks)
     # A source's: how its records' event time is read (spillway.spark_jobs.api.recordtime).
     time: RecordTime | None = None
+    # It stamps its outputs with their event time, and its output channels carry it: a
+    # window downstream reads the carried time (spillway.spark_jobs.operators.stamping).
+    carry: bool = False
     # Behind key_by: the key-group count asked for (None: the default) and how a state key
     # maps to its record key (keyedops.OperatorSpec.key_of_state).
     keyed: bool = False
@@ -363,6 +367,7 @@ class Graph:
             _partitioner_factory(routing, e.key_fn),
             routing,
             e.upstream,
+            carries_time=self._nodes[e.upstream].carry,
         )
 
 
@@ -405,7 +410,7 @@ def _with_slots(op: OperatorPlan, edges: tuple[EdgePlan, ...]) -> OperatorPlan:
 def _operator_plan(chain: list[Node]) -> OperatorPlan:
     """The plan of one operator, or of a chain of them (named after its first)."""
     first, last = chain[0], chain[-1]
-    logics = [m.factory for m in chain if m.kind == "transform"]
+    logics = [_factory(m) for m in chain if m.kind == "transform"]
     make_logic: Callable[[], Any] | None = None
     if len(logics) == 1:
         make_logic = logics[0]
@@ -415,7 +420,7 @@ def _operator_plan(chain: list[Node]) -> OperatorPlan:
         name=OperatorName(first.name),
         parallelism=first.parallelism,
         kind=first.kind if len(chain) == 1 else "chain",
-        make_source=first.factory if first.kind == "source" else None,
+        make_source=_factory(first) if first.kind == "source" else None,
         make_logic=make_logic,
         make_sink=last.factory if last.kind == "sink" else None,
         stateful=any(m.stateful for m in chain),
@@ -426,6 +431,21 @@ def _operator_plan(chain: list[Node]) -> OperatorPlan:
         if len(chain) == 1
         else {"chain": [{"name": m.name, "kind": m.kind, **m.description} for m in chain]},
     )
+
+
+def _factory(node: Node) -> Callable[[], Any]:
+    """``node``'s factory; where it carries event time, of an operator that stamps it."""
+    if not node.carry:
+        return node.factory
+    if node.kind == "source":
+        assert node.time is not None, "only a source with event time carries it"
+        return partial(stamping_source, node.factory, node.time.reader())
+    reader = node.time.reader() if node.time is not None else None  # a window's results
+    return partial(_stamping, node.factory, reader)
+
+
+def _stamping(factory: Callable[[], Any], reader: Callable[[Record], int] | None) -> Any:
+    return stamping_logic(factory(), reader)
 
 
 def _partitioner_factory(

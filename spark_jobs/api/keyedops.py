@@ -242,7 +242,7 @@ def process(
     fn: Callable[[Record, ProcessContext], Iterable[Record] | None],
     *,
     on_timer: Callable[[int, ProcessContext], Iterable[Record] | None] | None,
-    event_time: Callable[[Record], int] | None,
+    event_time: Callable[[Record], int | None] | None,
     ttl_ms: Mapping[str, int] | None,
     schema: Any,
 ) -> OperatorSpec:

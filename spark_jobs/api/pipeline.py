@@ -238,10 +238,9 @@ class Pipeline(Graph):
         every window downstream: pass ``watermarks``, e.g. ``Watermarks.bounded(5_000,
         idle_timeout_ms=30_000)``. Each record's event time is then its Kafka record
         timestamp, or its integer field ``timestamp_column`` (ms), or ``timestamp(record)``
-        (ms) (either alone means ``Watermarks.monotonic()``). Windows read the time the
-        same way (:mod:`spillway.spark_jobs.api.recordtime`); the Kafka record timestamp
-        is not in the record, so a window downstream needs ``timestamp_column`` or
-        ``timestamp`` here (or its own ``event_time=``). A subtask's watermark is
+        (ms) (either alone means ``Watermarks.monotonic()``). The time travels with each
+        record to the windows downstream, which need no ``event_time=``, the Kafka record
+        timestamp included (:mod:`spillway.spark_jobs.api.recordtime`). A subtask's watermark is
         the minimum over its partitions of (largest event time − bound), leaving out
         partitions idle longer than the idle timeout; it is checkpointed with the offsets.
 

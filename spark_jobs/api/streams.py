@@ -666,10 +666,11 @@ class KeyedStream(Stream):
         finish it with :meth:`WindowedStream.agg` (built-in aggregations) or
         :meth:`WindowedStream.aggregate` (a custom fold).
 
-        Event-time windows read each record's time as its source declared it
-        (``timestamp_column=`` or ``timestamp=``; :mod:`spillway.spark_jobs.api.recordtime`).
-        ``event_time=`` overrides that with another time (a function of the record, ms),
-        e.g. where the records no longer carry the source's. ``allowed_lateness``: how
+        Event-time windows use the time each record carries from its source, as the
+        source declared it (``timestamp_column=``, ``timestamp=`` or the Kafka record
+        timestamp), whatever the operators on the way did to the fields
+        (:mod:`spillway.spark_jobs.api.recordtime`). ``event_time=`` overrides that with
+        another time (a function of the record, ms). ``allowed_lateness``: how
         long after it fired a window still takes late records
         (:mod:`spillway.spark_jobs.operators.windows`). Count windows have neither.
         A bad window value is a :class:`PipelineDefinitionError` naming ``name``.
@@ -735,17 +736,15 @@ class KeyedStream(Stream):
     ) -> Stream:
         """A keyed process function with keyed state and timers
         (spillway.spark_jobs.operators.process). ``ctx.timestamp`` is each record's event
-        time: ``event_time(record)`` if given, else the time its source declared when the
-        records still carry it (:mod:`spillway.spark_jobs.api.recordtime`), else None."""
-        if event_time is None:
-            try:
-                event_time = recordtime.time_at(
-                    name, self.upstreams, self._p._nodes, self._p._inputs_of
-                )
-            except PipelineDefinitionError:  # no time to read: ctx.timestamp is None
-                event_time = None
+        time: ``event_time(record)`` if given, else the time the record carries from its
+        source (:mod:`spillway.spark_jobs.api.recordtime`), else None."""
+        time_fn: Callable[[Record], int | None] | None = event_time
+        if time_fn is None:  # the time the records carry, if any (else ctx.timestamp is None)
+            time_fn = recordtime.time_or_none(
+                name, self.upstreams, self._p._nodes, self._p._inputs_of
+            )
         spec = keyedops.process(
-            name, self.key_fn, fn, on_timer=on_timer, event_time=event_time, ttl_ms=ttl_ms,
+            name, self.key_fn, fn, on_timer=on_timer, event_time=time_fn, ttl_ms=ttl_ms,
             schema=schema,
         )  # fmt: skip
         return self._keyed(name, spec, parallelism)

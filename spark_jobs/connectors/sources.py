@@ -14,6 +14,7 @@ from spillway.channels.errors import ConfigError, RecordError
 from spillway.channels.ids import Offset, TopicPartition
 from spillway.channels.kafka.admin import Admin
 from spillway.channels.kafka.consumer import AssignedConsumer
+from spillway.channels.wire.stamps import stamped
 from spillway.offsets.store import check_retention
 from spillway.recovery.job.origins import (
     UNKNOWN,
@@ -355,7 +356,8 @@ class KafkaTopicSource:
     (:class:`~spillway.spark_jobs.records.watermarks.WatermarkTracker`).
 
     ``time_field``: each message's Kafka timestamp (ms) goes into this field of its
-    record, so the time travels with the record past the source.
+    record. ``stamp_time``: each record carries its event time
+    (:class:`~spillway.channels.wire.stamps.Timed`), for windows downstream that read it.
 
     ``key_field``/``tombstones``: the message key as a record field, and tombstones as
     deletion records (:mod:`spillway.spark_jobs.records.tombstones`; a deletion's event time is its
@@ -384,6 +386,9 @@ class KafkaTopicSource:
     ) -> None:
         self.topic, self.p, self.bounded = topic, parallelism, bounded
         self._time_field = time_field  # the Kafka timestamp goes into this field
+        # Each record carries its event time (spillway.spark_jobs.operators.stamping): set
+        # by the plan where a window downstream reads the carried time.
+        self.stamp_time = False
         # Avro values (spark_jobs.connectors.batchavro), or registry-framed ones (Avro or
         # JSON Schema), else JSON.
         self._avro = avro
@@ -455,7 +460,10 @@ class KafkaTopicSource:
                 if self._time_field is not None:
                     record[self._time_field] = self._kafka_time(m)
                 if self._tracker is not None:
-                    self._tracker.observe(p, self._event_time(m, record), now)
+                    t = self._event_time(m, record)
+                    self._tracker.observe(p, t, now)
+                    if self.stamp_time:
+                        record = stamped(record, t)
             except (LineError, RecordError) as e:
                 origin = TopicOffset(self.topic, p, off)
                 self._rejected.append(Rejected(origin, str(e), value or b""))

@@ -22,6 +22,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any
 
 from spillway.channels.errors import PipelineDefinitionError
+from spillway.channels.wire.stamps import stamped, time_of
 from spillway.recovery.job.plan import Context, Record, SetAside
 from spillway.spark_jobs.operators.joinbook import (
     LEFT,
@@ -144,6 +145,9 @@ class IntervalJoinLogic(_TwoInputs):
         self.book = IntervalBook(lower, upper, lateness)
         super().__init__(name, sides, self.book)
         self.result = result
+        # Its outputs carry event time (set by spillway.spark_jobs.operators.stamping):
+        # a pair's is the larger of its two records' times, as Flink's interval join's.
+        self.stamp_pairs = False
 
     def process_input(self, input: str, records: Sequence[Record]) -> list[Record]:
         """Join each record with the buffered ones of the other side, then buffer it."""
@@ -153,8 +157,9 @@ class IntervalJoinLogic(_TwoInputs):
         # A batch is one input's: its records never match each other, so every result
         # is made (and may fail) before the buffers change.
         for key, ts, r in keyed:
-            for _t, _n, p in book.partners(side, key, ts):
-                out.append(result(r, p) if side == LEFT else result(p, r))
+            for t, _n, p in book.partners(side, key, ts):
+                pair = result(r, p) if side == LEFT else result(p, r)
+                out.append(stamped(pair, max(ts, t)) if self.stamp_pairs else pair)
         state = self._state()
         for key, ts, r in keyed:
             e = book.add(side, key, ts, r, self._wm)
@@ -192,6 +197,9 @@ class AsOfJoinLogic(_TwoInputs):
         self.book = AsOfBook(lateness, retention)
         super().__init__(name, sides, self.book)
         self.how, self.result = how, result
+        # Its outputs carry event time (set by spillway.spark_jobs.operators.stamping): the
+        # left record's, never behind its right partner's (at or before it).
+        self.stamp_pairs = False
 
     def process_input(self, input: str, records: Sequence[Record]) -> list[Record]:
         """Hold left records, keep right ones; nothing is emitted before the watermark."""
@@ -207,6 +215,9 @@ class AsOfJoinLogic(_TwoInputs):
             for _key, left, right in due
             if right is not None or self.how == "left"
         ]
+        if self.stamp_pairs:
+            kept = [left[0] for _key, left, right in due if right is not None or self.how == "left"]
+            out = [stamped(o, t) for o, t in zip(out, kept, strict=True)]
         self._drop(gone)
         return out
 
@@ -235,6 +246,9 @@ class LookupJoinLogic(_TwoInputs):
     ) -> None:
         super().__init__(name, sides)
         self.how, self.result = how, result
+        # Its outputs carry event time (set by spillway.spark_jobs.operators.stamping):
+        # a result its stream record's.
+        self.stamp_pairs = False
 
     def process_input(self, input: str, records: Sequence[Record]) -> list[Record]:
         """Table records update the table; stream records are joined with it."""
@@ -251,10 +265,12 @@ class LookupJoinLogic(_TwoInputs):
                     state.put(("j", key, TABLE), {k: v for k, v in r.items() if k != DELETED})
             return []
         out: list[Record] = []
+        stamp = self.stamp_pairs
         for key, r in zip(keys, records, strict=True):
             row = state.get(("j", key, TABLE))
             if row is not None or self.how == "left":
-                out.append(self.result(r, row))
+                res = self.result(r, row)
+                out.append(stamped(res, time_of(r)) if stamp else res)
         return out
 
     def on_watermark(self, watermark: int) -> list[Record]:

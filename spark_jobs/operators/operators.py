@@ -6,12 +6,16 @@ import copy
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from spillway.channels.wire.stamps import stamped, time_of
 from spillway.recovery.job.plan import Context, Record, SetAside
 from spillway.recovery.restore.state import restores_as_itself
 from spillway.spark_jobs.modes import Emit
 
 
-class _Stateless:
+class Stateless:
+    """A record operator without state: a call on a list of records is the same as a call
+    on each of them in turn (what :mod:`spillway.spark_jobs.operators.stamping` relies on)."""
+
     def open(self, ctx: Context) -> None:
         """Nothing to restore."""
 
@@ -28,7 +32,7 @@ class _Stateless:
         return []
 
 
-class MapLogic(_Stateless):
+class MapLogic(Stateless):
     """``fn`` applied to every record."""
 
     def __init__(self, fn: Callable[[Record], Record]) -> None:
@@ -40,7 +44,7 @@ class MapLogic(_Stateless):
         return [fn(r) for r in records]
 
 
-class FlatMapLogic(_Stateless):
+class FlatMapLogic(Stateless):
     """Every record becomes zero or more records."""
 
     def __init__(self, fn: Callable[[Record], Iterable[Record]]) -> None:
@@ -52,7 +56,7 @@ class FlatMapLogic(_Stateless):
         return [out for r in records for out in fn(r)]
 
 
-class FilterLogic(_Stateless):
+class FilterLogic(Stateless):
     """Keeps records for which ``predicate`` is true."""
 
     def __init__(self, predicate: Callable[[Record], bool]) -> None:
@@ -77,6 +81,10 @@ class KeyedAggregateLogic:
     ) -> None:
         self.key_fn, self.init, self.add, self.result, self.emit = key_fn, init, add, result, emit
         self._ctx: Context | None = None
+        # Its updates carry their input's event time (set by
+        # spillway.spark_jobs.operators.stamping). Stamped here, within the one call that
+        # writes state, so a failed call still leaves state as it was.
+        self.carry_time = False
 
     def open(self, ctx: Context) -> None:
         """State arrives already restored in ``ctx.state``."""
@@ -97,7 +105,8 @@ class KeyedAggregateLogic:
             acc = self.add(acc, r)
             touched[k] = acc
             if self.emit == "updates":
-                out.append(self.result(k, acc))
+                res = self.result(k, acc)
+                out.append(stamped(res, time_of(r)) if self.carry_time else res)
         for k, acc in touched.items():
             state.put(k, acc)
         return out

@@ -32,6 +32,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from spillway.channels.wire.stamps import stamped, time_of
 from spillway.recovery.job.plan import Context, Record, SetAside
 from spillway.spark_jobs.operators.operators import _copy
 from spillway.spark_jobs.operators.timers import TimerIndex
@@ -219,7 +220,7 @@ class ProcessLogic:
         key_fn: Callable[[Record], Any],
         fn: Callable[[Record, ProcessContext], Iterable[Record] | None],
         on_timer: Callable[[int, ProcessContext], Iterable[Record] | None] | None = None,
-        time_fn: Callable[[Record], int] | None = None,
+        time_fn: Callable[[Record], int | None] | None = None,
         ttl_ms: Mapping[str, int] | None = None,
         clock: Callable[[], int] = wall_ms,
     ) -> None:
@@ -230,6 +231,11 @@ class ProcessLogic:
         self.processing = TimerIndex()  # (ts, ("u", key)) user timer | (ts, ("x", sk)) TTL
         self._ctx: Context | None = None
         self._wm: int | None = None
+        # Its outputs carry event time (spillway.spark_jobs.operators.stamping, which sets
+        # this): a record's outputs its carried time, an event-time timer's outputs the
+        # timer's. Stamped here, within the one call that writes state (_apply), so a
+        # failed call still leaves state as it was.
+        self.carry_time = False
 
     def open(self, ctx: Context) -> None:
         """Take the restored state and watermark; rebuild both timer indexes from it."""
@@ -280,14 +286,18 @@ class ProcessLogic:
         records: Sequence[Record],
         key_fn: Callable[[Record], Any],
         fn: Callable[[Record, ProcessContext], Iterable[Record] | None],
-        time_fn: Callable[[Record], int] | None,
+        time_fn: Callable[[Record], int | None] | None,
     ) -> list[Record]:
         w = _Writes(self._state(), self.ttl, self.clock())
         out: list[Record] = []
+        carry = self.carry_time
         for r in records:
             ts = time_fn(r) if time_fn is not None else None
             got = fn(r, ProcessContext(w, key_fn(r), ts, self._wm, None))
-            if got is not None:
+            if got is not None and carry:
+                t = time_of(r)
+                out.extend(stamped(o, t) for o in got)
+            elif got is not None:
                 out.extend(got)
         self._apply(w)
         return out
@@ -299,7 +309,9 @@ class ProcessLogic:
         if self.on_timer_fn is not None:
             kind = "event" if domain == EVENT else "processing"
             got = self.on_timer_fn(ts, ProcessContext(w, key, ts, self._wm, kind))
-            if got is not None:
+            if got is not None and self.carry_time and domain == EVENT:
+                out.extend(stamped(o, ts) for o in got)
+            elif got is not None:
                 out.extend(got)
         self._apply(w)
         return out

@@ -1,9 +1,15 @@
-"""The pipeline of the built-in aggregation test (executors import it by reference).
+"""The pipelines of the built-in aggregation tests (executors import them by reference).
 
-``events`` (a paced generator, event time declared once: the ``ts`` field, bounded
-out-of-orderness) → ``key_by("key")`` → ``window("win", Tumbling(1 s)).agg(...)`` with
-count, sum, min, max and mean → JSONL files. No ``event_time=`` on the window: it reads
-the time the source declared. Configured through ``SPILLWAY_TEST_*`` variables.
+``windowed_aggs``: ``events`` (a paced generator, event time declared once: the ``ts``
+field, bounded out-of-orderness) → ``key_by("key")`` → ``window("win", Tumbling(1 s))
+.agg(...)`` with count, sum, min, max and mean → JSONL files. No ``event_time=`` on the
+window: it reads the time the source declared.
+
+``kafka_time_aggs``: a bounded Kafka topic whose event time is the Kafka record
+timestamp (no field holds it) → a map that keeps only ``key`` and ``cents`` → the same
+kind of window, without ``event_time=``: the time travels with each record.
+
+Configured through ``SPILLWAY_TEST_*`` variables.
 """
 
 from __future__ import annotations
@@ -61,5 +67,36 @@ def windowed_aggs() -> Pipeline:
         hi=max("cents"),
         avg=mean("price"),
         parallelism=2,
+    ).write_jsonl("out", os.environ["SPILLWAY_TEST_OUT"])
+    return p
+
+
+NARROW = {
+    "type": "record",
+    "name": "Narrow",
+    "fields": [{"name": "key", "type": "string"}, {"name": "cents", "type": ["null", "long"]}],
+}
+
+
+def narrow(e: dict[str, Any]) -> dict[str, Any]:
+    """Only the key and the cents: neither the time nor anything it could be read from."""
+    return {"key": e["key"], "cents": e["cents"]}
+
+
+def kafka_time_aggs() -> Pipeline:
+    """Topic ``SPILLWAY_TEST_IN`` (bounded, p=2; event time: the Kafka record timestamp)
+    → narrow (p=2) → per key and 1 s tumbling window: n, total (p=2) → files."""
+    p = Pipeline("kafka-time-aggs")
+    events = p.read_kafka(
+        "events",
+        os.environ["SPILLWAY_TEST_IN"],
+        schema=EVENT,
+        parallelism=2,
+        bounded=True,
+        watermarks=Watermarks.bounded(BOUND_MS),
+    )
+    kept = events.map("narrow", narrow, schema=NARROW)
+    kept.key_by("key").window("win", Tumbling(WINDOW)).agg(
+        n=count(), total=sum("cents"), parallelism=2
     ).write_jsonl("out", os.environ["SPILLWAY_TEST_OUT"])
     return p

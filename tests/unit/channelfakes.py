@@ -18,6 +18,16 @@ from spillway.channels.wire.envelope import (
 
 SCHEMA = {"type": "record", "name": "R", "fields": [{"name": "v", "type": "long"}]}
 CODEC = RecordCodec(SCHEMA)
+# Records of any size (test_spanning, test_carried_time): a key, a sequence number, bytes.
+BLOB_SCHEMA = {
+    "type": "record",
+    "name": "Blob",
+    "fields": [
+        {"name": "key", "type": "string"},
+        {"name": "seq", "type": "long"},
+        {"name": "data", "type": "bytes"},
+    ],
+}
 TP = TopicPartition("t", 0)
 
 
@@ -76,9 +86,13 @@ class LogMsg:
     v: bytes
     h: list[tuple[str, bytes]]
     t: str = "ch"  # topic
+    ms: int = 0  # the message's Kafka timestamp
 
     def topic(self) -> str:
         return self.t
+
+    def timestamp(self) -> tuple[int, int]:
+        return 1, self.ms  # TIMESTAMP_CREATE_TIME
 
     def partition(self) -> int:
         return self.part

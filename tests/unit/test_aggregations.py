@@ -14,8 +14,9 @@ import pyarrow as pa
 import pytest
 
 import spillway
-from spillway import Agg, Count, Hopping, Pipeline, Session, Tumbling, count, mean
+from spillway import Agg, Count, Hopping, Pipeline, Session, Tumbling, count, mean, testing
 from spillway.channels.errors import PipelineDefinitionError
+from spillway.channels.wire.stamps import stamped
 from spillway.spark_jobs.api.streams import KeyedStream, Stream
 from tests.unit.aggfakes import Ctx
 
@@ -373,42 +374,90 @@ def test_window_values_are_frozen_and_durations_become_milliseconds() -> None:
 # -- event time, declared once at the source ----------------------------------------------
 
 
+def windows(p: Pipeline, window: str, rs: list[dict[str, Any]]) -> list[tuple[int, int]]:
+    """(start, n) of window ``window``'s results when ``rs`` go through ``p`` from its
+    source ``src`` (spillway.testing: source, operators and channels as on Spark)."""
+    Stream(p, window).write_jsonl("out", "/nowhere")
+    return [(r["start"], r["n"]) for r in testing.run(p, {"src": rs})["out"]]
+
+
 def test_a_window_reads_the_time_the_source_declared_through_operators_that_keep_it() -> None:
     p = Pipeline("t")
     src = source(p, timestamp_column="ts")
     kept = src.map("m", lambda r: {**r, "x": 1}, schema=EVENT).filter("f", lambda r: True)
     kept.key_by("key").window("win", Tumbling(100)).agg(n=count())
     rs = [{"key": "a", "ts": t, "x": 0, "f": 0.0, "s": ""} for t in (5, 150, 160, 420)]
-    assert [(r["start"], r["n"]) for r in run(p, "win", rs)] == [(0, 1), (100, 2), (400, 1)]
+    assert windows(p, "win", rs) == [(0, 1), (100, 2), (400, 1)]
 
 
-def test_a_timestamp_function_reaches_windows_while_the_records_keep_its_fields() -> None:
+def test_through_filters_alone_the_window_reads_the_fields_and_nothing_is_carried() -> None:
     p = Pipeline("t")
     src = source(p, timestamp=lambda r: r["ts"] * 10)
     src.filter("f", lambda r: True).key_by("key").window("win", Tumbling(100)).agg(n=count())
     rs = [{"key": "a", "ts": t, "x": 0, "f": 0.0, "s": ""} for t in (1, 9, 10, 25)]
     assert [(r["start"], r["n"]) for r in run(p, "win", rs)] == [(0, 2), (100, 1), (200, 1)]
+    assert not any(e.carries_time for e in p.plan("j").edges)
 
 
 NARROW = {"type": "record", "name": "N", "fields": [{"name": "key", "type": "string"}]}
 
 
+def test_the_time_travels_with_each_record_where_operators_change_the_records() -> None:
+    # A map that drops the time field, one that changes it (Flink: the record timestamp
+    # is the source's, whatever the fields say), a source whose time is a function of
+    # fields the records lose, and a union of sources that read time differently.
+    rs = [{"key": "a", "ts": t, "x": 0, "f": 0.0, "s": ""} for t in (5, 150, 160, 420)]
+    want = [(0, 1), (100, 2), (400, 1)]
+    changed = {**EVENT, "name": "C"}
+    builds: list[Callable[[Pipeline], Stream]] = [
+        lambda p: source(p, timestamp_column="ts").map("narrow", _narrow, schema=NARROW),
+        lambda p: source(p, timestamp=lambda r: r["ts"]).map("narrow", _narrow, schema=NARROW),
+        lambda p: source(p, timestamp_column="ts").map(
+            "shift", lambda r: {**r, "ts": r["ts"] + 1_000}, schema=changed
+        ),
+        lambda p: (
+            source(p, timestamp_column="ts")
+            .map("narrow", _narrow, schema=NARROW)
+            .flat_map("twice", lambda r: [r, r], schema=NARROW)
+            .filter("odd", _every_other())
+        ),
+    ]
+    for build in builds:
+        p = Pipeline("t")
+        build(p).key_by("key").window("win", Tumbling(100)).agg(n=count())
+        assert windows(p, "win", rs) == want
+        assert all(e.carries_time for e in p.plan("j").edges if e.downstream != "out")
+    p = Pipeline("u")
+    other = p.generate("other", make=lambda i: {}, schema=EVENT, count=1, timestamp=_tenfold)
+    both = source(p, timestamp_column="ts").union(other).map("narrow", _narrow, schema=NARROW)
+    both.key_by("key").window("win", Tumbling(100)).agg(n=count())
+    Stream(p, "win").write_jsonl("out", "/nowhere")
+    out = testing.run(p, {"src": rs[:2], "other": [{**rs[0], "ts": 12}]})["out"]
+    # src: 5 and 150; other: 12 * 10 = 120
+    assert [(r["start"], r["n"]) for r in out] == [(0, 1), (100, 2)]
+
+
+def _narrow(r: dict[str, Any]) -> dict[str, Any]:
+    return {"key": r["key"]}
+
+
+def _tenfold(r: dict[str, Any]) -> int:
+    return int(r["ts"]) * 10
+
+
+def _every_other() -> Callable[[dict[str, Any]], bool]:
+    seen = [0]
+
+    def keep(_r: dict[str, Any]) -> bool:
+        seen[0] += 1
+        return seen[0] % 2 == 1
+
+    return keep
+
+
 @pytest.mark.parametrize(
     ("build", "message"),
     [
-        (
-            lambda p: source(p, timestamp_column="ts").map("narrow", dict, schema=NARROW),
-            "operator 'win': the event time declared at source 'src' does not reach it: "
-            "operator 'narrow' changes the records (its output has no integer field 'ts'); "
-            "keep the time field in 'narrow''s output (and declare timestamp_column= at "
-            "the source), or pass event_time= to the window",
-        ),
-        (
-            lambda p: source(p, timestamp=lambda r: r["ts"]).map("narrow", dict, schema=NARROW),
-            "operator 'win': the event time declared at source 'src' does not reach it: "
-            "operator 'narrow' changes the records (its output's fields are not source "
-            "'src''s, which timestamp= reads)",
-        ),
         (
             lambda p: source(p),
             "operator 'win': source 'src' has no event time; declare it there "
@@ -417,19 +466,10 @@ NARROW = {"type": "record", "name": "N", "fields": [{"name": "key", "type": "str
         ),
         (
             lambda p: p.read_kafka(
-                "src", "t", schema=EVENT, watermarks=spillway.Watermarks.bounded(10)
-            ),
-            "operator 'win': source 'src' takes event time from the Kafka record timestamp, "
-            "which the records do not carry past the source; give 'src' "
-            "kafka_timestamp_field= (the Kafka time into a field) or timestamp_column= (or "
-            "timestamp=), or pass event_time= to the window",
-        ),
-        (
-            lambda p: source(p, timestamp_column="ts").union(
-                p.generate("other", make=lambda i: {}, schema=EVENT, count=1, timestamp=lambda r: 0)
-            ),
-            "operator 'win': its inputs come from sources that read event time differently "
-            "(other, src); pass event_time= to the window",
+                "src", "t", schema=EVENT, batches=True, timestamp_column="ts"
+            ).map_batches("narrow", lambda b: b.select(["key"]), schema=NARROW),
+            "operator 'win': the event time declared at source 'src' does not reach it: "
+            "operator 'narrow' changes the records (its output has no integer field 'ts')",
         ),
     ],
 )
@@ -472,7 +512,11 @@ def test_kafka_timestamp_field_carries_the_kafka_time_in_the_records_to_windows(
     kept = src.map("narrow", lambda r: {"key": r["key"], "kts": r["kts"]}, schema=narrow)
     kept.key_by("key").window("win", Tumbling(100)).agg(n=count())
     rs = [{"key": "a", "kts": t} for t in (5, 150, 160)]
-    assert [(r["start"], r["n"]) for r in run(p, "win", rs)] == [(0, 1), (100, 2)]
+    assert [(r["start"], r["n"]) for r in run(p, "win", [stamped(r, r["kts"]) for r in rs])] == [
+        (0, 1),
+        (100, 2),
+    ]
+    assert p.plan("j").edges[0].carries_time  # a map on the way: the time is carried
     assert p._nodes["src"].event_time  # monotonic watermarks unless given
     for kw, message in [
         ({"timestamp_column": "ts"}, "makes the Kafka timestamp the event time"),

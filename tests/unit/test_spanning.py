@@ -18,17 +18,9 @@ from spillway.channels.wire.envelope import PART_VERSION, Kind, decode_data, rea
 from spillway.channels.wire.spanning import Assembler, PartMark, part_headers, read_mark, split
 from spillway.channels.writer import ChannelWriter, OutputChannel
 from spillway.recovery.runtime.checkpointer import cut_inside_message
-from tests.unit.channelfakes import FakeProducer, LogMsg, ScriptedLog
+from tests.unit.channelfakes import BLOB_SCHEMA, FakeProducer, LogMsg, ScriptedLog
 
-SCHEMA = {
-    "type": "record",
-    "name": "Blob",
-    "fields": [
-        {"name": "key", "type": "string"},
-        {"name": "seq", "type": "long"},
-        {"name": "data", "type": "bytes"},
-    ],
-}
+SCHEMA = BLOB_SCHEMA
 TOPIC = "ch"
 TP0 = TopicPartition(TOPIC, 0)
 PART = 1024  # max_batch_bytes in these tests

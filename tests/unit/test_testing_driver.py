@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+import spillway
 from spillway import Pipeline, RecordError, Session, Tumbling, Watermarks, connect
 from spillway.channels.errors import PipelineDefinitionError
 from spillway.channels.routing.keygroups import key_group, key_group_range
@@ -569,9 +570,9 @@ def test_unsupported_and_unknown_names_say_so() -> None:
     with pytest.raises(ValueError, match="cannot go back"):
         t.advance_processing_time(-1)
     endless = Pipeline("endless")
-    endless.generate(
-        "gen", make=lambda i: ev("k", i, i), schema=EVENT, count=None
-    ).key_by(lambda r: r["key"]).aggregate(
+    endless.generate("gen", make=lambda i: ev("k", i, i), schema=EVENT, count=None).key_by(
+        lambda r: r["key"]
+    ).aggregate(
         "sum",
         init=lambda: 0,
         add=lambda n, r: n + r["v"],
@@ -590,3 +591,104 @@ def test_the_user_page_example_runs() -> None:
     page = (Path(__file__).parents[2] / "docs" / "testing.md").read_text()
     code = page.split("```python\n", 1)[1].split("```", 1)[0]
     exec(compile(code, "docs/testing.md", "exec"), {"__name__": "docs_testing"})
+
+
+NARROW = {
+    "type": "record",
+    "name": "Narrow",
+    "fields": [{"name": "key", "type": "string"}, {"name": "v", "type": "long"}],
+}
+SUMS = {
+    "type": "record",
+    "name": "Sums",
+    "fields": [
+        {"name": "key", "type": "string"},
+        {"name": "start", "type": "long"},
+        {"name": "end", "type": "long"},
+        {"name": "total", "type": "long"},
+        {"name": "n", "type": "long"},
+    ],
+}
+
+
+@pytest.mark.parametrize("kafka_time", [False, True], ids=["timestamp_column", "kafka_time"])
+def test_the_sources_time_travels_past_a_map_that_drops_it_to_the_window(
+    kafka_time: bool,
+) -> None:
+    # The map keeps neither "ts" nor anything a time could be read from; the window has
+    # no event_time=: it uses the time each record carries from the source.
+    p = Pipeline("carried")
+    if kafka_time:  # the Kafka record timestamp, which no field holds
+        src = p.read_kafka("events", "t", schema=EVENT, watermarks=Watermarks.bounded(100))
+    else:
+        src = p.read_kafka("events", "t", schema=EVENT, timestamp_column="ts",
+                           watermarks=Watermarks.bounded(100))  # fmt: skip
+    narrow = src.map("narrow", lambda r: {"key": r["key"], "v": r["v"] * 10}, schema=NARROW)
+    narrow.key_by("key").window("win", Tumbling(1000)).agg(
+        total=spillway.sum("v"), n=spillway.count(), parallelism=2
+    ).write_jsonl("out", "/x")
+    sent = [ev("a", 100, 1), ev("b", 950, 2), ev("a", 999, 3), ev("a", 1000, 4),
+            ev("b", 2500, 5), ev("a", 1100, 6), ev("b", 3000, 7)]  # fmt: skip
+    t = TestDriver(p)
+    times = [r["ts"] for r in sent] if kafka_time else None
+    t.send("events", sent[:5], timestamps=times[:5] if times else None)
+    # Watermark 2500 - 100 fires [0, 1000) and [1000, 2000), by hand:
+    assert sorted(t.take("out"), key=lambda r: (r["start"], r["key"])) == [
+        {"key": "a", "start": 0, "end": 1000, "total": 40, "n": 2},  # 100, 999
+        {"key": "b", "start": 0, "end": 1000, "total": 20, "n": 1},  # 950
+        {"key": "a", "start": 1000, "end": 2000, "total": 40, "n": 1},  # 1000
+    ]
+    t.send("events", sent[5:], timestamps=times[5:] if times else None)
+    t.end()
+    assert sorted(t.take("out"), key=lambda r: (r["start"], r["key"])) == [
+        {"key": "b", "start": 2000, "end": 3000, "total": 50, "n": 1},
+        {"key": "b", "start": 3000, "end": 4000, "total": 70, "n": 1},
+    ]
+    # 1100 came after [1000, 2000) fired: late by its carried time (the record has no field
+    # with it any more).
+    assert [(d.stage, d.record) for d in t.dead_letters()] == [("late", {"key": "a", "v": 60})]
+
+
+JOINED = {
+    "type": "record",
+    "name": "Joined",
+    "fields": [{"name": "key", "type": "string"}, {"name": "l", "type": "long"}],
+}
+
+
+def test_an_interval_joins_pair_carries_the_larger_of_its_records_times_to_a_window() -> None:
+    # The pair keeps neither time; the window behind it has no event_time=.
+    p = Pipeline("joined")
+    left, right = events(p, "left", bound=1000), events(p, "right", bound=1000)
+    pairs = connect(left, right).key_by(lambda r: r["key"], lambda r: r["key"]).interval_join(
+        "ij", lower=0, upper=100, left_time=lambda r: r["ts"], right_time=lambda r: r["ts"],
+        result=lambda a, b: {"key": a["key"], "l": a["v"]}, schema=JOINED,
+    )  # fmt: skip
+    pairs.key_by("key").window("win", Tumbling(100)).agg(n=spillway.count()).write_jsonl(
+        "out", "/x"
+    )
+    t = TestDriver(p)
+    t.send("left", [ev("a", 50, 1), ev("a", 120, 2)])
+    t.send("right", [ev("a", 60, 0), ev("a", 150, 0), ev("a", 210, 0)])
+    t.end()
+    # Pairs (l, r): (50, 60) at 60, (50, 150) at 150, (120, 150) at 150, (120, 210) at 210.
+    got = [(r["start"], r["n"]) for r in t.output("out")]
+    assert sorted(got) == [(0, 1), (100, 2), (200, 1)]
+
+
+def test_an_as_of_joins_result_carries_its_left_records_time_to_a_window() -> None:
+    p = Pipeline("asof")
+    left, right = events(p, "left", bound=1000), events(p, "right", bound=1000)
+    joined = connect(left, right).key_by(lambda r: r["key"], lambda r: r["key"]).asof_join(
+        "aj", left_time=lambda r: r["ts"], right_time=lambda r: r["ts"],
+        result=lambda a, b: {"key": a["key"], "l": a["v"]}, schema=JOINED,
+    )  # fmt: skip
+    joined.key_by("key").window("win", Tumbling(100)).agg(n=spillway.count()).write_jsonl(
+        "out", "/x"
+    )
+    t = TestDriver(p)
+    t.send("right", [ev("a", 60, 0)])
+    t.send("left", [ev("a", 150, 1), ev("a", 170, 2), ev("a", 230, 3)])
+    t.end()
+    # Each left record with right 60: at 150, 170 and 230, whatever its partner's time.
+    assert sorted((r["start"], r["n"]) for r in t.output("out")) == [(100, 2), (200, 1)]
