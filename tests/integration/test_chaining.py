@@ -86,7 +86,6 @@ def test_chained_clicks_keep_one_channel_and_recover_exactly(
     assert set(replay) <= {f"spillway.{unique}.ch.clicks.count[{g}]" for g in own}
 
 
-@pytest.mark.extended
 def test_a_source_to_sink_chain_resumes_both_positions(
     kafka_bootstrap: str,
     unique: str,

@@ -25,7 +25,7 @@ from spillway.spark_jobs.spark.driver import run_on_spark
 from spillway.spark_jobs.spark.jobconfig import JobConfig
 from tests.integration.deadletters import read_dlq
 
-pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.extended]
+pytestmark = [pytest.mark.broker, pytest.mark.spark]
 
 REF = "tests.integration.pipelines:file_sums"
 FILES = 4

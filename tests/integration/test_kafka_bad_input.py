@@ -38,7 +38,7 @@ from spillway.spark_jobs.spark.jobconfig import JobConfig
 from tests.integration.deadletters import read_dlq
 from tests.integration.support import spillway
 
-pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.extended]
+pytestmark = [pytest.mark.broker, pytest.mark.spark]
 
 REF = "tests.integration.pipelines:kafka_sums"
 GOOD = 3000

@@ -42,7 +42,7 @@ from tests.integration.keygroupjobs import (
     wait_until,
 )
 
-pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.extended]
+pytestmark = [pytest.mark.broker, pytest.mark.spark]
 
 REF = "tests.integration.keygroupjobs:key_totals"
 RECORDS = 30_000

@@ -27,7 +27,7 @@ from spillway.spark_jobs.spark.jobconfig import JobConfig
 from tests.integration.largestatejobs import BIG_CHARS, make_event, reference
 from tests.integration.spanjobs import read_output
 
-pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.extended]
+pytestmark = [pytest.mark.broker, pytest.mark.spark]
 
 REF = "tests.integration.largestatejobs:large_state"
 RECORDS = 400  # 4 big ones

@@ -38,7 +38,7 @@ from spillway.examples import clicks
 from tests.integration.gates import Gates
 from tests.integration.support import read_output
 
-pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.extended]
+pytestmark = [pytest.mark.broker, pytest.mark.spark]
 
 REF = "spillway.examples.clicks:pipeline"
 HELD_REF = "tests.integration.gates:held_clicks"  # the same, held at the test's gates

@@ -29,7 +29,7 @@ from spillway.spark_jobs.spark.jobconfig import JobConfig
 from tests.integration.deadletters import read_dlq
 from tests.integration.support import read_committed, spillway
 
-pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.extended]
+pytestmark = [pytest.mark.broker, pytest.mark.spark]
 
 REF = "tests.integration.pipelines:kafka_straight_to_kafka"
 LIMIT = 100_000  # the sink topic's max.message.bytes

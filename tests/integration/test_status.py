@@ -27,7 +27,7 @@ from spillway.channels.routing.keygroups import key_group_range
 from spillway.cli import main
 from spillway.recovery.observe.events import last_submission, read_events
 
-pytestmark = [pytest.mark.broker, pytest.mark.extended]
+pytestmark = [pytest.mark.broker]
 
 # Each run its own Spark context (tests/integration/conftest.py): a test here starts and
 # stops a context of its own before a run, to stand for a JVM started before a variable
