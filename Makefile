@@ -23,12 +23,12 @@ demo: $(STAMP)
 
 ## test: lint, type-check, build the docs, then the fast tier (pytest -m "not soak and not extended"):
 ## unit, channel and broker tests, one Spark job on a real broker per capability, and the
-## bad-input, record-size, status and security tests
+## bad-input, record-size, status, security, operator-stop and file-sink tests
 test: $(STAMP) lint typecheck docs
 	$(BIN)/python -m pytest tests -m "not soak and not extended" --durations=15
 
 ## soak: the further Spark tests (pytest -m extended: more variants of each capability, the
-## status page's JSON, metrics, file sinks, ...) and the long scenarios (pytest -m soak): the
+## status page's JSON, metrics, ...) and the long scenarios (pytest -m soak): the
 ## chaos runs and their at-least-once control,
 ## cluster changes, node failure, the standalone cluster, Kafka 3.9, packaging, the rescale
 ## family but the one in `make test`; then the UI in headless Chromium (browser_ui.py,

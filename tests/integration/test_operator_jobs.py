@@ -23,7 +23,7 @@ from spillway.spark_jobs.spark.jobconfig import JobConfig
 from spillway.spark_jobs.spark.opruns import OperatorRuns
 from tests.integration.conftest import RECORDS
 
-pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.extended]
+pytestmark = [pytest.mark.broker, pytest.mark.spark]
 
 REF = "spillway.examples.clicks:pipeline"
 

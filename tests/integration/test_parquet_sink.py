@@ -22,7 +22,7 @@ from spillway.spark_jobs.spark.jobconfig import JobConfig
 from tests.integration.gates import Gates, committed, started
 from tests.integration.pipelines import make_visit
 
-pytestmark = [pytest.mark.broker, pytest.mark.spark, pytest.mark.extended]
+pytestmark = [pytest.mark.broker, pytest.mark.spark]
 
 PARTITIONING = ds.partitioning(pa.schema([("section", pa.string())]), flavor="hive")
 
