@@ -140,6 +140,12 @@ class SubtaskRunner:
         reader = task.processor.reader if task is not None else None
         return self.live.doc(self.result, reader, self.state, self.operator[0])
 
+    @property
+    def resumed_at(self) -> float | None:
+        """Wall time this runner resumed processing (restored, task built); None if it
+        has not (yet): what a redo's stall is measured to (spillway.recovery.runtime.redo)."""
+        return self.phases.times.get("restored")
+
     # -- life ----------------------------------------------------------------------------
 
     def run(self) -> SubtaskResult:
