@@ -12,10 +12,17 @@ its open transaction aborted) and it restores state and positions from the subta
 committed checkpoint, exactly as a Spark retry would; only the process stays.
 
 This module is the decision alone (no I/O, the clock passed in): which errors are redone
-(:func:`redoable`) and the bounds (:class:`RedoBounds`): at most ``max_redos`` redos per
-attempt, and at most ``max_stall_s`` seconds of stall in all, where a redo's stall runs
-from the failure until the next runner resumed processing (or, while it has not, until
-now). Past either bound the error is raised as before and Spark retries the task.
+(:func:`redoable`) and the bounds (:class:`RedoBounds`): at most ``max_redos`` redos, and
+at most ``max_stall_s`` seconds of stall in all, where a redo's stall runs from the
+failure until the next runner resumed processing (or, while it has not, until now). Past
+either bound the error is raised as before and Spark retries the task.
+
+The bounds hold per *episode*: a runner that resumed, committed a checkpoint and ran
+``healthy_s`` seconds before it failed has shown the cluster works again, so its failure
+starts a new episode with the bounds whole. Without that, a job running for days would
+restart after its seventh broker loss however well each one went (a measured run of ten
+kills gave one subtask a redo at four of them); a redo loop that gets nowhere never runs
+healthy that long, and is stopped by the bounds.
 """
 
 from __future__ import annotations
@@ -54,16 +61,19 @@ class Verdict(enum.StrEnum):
 class RedoBounds:
     """How much redoing one Spark attempt may do before it fails as before.
 
-    ``max_redos``: redos per attempt. ``max_stall_s``: seconds of stall per attempt, all
-    redos together. ``pause_s``: the first redo's pause before the new runner starts
+    ``max_redos``: redos per episode. ``max_stall_s``: seconds of stall per episode, all
+    its redos together. ``pause_s``: the first redo's pause before the new runner starts
     (doubling per redo, at most ``max_pause_s``): leaders and coordinators take seconds
     to move, and a runner started at once would mostly wait in ``init_transactions``.
+    ``healthy_s``: a runner that committed a checkpoint and ran this long after it
+    resumed ends the episode: its failure starts a new one.
     """
 
     max_redos: int = 6
     max_stall_s: float = 180.0
     pause_s: float = 0.5
     max_pause_s: float = 4.0
+    healthy_s: float = 30.0
 
 
 @dataclass(frozen=True)
@@ -109,13 +119,20 @@ class RedoBudget:
         self.stall_s = 0.0  # of the redos whose runner resumed processing
         self._open_since: float | None = None  # failure not yet followed by a resumed runner
 
-    def decide(self, error: BaseException, now: float, resumed_at: float | None) -> Decision:
+    def decide(
+        self, error: BaseException, now: float, resumed_at: float | None, committed: int = 0
+    ) -> Decision:
         """What to do about runner failure ``error`` at ``now``; ``resumed_at``: when the
-        failed runner had resumed processing (restored, task built), None if it never did.
+        failed runner had resumed processing (restored, task built), None if it never did;
+        ``committed``: the checkpoints it committed.
 
         A redo counts from here; the stall of the previous redo closes at ``resumed_at``
-        if its runner got that far, else it runs on to ``now``.
+        if its runner got that far, else it runs on to ``now``. A runner that ran healthy
+        (:attr:`RedoBounds.healthy_s`) starts a new episode first.
         """
+        healthy = resumed_at is not None and committed > 0
+        if healthy and resumed_at is not None and now - resumed_at >= self.bounds.healthy_s:
+            self.redos, self.stall_s, self._open_since = 0, 0.0, None
         since = self._open_since
         if since is not None and resumed_at is not None:
             self.stall_s += max(0.0, resumed_at - since)

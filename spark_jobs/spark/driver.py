@@ -503,7 +503,7 @@ def _task(
             result = runner.result
             result.status = "fenced"
         except SpillwayError as e:
-            decision = budget.decide(e, time.time(), runner.resumed_at)
+            decision = budget.decide(e, time.time(), runner.resumed_at, runner.result.checkpoints)
             if decision.verdict is Verdict.REDO:
                 # Same attempt, same transactional id: the new runner's init_transactions
                 # fences the failed producer (also one abandoned in a call that ignored its

@@ -100,3 +100,23 @@ def test_a_failure_that_is_not_redone_leaves_the_budget_as_it_was() -> None:
     budget = RedoBudget(RedoBounds(max_redos=1))
     assert budget.decide(RecordError("bad"), 1.0, None).verdict is Verdict.FAIL
     assert budget.decide(TransactionAbortedError("a"), 2.0, None).verdict is Verdict.REDO
+
+
+def test_a_runner_that_ran_healthy_starts_a_new_episode_with_the_bounds_whole() -> None:
+    budget = RedoBudget(RedoBounds(max_redos=2, max_stall_s=100.0, healthy_s=30.0))
+    assert budget.decide(TransactionAbortedError("a"), 0.0, None).redo == 1
+    # Resumed at 5, committed checkpoints, failed 40 s later: a new episode.
+    d = budget.decide(TransactionAbortedError("b"), 45.0, 5.0, committed=12)
+    assert (d.verdict, d.redo, d.stall_s) == (Verdict.REDO, 1, 0.0)
+    assert budget.decide(TransactionAbortedError("c"), 50.0, 46.0, committed=1).redo == 2
+    # Resumed and committed, but only 4 s before failing: the episode goes on, bound hit.
+    d = budget.decide(TransactionAbortedError("d"), 55.0, 51.0, committed=1)
+    assert d.verdict is Verdict.FAIL
+
+
+def test_a_runner_that_committed_nothing_never_ends_the_episode() -> None:
+    budget = RedoBudget(RedoBounds(max_redos=1, healthy_s=30.0))
+    assert budget.decide(TransactionAbortedError("a"), 0.0, None).verdict is Verdict.REDO
+    # Ran 100 s after resuming without a checkpoint: no proof the cluster works again.
+    d = budget.decide(TransactionAbortedError("b"), 101.0, 1.0, committed=0)
+    assert d.verdict is Verdict.FAIL
