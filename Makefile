@@ -141,7 +141,7 @@ bench-restart: $(BENCH_STAMP)
 ## bench-brokerloss: 10 broker kills (round robin, every 15-20 s, each down 5 s) under the
 ## keyed clicks job on a local three-node quorum (replication 3, min ISR 2): restarts (must
 ## be 0), redos within an attempt, the stall per kill (median, max), output checked exactly;
-## bench/results/brokerloss-<UTC>.json (about 4 min). The test venv: it needs no peer.
+## bench/results/brokerloss-<UTC>.json (about 9 min). The test venv: it needs no peer.
 bench-brokerloss: $(STAMP)
 	$(BIN)/python -m bench.brokerloss
 
