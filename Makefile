@@ -29,7 +29,7 @@ test: $(STAMP) lint typecheck docs
 ## soak: the further Spark tests (pytest -m extended: more variants of each capability, the
 ## status page, metrics, security, sinks, ...) and the long scenarios (pytest -m soak): the
 ## chaos runs and their at-least-once control,
-## cluster changes, node failure, the standalone cluster, Kafka 3.9, packaging, the rescale
+## cluster changes, node failure, broker loss, the standalone cluster, Kafka 3.9, packaging, the rescale
 ## family but the one in `make test`; then the UI in headless Chromium (browser_ui.py,
 ## installing chromium as ui-test does, without writing docs/ui.png)
 soak: $(STAMP)
