@@ -512,8 +512,15 @@ def _task(
                 if runner.result.checkpoints:
                     # Past --from-checkpoint now: the redo continues from the latest.
                     options = replace(options, from_checkpoint=None)
+                # The attempt's planned crashes (SPILLWAY_CRASH_AT) keep their counts.
                 runner = SubtaskRunner(
-                    plan, subtask, config.settings(), options, attempt, phases=PhaseClock()
+                    plan,
+                    subtask,
+                    config.settings(),
+                    options,
+                    attempt,
+                    phases=PhaseClock(),
+                    faults=runner.crash.faults,
                 )
                 runner.observer.redoing(decision.redo, e, decision.stall_s, decision.reason)
                 continue
