@@ -80,10 +80,9 @@ class AttemptObserver:
 
     def redoing(self, redo: int, error: BaseException, stall_s: float, reason: str) -> None:
         """This runner redoes the attempt from its last checkpoint after ``error``
-        (spillway.recovery.runtime.redo): redo number ``redo`` of the attempt, whose stall
+        (spillway.recovery.runtime.redo): redo number ``redo`` of its episode, whose stall
         so far is ``stall_s``. Recorded before fencing, so the event log shows a redo, not
         a new attempt: the attempt number stays."""
-        self.result.redos = redo
         log.warning("%s attempt %d: redo %d after %s", self.subtask, self.attempt, redo, error)
         self.events.emit(
             "redo",

@@ -115,7 +115,8 @@ class RedoBudget:
 
     def __init__(self, bounds: RedoBounds | None = None) -> None:
         self.bounds = bounds if bounds is not None else RedoBounds()
-        self.redos = 0
+        self.redos = 0  # in this episode
+        self.total = 0  # in the attempt, every episode
         self.stall_s = 0.0  # of the redos whose runner resumed processing
         self._open_since: float | None = None  # failure not yet followed by a resumed runner
 
@@ -147,6 +148,7 @@ class RedoBudget:
         if stall > b.max_stall_s:
             return self._fail(f"stalled {stall:.1f}s (bound {b.max_stall_s:.0f}s)", stall)
         self.redos += 1
+        self.total += 1
         self._open_since = start
         pause = min(b.max_pause_s, b.pause_s * 2 ** (self.redos - 1))
         return Decision(

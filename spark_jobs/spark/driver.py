@@ -534,4 +534,5 @@ def _task(
             result = runner.result
             result.error = abort_message(subtask, e)
         break
+    result.redos = budget.total
     yield asdict(result)

@@ -112,6 +112,7 @@ def test_a_runner_that_ran_healthy_starts_a_new_episode_with_the_bounds_whole() 
     # Resumed and committed, but only 4 s before failing: the episode goes on, bound hit.
     d = budget.decide(TransactionAbortedError("d"), 55.0, 51.0, committed=1)
     assert d.verdict is Verdict.FAIL
+    assert (budget.redos, budget.total) == (2, 3)
 
 
 def test_a_runner_that_committed_nothing_never_ends_the_episode() -> None:
