@@ -92,7 +92,6 @@ def call_within(deadline_s: float, call: Callable[[], T], what: str) -> T:
     return result
 
 
-
 class TransactionalProducer(ProducerBase):
     """One ``transactional.id``'s producer. Construction does no network I/O; call :meth:`start`."""
 
@@ -312,4 +311,3 @@ class TransactionalProducer(ProducerBase):
         self._in_txn = False
         time.sleep(0.1)
         self.start()
-
