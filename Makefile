@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 # Debian's chromium for the browser test of `spillway ui` (apt-get, as root), when missing.
 INSTALL_CHROMIUM := command -v chromium >/dev/null || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium)
 
-.PHONY: demo test soak soak-long docs ui-test compose-test lint typecheck unit chaos chaos-long bench bench-columnar bench-channels bench-checkpoints bench-codecs bench-windows bench-windows-peers bench-restart bench-statesweep bench-rescale bench-budget bench-suite coverage broker-start broker-stop clean
+.PHONY: demo test soak soak-long docs ui-test compose-test lint typecheck unit chaos chaos-long bench bench-columnar bench-channels bench-checkpoints bench-codecs bench-windows bench-windows-peers bench-restart bench-brokerloss bench-statesweep bench-rescale bench-budget bench-suite coverage broker-start broker-stop clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required")'
@@ -30,7 +30,7 @@ test: $(STAMP) lint typecheck docs
 ## soak: the further Spark tests (pytest -m extended: more variants of each capability, the
 ## status page's JSON, metrics, ...) and the long scenarios (pytest -m soak): the
 ## chaos runs and their at-least-once control,
-## cluster changes, node failure, the standalone cluster, Kafka 3.9, packaging, the rescale
+## cluster changes, node failure, broker loss, the standalone cluster, Kafka 3.9, packaging, the rescale
 ## family but the one in `make test`; then the UI in headless Chromium (browser_ui.py,
 ## installing chromium as ui-test does, without writing docs/ui.png)
 soak: $(STAMP)
@@ -138,6 +138,13 @@ bench-budget: $(BENCH_STAMP)
 ## subtask of a 15-subtask job (own broker, Spark local mode; about 4 min)
 bench-restart: $(BENCH_STAMP)
 	$(BENCH_VENV)/bin/python -m bench.restart
+
+## bench-brokerloss: 10 broker kills (round robin, every 15-20 s, each down 5 s) under the
+## keyed clicks job on a local three-node quorum (replication 3, min ISR 2): restarts (must
+## be 0), redos within an attempt, the stall per kill (median, max), output checked exactly;
+## bench/results/brokerloss-<UTC>.json (about 9 min). The test venv: it needs no peer.
+bench-brokerloss: $(STAMP)
+	$(BIN)/python -m bench.brokerloss
 
 ## bench-statesweep: restore time of a SIGKILLed keyed count holding 10^3..10^6 keys,
 ## 3 kills per size (own broker, Spark local mode; about 6 min)

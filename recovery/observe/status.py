@@ -44,6 +44,7 @@ from spillway.recovery.observe.heartbeat import LOST_AFTER_S, heartbeats_topic, 
 
 # Events that set a subtask's state; any other event (checkpointed, ...) only shows it alive.
 _STATES = {
+    "redo": "restoring",  # redone within its attempt (spillway.recovery.runtime.redo)
     "fencing": "restoring",
     "started": "running",
     "caught-up": "running",  # re-read what its previous attempt had read
@@ -74,6 +75,7 @@ class SubtaskStatus:
     host: str | None = None
     pid: int | None = None
     seen_age_s: float | None = None  # since the current incarnation's last event or heartbeat
+    redos: int = 0  # redone from its checkpoint within an attempt: no restart
 
 
 @dataclass
@@ -85,6 +87,7 @@ class SubtaskLog:
     last_event: float | None = None  # wall time of that incarnation's newest event
     restarts: int = 0  # after failures
     planned_restarts: int = 0  # rescales, upgrades, rewinds, restarts after a clean stop
+    redos: int = 0  # redone from its checkpoint within an attempt: no restart
 
 
 def _incarnation(doc: Mapping[str, Any]) -> Incarnation:
@@ -101,7 +104,9 @@ def fold_events(events: Iterable[Mapping[str, Any]]) -> dict[str, SubtaskLog]:
     upgrade, a rewind, a run after a clean stop) if the incarnation before it had stopped
     or finished, or the driver fenced the subtask for a rescale or rewind (a ``fencing``
     event with ``by``, which is no incarnation of its own); any other restart follows a
-    failure (a failed, killed or lost incarnation).
+    failure (a failed, killed or lost incarnation). Redos: ``redo`` events of the
+    incarnations that count; a redo goes on in the same incarnation (its ``fencing``
+    repeats one already seen), so it is never a restart.
     """
     logs: dict[str, SubtaskLog] = {}
     fenced: dict[str, list[Incarnation]] = {}
@@ -129,6 +134,8 @@ def fold_events(events: Iterable[Mapping[str, Any]]) -> dict[str, SubtaskLog]:
             continue  # a superseded incarnation
         if kind == "skipped":
             skipped.setdefault(key, set()).add(inc)
+        if kind == "redo":  # the same incarnation goes on: counted apart from restarts
+            log.redos += 1
         if isinstance(kind, str) and kind in _STATES:
             log.state = _STATES[kind]
         if log.incarnation != inc:
@@ -218,6 +225,7 @@ def subtask_row(
         changelog_records=_changelog_records(ckpt),
         restarts=log.restarts,
         planned_restarts=log.planned_restarts,
+        redos=log.redos,
         host=host,
         pid=pid,
         seen_age_s=round(now - seen, 1) if seen is not None else None,
@@ -380,11 +388,12 @@ def unread(
 
 def render(rows: list[SubtaskStatus]) -> str:
     """A fixed-width table for people: one replay debt per subtask, the sum over its input
-    partitions (``-`` for a subtask without inputs; per partition in ``--json``), and
-    restarts after failures apart from planned ones."""
+    partitions (``-`` for a subtask without inputs; per partition in ``--json``),
+    restarts after failures apart from planned ones, and redos within an attempt."""
     lines = [
         f"{'subtask':40} {'state':12} {'attempt':>7} {'host:pid':24} {'seen s':>6} "
-        f"{'ckpt':>6} {'age s':>7} {'restarts':>8} {'planned':>7} {'replay debt':>11}"
+        f"{'ckpt':>6} {'age s':>7} {'restarts':>8} {'planned':>7} {'redos':>5} "
+        f"{'replay debt':>11}"
     ]
     for r in rows:
         debt = str(sum(r.replay_debt.values())) if r.replay_debt else "-"
@@ -392,7 +401,7 @@ def render(rows: list[SubtaskStatus]) -> str:
         lines.append(
             f"{r.subtask:40} {r.state:12} {_s(r.attempt):>7} {where:24} {_s(r.seen_age_s):>6} "
             f"{_s(r.checkpoint):>6} {_s(r.checkpoint_age_s):>7} {r.restarts:>8} "
-            f"{r.planned_restarts:>7} {debt:>11}"
+            f"{r.planned_restarts:>7} {r.redos:>5} {debt:>11}"
         )
     return "\n".join(lines)
 

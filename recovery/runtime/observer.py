@@ -2,9 +2,10 @@
 
 A subtask's attempt is observed three ways: its restart phases (a
 :class:`~spillway.recovery.observe.phases.PhaseClock`), its events on the job's event
-topic (``fencing``, ``started``, ``caught-up``, ``stopped``, ``finished``, ``skipped``,
-``failed``) and its result record (:class:`~spillway.recovery.runtime.options.SubtaskResult`),
-which the Spark driver gets back. The runner and the task's parts tell the
+topic (``redo``, ``fencing``, ``started``, ``caught-up``, ``stopped``, ``finished``,
+``skipped``, ``failed``) and its result record
+(:class:`~spillway.recovery.runtime.options.SubtaskResult`), which the Spark driver gets
+back. The runner and the task's parts tell the
 :class:`AttemptObserver` what happened (fenced, restored, caught up, stopped, finished,
 failed); the observer alone decides what each of those records, so the runner does the
 work and none of the bookkeeping.
@@ -76,6 +77,20 @@ class AttemptObserver:
         self.phases.lap(name)
 
     # -- restoring ------------------------------------------------------------------------
+
+    def redoing(self, redo: int, error: BaseException, stall_s: float, reason: str) -> None:
+        """This runner redoes the attempt from its last checkpoint after ``error``
+        (spillway.recovery.runtime.redo): redo number ``redo`` of its episode, whose stall
+        so far is ``stall_s``. Recorded before fencing, so the event log shows a redo, not
+        a new attempt: the attempt number stays."""
+        log.warning("%s attempt %d: redo %d after %s", self.subtask, self.attempt, redo, error)
+        self.events.emit(
+            "redo",
+            redo=redo,
+            error=f"{type(error).__name__}: {error}",
+            reason=reason,
+            stall_s=round(stall_s, 3),
+        )
 
     def fenced(self) -> None:
         """The previous incarnation is fenced (its open transaction aborted). The event

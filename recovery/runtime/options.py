@@ -69,5 +69,7 @@ class SubtaskResult:
     # e.g. late records, job totals
     set_aside: dict[str, int] = field(default_factory=dict)
     error: str | None = None  # status "failed": the one line the job stops with
+    # Redos within this attempt (spillway.recovery.runtime.redo), set by the task body
+    redos: int = 0
     # spillway.recovery.observe.phases, wall times
     phases: dict[str, float] = field(default_factory=dict)

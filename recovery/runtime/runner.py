@@ -84,7 +84,11 @@ class SubtaskRunner:
         attempt: int = 0,
         should_stop: Callable[[], bool] = lambda: False,
         phases: PhaseClock | None = None,
+        faults: Faults | None = None,
     ) -> None:
+        """``faults``: the attempt's planned crashes, counted so far (a redo within the
+        attempt goes on counting: spillway.recovery.runtime.redo); None: this attempt's
+        from ``SPILLWAY_CRASH_AT``."""
         self.phases = phases if phases is not None else PhaseClock()
         self.plan = plan
         self.subtask = subtask
@@ -123,7 +127,9 @@ class SubtaskRunner:
         self.dead_letters = DeadLetters(self.producer, subtask) if options.dead_letter else None
         self.progress = ProgressLog(settings, subtask)
         self.crash = CrashPoints(
-            Faults(subtask, attempt, generation=options.generation),
+            faults
+            if faults is not None
+            else Faults(subtask, attempt, generation=options.generation),
             [self.out.flush, self.producer.flush, self.progress.flush],
         )
         # The operator's objects, made from the plan; opened once restored.
@@ -139,6 +145,12 @@ class SubtaskRunner:
         task = self.task
         reader = task.processor.reader if task is not None else None
         return self.live.doc(self.result, reader, self.state, self.operator[0])
+
+    @property
+    def resumed_at(self) -> float | None:
+        """Wall time this runner resumed processing (restored, task built); None if it
+        has not (yet): what a redo's stall is measured to (spillway.recovery.runtime.redo)."""
+        return self.phases.times.get("restored")
 
     # -- life ----------------------------------------------------------------------------
 

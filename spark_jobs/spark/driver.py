@@ -48,6 +48,7 @@ from spillway.recovery.restore.ownership import keep_recorded_max_parallelism
 from spillway.recovery.restore.rescale import PlanShape, Rescale, with_parallelism
 from spillway.recovery.runtime.deadletter import dead_letter_counts
 from spillway.recovery.runtime.failures import abort_message
+from spillway.recovery.runtime.redo import RedoBudget, Verdict
 from spillway.recovery.runtime.runner import SubtaskResult, SubtaskRunner
 from spillway.spark_jobs.spark.attempts import AttemptWatcher
 from spillway.spark_jobs.spark.failfast import FailureWatch
@@ -301,9 +302,7 @@ def _spark_session(config: JobConfig) -> Any:
     """The Spark session of this job (driver on loopback unless SPARK_LOCAL_IP says not):
     a new one, or inside :func:`spillway.spark_jobs.spark.sharedctx.shared_spark` the kept
     one if its configuration is the same."""
-    return session_for(
-        lambda: _spark_conf(config), lambda conf: _new_spark_session(config, conf)
-    )
+    return session_for(lambda: _spark_conf(config), lambda conf: _new_spark_session(config, conf))
 
 
 def _new_spark_session(config: JobConfig, wanted: Mapping[str, str]) -> Any:
@@ -313,8 +312,10 @@ def _new_spark_session(config: JobConfig, wanted: Mapping[str, str]) -> Any:
 
     conf = SparkConf().setAll(list(wanted.items()))
     stderr = jvm_stderr(config.master)
-    if stderr is not None and SparkContext._active_spark_context is None and (
-        SparkContext._gateway is None
+    if (
+        stderr is not None
+        and SparkContext._active_spark_context is None
+        and (SparkContext._gateway is None)
     ):
         # pyspark's documented hook for capturing the gateway JVM's output.
         with open(stderr, "ab") as log_file:
@@ -477,37 +478,61 @@ def _task(
         if ready is None:
             return  # the handover failed: the operator starts again as it was
         shape = ready
-    runner = SubtaskRunner(
-        plan,
-        subtask,
-        config.settings(),
-        config.options(from_checkpoint, run_id, generation, shape.rescale),
-        attempt,
-        phases=phases,
-    )
-    started = time.time()
-    try:
-        result = runner.run()
-    except ProducerFencedError as e:
-        # Fenced by a newer incarnation (a Spark retry elsewhere, or `spillway replay`):
-        # it owns the subtask now, and retrying would only fence it back, so end quietly.
-        # Fenced with no newer incarnation: the broker aborted a transaction that outlived
-        # transaction.timeout.ms (e.g. the process was stopped); only a retry continues it.
-        if not newer_incarnation(config.settings(), subtask, os.getpid(), started):
-            raise ProducerFencedError(
-                f"{subtask}: {e}; no newer incarnation exists, so the broker aborted a "
-                "transaction that outlived transaction.timeout.ms: retrying the subtask",
-                subtasks=[subtask],
-            ) from e
-        logging.getLogger("spillway.spark_jobs.spark.driver").warning("%s: %s", subtask, e)
-        result = runner.result
-        result.status = "fenced"
-    except SpillwayError as e:
-        if not e.deterministic:
-            raise  # Spark retries the task; the subtask restarts from its checkpoint
-        # A retry would meet the same error: end the attempt without one, so Spark does not
-        # retry it. The driver saw the "failed" event and stops the job
-        # (spillway.spark_jobs.spark.failfast).
-        result = runner.result
-        result.error = abort_message(subtask, e)
+    options = config.options(from_checkpoint, run_id, generation, shape.rescale)
+    runner = SubtaskRunner(plan, subtask, config.settings(), options, attempt, phases=phases)
+    # Redos within this attempt (spillway.recovery.runtime.redo): a transaction a changing
+    # cluster would not let finish is redone from the last checkpoint by a new runner in
+    # this process, within bounds, instead of failing the task (a restart).
+    budget = RedoBudget()
+    while True:
+        started = time.time()
+        try:
+            result = runner.run()
+        except ProducerFencedError as e:
+            # Fenced by a newer incarnation (a Spark retry elsewhere, or `spillway replay`):
+            # it owns the subtask now, and retrying would only fence it back, so end quietly.
+            # Fenced with no newer incarnation: the broker aborted a transaction that outlived
+            # transaction.timeout.ms (e.g. the process was stopped); only a retry continues it.
+            if not newer_incarnation(config.settings(), subtask, os.getpid(), started):
+                raise ProducerFencedError(
+                    f"{subtask}: {e}; no newer incarnation exists, so the broker aborted a "
+                    "transaction that outlived transaction.timeout.ms: retrying the subtask",
+                    subtasks=[subtask],
+                ) from e
+            log.warning("%s: %s", subtask, e)
+            result = runner.result
+            result.status = "fenced"
+        except SpillwayError as e:
+            decision = budget.decide(e, time.time(), runner.resumed_at, runner.result.checkpoints)
+            if decision.verdict is Verdict.REDO:
+                # Same attempt, same transactional id: the new runner's init_transactions
+                # fences the failed producer (also one abandoned in a call that ignored its
+                # timeout) and it restores from the last committed checkpoint.
+                time.sleep(decision.pause_s)
+                if runner.result.checkpoints:
+                    # Past --from-checkpoint now: the redo continues from the latest.
+                    options = replace(options, from_checkpoint=None)
+                # The attempt's planned crashes (SPILLWAY_CRASH_AT) keep their counts.
+                runner = SubtaskRunner(
+                    plan,
+                    subtask,
+                    config.settings(),
+                    options,
+                    attempt,
+                    phases=PhaseClock(),
+                    faults=runner.crash.faults,
+                )
+                runner.observer.redoing(decision.redo, e, decision.stall_s, decision.reason)
+                continue
+            if budget.redos:
+                log.warning("%s: not redone again (%s)", subtask, decision.reason)
+            if not e.deterministic:
+                raise  # Spark retries the task; the subtask restarts from its checkpoint
+            # A retry would meet the same error: end the attempt without one, so Spark does
+            # not retry it. The driver saw the "failed" event and stops the job
+            # (spillway.spark_jobs.spark.failfast).
+            result = runner.result
+            result.error = abort_message(subtask, e)
+        break
+    result.redos = budget.total
     yield asdict(result)

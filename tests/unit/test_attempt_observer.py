@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from spillway.channels.errors import TransactionAbortedError
 from spillway.channels.ids import (
     CheckpointId,
     JobId,
@@ -153,3 +154,16 @@ def test_a_failure_event_that_cannot_be_written_does_not_hide_the_failure(
     obs.failed(ValueError("bad record"))  # does not raise
     assert obs.result.status == "failed"
     assert "could not record the failure" in caplog.text
+
+
+def test_a_redo_is_announced_before_fencing_and_keeps_the_attempt() -> None:
+    obs, events = observer(2)
+    obs.redoing(1, TransactionAbortedError("leaders moved"), 3.25, "redo 1")
+    obs.restoring()
+    obs.fenced()
+    assert events.kinds() == ["redo", "fencing"]
+    redo = events.last("redo")
+    assert redo["redo"] == 1
+    assert redo["stall_s"] == 3.25
+    assert redo["error"] == "TransactionAbortedError: leaders moved"
+    assert obs.result.attempt == 2

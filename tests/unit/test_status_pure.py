@@ -327,14 +327,31 @@ def test_the_table_shows_one_debt_per_subtask_and_the_two_restart_counts() -> No
     ]  # fmt: skip
     assert render(rows).splitlines() == [
         f"{'subtask':40} {'state':12} {'attempt':>7} {'host:pid':24} {'seen s':>6} "
-        f"{'ckpt':>6} {'age s':>7} {'restarts':>8} {'planned':>7} {'replay debt':>11}",
+        f"{'ckpt':>6} {'age s':>7} {'restarts':>8} {'planned':>7} {'redos':>5} "
+        f"{'replay debt':>11}",
         f"{'j/count[0]':40} {'running':12} {'2':>7} {'h:100':24} {'0.4':>6} {'7':>6} "
-        f"{'1.5':>7} {'1':>8} {'2':>7} {'42':>11}",
+        f"{'1.5':>7} {'1':>8} {'2':>7} {'0':>5} {'42':>11}",
         f"{'j/src[0]':40} {'stopped':12} {'0':>7} {'h:101':24} {'8.0':>6} {'3':>6} "
-        f"{'9.0':>7} {'0':>8} {'0':>7} {'-':>11}",
+        f"{'9.0':>7} {'0':>8} {'0':>7} {'0':>5} {'-':>11}",
         f"{'j/out[0]':40} {'stopped':12} {'0':>7} {'-':24} {'-':>6} {'4':>6} "
-        f"{'9.0':>7} {'0':>8} {'1':>7} {'0':>11}",
+        f"{'9.0':>7} {'0':>8} {'1':>7} {'0':>5} {'0':>11}",
     ]
     # Per partition only in --json.
     assert as_json(rows)[0]["replay_debt"] == {"t.a[0]": 30, "t.b[1]": 12}
     assert (as_json(rows)[0]["restarts"], as_json(rows)[0]["planned_restarts"]) == (1, 2)
+
+
+def test_a_redo_within_an_attempt_is_counted_apart_and_is_no_restart() -> None:
+    events = [
+        ev("fencing", T0, 0),
+        ev("started", T0 + 1, 0),
+        ev("failed", T0 + 5, 0, error="TransactionAbortedError: leaders moved"),
+        ev("redo", T0 + 6, 0, redo=1, error="TransactionAbortedError: leaders moved"),
+        ev("fencing", T0 + 6.1, 0),  # the redo's runner: same process, same attempt
+        ev("started", T0 + 7, 0),
+    ]
+    log = fold_events(events)["count[0]"]
+    assert (log.state, log.restarts, log.planned_restarts, log.redos) == ("running", 0, 0, 1)
+    r = row(events, None, T0 + 8)
+    assert (r.restarts, r.redos) == (0, 1)
+    assert "redos" in render([r]).splitlines()[0]

@@ -189,6 +189,22 @@ class LocalBroker(process.StartedHere):
             log.info("Local Kafka broker (pid %d) %s", pid, result.value)
             return result
 
+    def kill(self) -> bool:
+        """SIGKILL this directory's broker (a crash, not a shutdown) and wait until it is
+        gone; False if it was not running. Only the recorded PID, checked to be ours, is
+        signalled; the PID file is removed."""
+        with self._locked():
+            pid = self._running_pid()
+            if pid is None:
+                return False
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            if not self._wait_gone(pid, 10.0):
+                raise BrokerUnavailableError(f"pid {pid} survived SIGKILL; check it by hand")
+            self.config.pid_file.unlink(missing_ok=True)
+            log.info("Local Kafka broker (pid %d) killed", pid)
+            return True
+
     def status(self) -> BrokerStatus:
         """Whether this directory's broker process runs, with its bootstrap address and PID."""
         pid = self._running_pid()
@@ -282,7 +298,13 @@ class LocalBroker(process.StartedHere):
 
     def _format_storage(self, java: Path, lib: Path) -> None:
         tool = [*self._java_command(java, lib, _TOOL_HEAP), _STORAGE_TOOL]
-        cluster_id = self._run_tool([*tool, "random-uuid"]).strip().splitlines()[-1]
+        member = self.config.quorum
+        # Every node of a quorum is formatted with the quorum's one cluster id.
+        cluster_id = (
+            member.cluster_id
+            if member is not None
+            else self._run_tool([*tool, "random-uuid"]).strip().splitlines()[-1]
+        )
         self._run_tool(
             [*tool, "format", "-t", cluster_id, "-c", str(self.config.server_properties)]
         )

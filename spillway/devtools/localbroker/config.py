@@ -63,17 +63,54 @@ class SaslListener:
 
 
 @dataclass(frozen=True)
+class QuorumMember:
+    """This node's place in a KRaft quorum of several combined broker+controller nodes
+    (:mod:`spillway.devtools.localbroker.quorum`).
+
+    ``node_id``: this node's ``node.id``. ``voters``: every node's ``(node.id, controller
+    port)``, this one included. ``cluster_id``: the one id every node's storage is
+    formatted with (a node formatted with another id cannot join). ``replication``: the
+    replication factor of new topics and the internal topics (offsets, transaction state),
+    with ``min.insync.replicas`` one less (at least 1).
+    """
+
+    node_id: int
+    voters: tuple[tuple[int, int], ...]
+    cluster_id: str
+    replication: int
+
+    def __post_init__(self) -> None:
+        ids = [n for n, _ in self.voters]
+        if self.node_id not in ids or len(set(ids)) != len(ids):
+            raise ConfigError(
+                f"node.id {self.node_id} must be one of the quorum's distinct ids {ids}"
+            )
+        if not 1 <= self.replication <= len(ids):
+            raise ConfigError(
+                f"replication {self.replication} needs 1 to {len(ids)} brokers (the quorum's)"
+            )
+
+    @property
+    def min_insync(self) -> int:
+        """``min.insync.replicas`` (and the transaction log's min ISR): one replica may be lost."""
+        return max(1, self.replication - 1)
+
+
+@dataclass(frozen=True)
 class BrokerConfig:
     """Where the local broker keeps its files and which loopback ports it listens on.
 
     ``data_dir`` is always absolute, so the path written into the PID check and the
     command line is the same whatever the working directory of a later command.
+    ``quorum``: this node's place in a quorum of several nodes; None (the default) for a
+    single node that is its own quorum.
     """
 
     data_dir: Path
     port: int = DEFAULT_PORT
     controller_port: int = DEFAULT_CONTROLLER_PORT
     sasl: SaslListener | None = None
+    quorum: QuorumMember | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "data_dir", Path(self.data_dir).expanduser().absolute())
@@ -191,10 +228,12 @@ class BrokerConfig:
 
 
 def render_server_properties(config: BrokerConfig) -> str:
-    """Return ``server.properties`` for a single combined broker+controller node (KRaft).
+    """Return ``server.properties`` for a combined broker+controller node (KRaft): a
+    single node, or one node of ``config.quorum``.
 
-    All listeners are on 127.0.0.1. Internal topics are sized for one node on a small
-    machine, and topics are never auto-created: a typo in a topic name must fail loudly.
+    All listeners are on 127.0.0.1. Internal topics are sized for a small machine and
+    replicated as the quorum says (once on a single node), and topics are never
+    auto-created: a typo in a topic name must fail loudly.
     """
     listeners = f"PLAINTEXT://{HOST}:{config.port},CONTROLLER://{HOST}:{config.controller_port}"
     advertised = f"PLAINTEXT://{HOST}:{config.port}"
@@ -203,10 +242,15 @@ def render_server_properties(config: BrokerConfig) -> str:
         listeners += f",SASL_PLAINTEXT://{HOST}:{config.sasl.port}"
         advertised += f",SASL_PLAINTEXT://{HOST}:{config.sasl.port}"
         protocols += ",SASL_PLAINTEXT:SASL_PLAINTEXT"
+    member = config.quorum
+    node_id = member.node_id if member is not None else 1
+    voters = member.voters if member is not None else ((1, config.controller_port),)
+    replication = member.replication if member is not None else 1
+    min_insync = member.min_insync if member is not None else 1
     settings: dict[str, str | int] = {
         "process.roles": "broker,controller",
-        "node.id": 1,
-        "controller.quorum.voters": f"1@{HOST}:{config.controller_port}",
+        "node.id": node_id,
+        "controller.quorum.voters": ",".join(f"{n}@{HOST}:{port}" for n, port in voters),
         "listeners": listeners,
         "advertised.listeners": advertised,
         "controller.listener.names": "CONTROLLER",
@@ -214,17 +258,21 @@ def render_server_properties(config: BrokerConfig) -> str:
         "listener.security.protocol.map": protocols,
         "log.dirs": str(config.log_dirs),
         "num.partitions": 1,
-        "offsets.topic.replication.factor": 1,
+        "offsets.topic.replication.factor": replication,
         # The default of 50 partitions costs seconds of start-up on two cores.
         "offsets.topic.num.partitions": 4,
-        "transaction.state.log.replication.factor": 1,
-        "transaction.state.log.min.isr": 1,
+        "transaction.state.log.replication.factor": replication,
+        "transaction.state.log.min.isr": min_insync,
         "transaction.state.log.num.partitions": 4,
-        # No other members can join a group on a single development node; don't wait for them.
+        # No other members can join a group on a development broker; don't wait for them.
         "group.initial.rebalance.delay.ms": 0,
         "auto.create.topics.enable": "false",
         **_sasl_settings(config.sasl),
     }
+    if member is not None:
+        # A topic created without its own settings survives the loss of one broker.
+        settings["default.replication.factor"] = replication
+        settings["min.insync.replicas"] = min_insync
     lines = ["# Written by spillway on every start; edits are overwritten."]
     lines += [f"{key}={_escape(str(value))}" for key, value in settings.items()]
     return "\n".join(lines) + "\n"
