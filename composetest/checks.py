@@ -99,7 +99,7 @@ def recoveries(
     listed = list(events)
     finals = {name(e): e for e in of_kind(listed, "finished")}
     found = []
-    for e in of_kind(listed, "started"):
+    for e in attempt_starts(listed):
         if e["attempt"] == 0 or not killed_at <= float(e["time"]) < until:
             continue
         final = finals.get(name(e))
@@ -121,13 +121,40 @@ def recoveries(
     return sorted(found, key=lambda r: (r.subtask, r.attempt))
 
 
+def attempt_starts(events: Iterable[Event]) -> list[Event]:
+    """The first ``started`` event of each attempt of each subtask, in log order.
+
+    A subtask redone within its attempt (a broker died under its transaction:
+    ``spillway.recovery.runtime.redo``) starts again with the same attempt number; that
+    later ``started`` event is a redo, not a restart, and is left out.
+    """
+    seen: set[tuple[str, int]] = set()
+    first = []
+    for e in of_kind(events, "started"):
+        attempt = (name(e), int(e["attempt"]))
+        if attempt not in seen:
+            seen.add(attempt)
+            first.append(e)
+    return first
+
+
 def restarted_between(events: Iterable[Event], start: float, end: float) -> set[str]:
     """Subtasks with an attempt > 0 that started in ``[start, end)`` (wall times)."""
     return {
         name(e)
-        for e in of_kind(events, "started")
+        for e in attempt_starts(events)
         if e["attempt"] > 0 and start <= float(e["time"]) < end
     }
+
+
+def redone_between(events: Iterable[Event], start: float, end: float = float("inf")) -> list[str]:
+    """One ``op[i] (attempt a)`` per ``redo`` event in ``[start, end)``, in log order:
+    subtasks redone within their attempt, which are no restart."""
+    return [
+        f"{name(e)} (attempt {e['attempt']})"
+        for e in of_kind(events, "redo")
+        if start <= float(e["time"]) < end
+    ]
 
 
 def latest_hosts(events: Iterable[Event]) -> dict[str, str]:

@@ -302,6 +302,7 @@ def _print_summary(report: dict[str, Any], steps: Steps) -> None:
     _say(f"restarted after the broker loss: {report['broker_loss_restarted']}")
     for line in report["broker_recoveries"]:
         _say(f"  {line}")
+    _say(f"redone within their attempt after the broker loss: {report['broker_loss_redone']}")
     _say(f"output rows: {report['output_rows']}")
     _say(
         f"own pipeline (mounted, --conf): {report['own_output_rows']} output rows; metrics "

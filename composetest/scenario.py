@@ -95,6 +95,7 @@ class Report:
     broker_kill_to_leaders_moved_s: float | None = None
     broker_kill_to_every_subtask_committed_s: float | None = None
     broker_loss_restarted: list[str] = field(default_factory=list)
+    broker_loss_redone: list[str] = field(default_factory=list)  # redos are no restart
     broker_start_to_isr_full_s: float | None = None
     job_s: float = 0.0
     output_rows: int = 0
@@ -311,6 +312,7 @@ def _check(plan: Plan, deployment: Deployment, report: Report) -> None:
     report.worker_recoveries = [r.describe() for r in by_worker]
     report.broker_recoveries = [r.describe() for r in by_broker]
     report.broker_loss_restarted = sorted({r.subtask for r in by_broker})
+    report.broker_loss_redone = checks.redone_between(events, faults.broker_killed_at)
 
 
 def _own_pipeline(plan: Plan, deployment: Deployment, report: Report) -> None:

@@ -118,6 +118,23 @@ def test_restarts_after_the_broker_loss_are_told_apart() -> None:
     assert enrich0.started_after_s == pytest.approx(30.0)
 
 
+def test_a_redo_after_the_broker_loss_is_no_restart() -> None:
+    # count[1] restarted after the worker kill (attempt 1); after the broker kill it is
+    # redone within that attempt: a redo event, then a second started event of attempt 1.
+    events = run_events({"count[1]": {}, "clicks[1]": {}})
+    redo = {"event": "redo", "operator": "count", "index": 1, "attempt": 1, "time": 228.0}
+    events[-4:-4] = [redo, started("count[1]", 1, "w1", 230.0, restored_from=5)]
+    assert checks.localized_problems(events, JOB, 2, FAULTS) == []
+    assert checks.restarted_between(events, 200.0, 1e12) == set()
+    assert checks.recoveries(events, 200.0) == []
+    assert [r.subtask for r in checks.recoveries(events, 100.0, 200.0)] == [
+        "clicks[1]",
+        "count[1]",
+    ]
+    assert checks.redone_between(events, 200.0) == ["count[1] (attempt 1)"]
+    assert checks.redone_between(events, 0.0, 200.0) == []
+
+
 def test_a_restart_outside_the_lost_set_is_a_problem() -> None:
     events = run_events({"count[1]": {}, "clicks[1]": {}, "enrich[0]": {}})
     (problem,) = checks.localized_problems(events, JOB, 2, FAULTS)
